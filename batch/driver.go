@@ -1,0 +1,236 @@
+// Package batch is the micro-batch driver: a trigger that fires every
+// interval, planning of each batch's offset ranges from the stored
+// positions, parallel partition tasks, and progress reports.
+//
+// It owns the order of events, not their effects: what a task writes and
+// how it commits is the strategy's business (package strategies). The
+// driver guarantees that
+//
+//   - batch N+1 is planned only after every task of batch N has returned, so
+//     a partition never has two batches in flight;
+//   - a partition's next offset moves only when its task reported success,
+//     and only to the end of the range it was given;
+//   - a stop request (context cancelled) lets the running batch finish,
+//     commit or roll back, and then returns without error.
+package batch
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Record is one Kafka record handed to a task. Key and Value may alias
+// buffers owned by the source: copy what must outlive the callback.
+type Record struct {
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time
+}
+
+// Source is where batches read from.
+type Source interface {
+	// Bounds returns the current start and last stable offset of each
+	// partition of the topic.
+	Bounds(ctx context.Context) (map[int32]Bounds, error)
+	// Read calls fn for every record of r, in offset order, and returns when
+	// the range is exhausted. Reading the same range again yields the same
+	// records.
+	Read(ctx context.Context, r Range, fn func(*Record) error) error
+}
+
+// Info identifies the batch a task belongs to.
+type Info struct {
+	ID    int64
+	Epoch int64
+}
+
+// TaskResult is what a partition task reports.
+type TaskResult struct {
+	Records     int64 // records processed into results
+	DeadLetters int64 // records sent to the dead-letter table
+	Commit      time.Duration
+	Attempts    int
+}
+
+// Task processes one partition's range and makes its results and the new
+// offset durable. A nil error means committed.
+type Task func(ctx context.Context, b Info, r Range) (TaskResult, error)
+
+// Clock is the driver's view of time, replaceable in tests.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Progress describes one committed batch, like Spark's lastProgress.
+type Progress struct {
+	BatchID       int64
+	Partitions    int
+	Records       int64
+	DeadLetters   int64
+	Offsets       int64 // offsets spanned, records plus markers
+	Duration      time.Duration
+	MaxCommit     time.Duration
+	RecordsPerSec float64
+	Lag           int64 // offsets left to read after this batch
+	Retries       int
+}
+
+// Summary is reported when Run returns.
+type Summary struct {
+	Batches     int64
+	Records     int64
+	DeadLetters int64
+	Elapsed     time.Duration
+	Lag         int64
+	Next        map[int32]int64
+}
+
+// Driver runs batches until stopped, idle for UntilIdle, or failed.
+type Driver struct {
+	Source Source
+	Task   Task
+	Topic  string
+	// Next holds each partition's next offset as stored by the sink; the
+	// driver updates it as batches commit.
+	Next map[int32]int64
+	// LastBatch is the id of the last committed batch; new ones count up.
+	LastBatch int64
+	Epoch     int64
+
+	Interval    time.Duration
+	MaxRecords  int64 // per partition per batch; 0 = no cap
+	Parallelism int   // concurrent partition tasks; 0 = one per partition
+	UntilIdle   time.Duration
+
+	Clock      Clock
+	OnProgress func(Progress)
+}
+
+// Run drives batches. It returns nil when ctx is cancelled (after the
+// running batch finished) or after UntilIdle of idleness, and an error when
+// a task fails for good or the source can't be read.
+func (d *Driver) Run(ctx context.Context) (Summary, error) {
+	clock := d.Clock
+	if clock == nil {
+		clock = realClock{}
+	}
+	next := maps.Clone(d.Next)
+	sum := Summary{Next: next}
+	began := clock.Now()
+	defer func() { sum.Elapsed = clock.Now().Sub(began) }()
+	batchID := d.LastBatch
+	var idleSince time.Time
+	for {
+		if ctx.Err() != nil {
+			return sum, nil
+		}
+		tick := clock.Now()
+		bounds, err := d.Source.Bounds(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return sum, nil
+			}
+			return sum, fmt.Errorf("reading partition offsets: %w", err)
+		}
+		ranges, err := Plan(d.Topic, next, bounds, d.MaxRecords)
+		if err != nil {
+			return sum, err
+		}
+		sum.Lag = Lag(next, bounds)
+		if len(ranges) == 0 {
+			if idleSince.IsZero() {
+				idleSince = tick
+			}
+			if d.UntilIdle > 0 && tick.Sub(idleSince) >= d.UntilIdle {
+				return sum, nil
+			}
+		} else {
+			idleSince = time.Time{}
+			batchID++
+			p, err := d.runBatch(ctx, Info{ID: batchID, Epoch: d.Epoch}, ranges, next)
+			sum.Records += p.Records
+			sum.DeadLetters += p.DeadLetters
+			if err != nil {
+				return sum, err
+			}
+			sum.Batches++
+			p.Lag = Lag(next, bounds)
+			sum.Lag = p.Lag
+			if d.OnProgress != nil {
+				d.OnProgress(p)
+			}
+		}
+		// A batch that overran the interval is followed at once by the next.
+		if wait := d.Interval - clock.Now().Sub(tick); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return sum, nil
+			case <-clock.After(wait):
+			}
+		}
+	}
+}
+
+// runBatch runs one task per range, at most Parallelism at a time. Tasks
+// get a context that the caller's stop request does not cancel, so a batch
+// in flight finishes; a failing task cancels its siblings, which roll back.
+func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[int32]int64) (Progress, error) {
+	start := d.clockNow()
+	results := make([]TaskResult, len(ranges))
+	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
+	if d.Parallelism > 0 {
+		g.SetLimit(d.Parallelism)
+	}
+	for i, r := range ranges {
+		g.Go(func() error {
+			res, err := d.Task(gctx, b, r)
+			results[i] = res
+			if err != nil {
+				return fmt.Errorf("batch %d, %s: %w", b.ID, r, err)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	p := Progress{BatchID: b.ID, Partitions: len(ranges)}
+	for i, r := range ranges {
+		res := results[i]
+		p.Records += res.Records
+		p.DeadLetters += res.DeadLetters
+		p.Offsets += r.Len()
+		p.MaxCommit = max(p.MaxCommit, res.Commit)
+		if res.Attempts > 1 {
+			p.Retries += res.Attempts - 1
+		}
+	}
+	if err != nil {
+		return p, err
+	}
+	for _, r := range ranges {
+		next[r.Partition] = r.To
+	}
+	p.Duration = d.clockNow().Sub(start)
+	if s := p.Duration.Seconds(); s > 0 {
+		p.RecordsPerSec = float64(p.Records+p.DeadLetters) / s
+	}
+	return p, nil
+}
+
+func (d *Driver) clockNow() time.Time {
+	if d.Clock == nil {
+		return time.Now()
+	}
+	return d.Clock.Now()
+}

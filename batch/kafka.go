@@ -1,0 +1,243 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// tailQuiet is how long Read waits, with no record arriving, before it
+// trusts the high-water mark to say that the rest of a range holds only
+// transaction markers or aborted records (which a read-committed consumer
+// never sees). Only ranges ending in such offsets ever wait this long.
+const tailQuiet = 1500 * time.Millisecond
+
+// KafkaSource reads one topic with sarama, read-committed. It keeps one
+// partition consumer per partition across batches, so consecutive batches
+// stream without re-seeking; a Read whose range does not start where the
+// previous one ended (a retry) re-seeks.
+type KafkaSource struct {
+	client   sarama.Client
+	consumer sarama.Consumer
+	topic    string
+	parts    []int32
+
+	mu      sync.Mutex
+	readers map[int32]*partitionReader
+}
+
+type partitionReader struct {
+	pc      sarama.PartitionConsumer
+	next    int64                   // offset the next Read must start at to reuse pc
+	pending *sarama.ConsumerMessage // read past the previous range's end
+}
+
+// NewKafkaSource checks that topic exists and returns a source over all of
+// its partitions. The client stays owned by the caller.
+func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
+	if err := client.RefreshMetadata(topic); err != nil {
+		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			return nil, fmt.Errorf("topic %q does not exist", topic)
+		}
+		return nil, fmt.Errorf("reading metadata of topic %q: %w", topic, err)
+	}
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return nil, fmt.Errorf("listing partitions of topic %q: %w", topic, err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return nil, fmt.Errorf("creating consumer: %w", err)
+	}
+	parts = slices.Clone(parts)
+	slices.Sort(parts)
+	return &KafkaSource{client: client, consumer: consumer, topic: topic, parts: parts, readers: make(map[int32]*partitionReader)}, nil
+}
+
+// Topic is the topic read.
+func (s *KafkaSource) Topic() string { return s.topic }
+
+// Partitions lists the topic's partitions, sorted.
+func (s *KafkaSource) Partitions() []int32 { return slices.Clone(s.parts) }
+
+// Bounds asks each partition leader for the log start and the last stable
+// offset (ListOffsets with isolation read_committed). sarama's
+// Client.GetOffset can't be used for the end: it asks read_uncommitted and
+// returns the high-water mark, which may include an open transaction.
+func (s *KafkaSource) Bounds(ctx context.Context) (map[int32]Bounds, error) {
+	out := make(map[int32]Bounds, len(s.parts))
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+			_ = s.client.RefreshMetadata(s.topic)
+		}
+		lastErr = s.bounds(out)
+		if lastErr == nil {
+			return out, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func (s *KafkaSource) bounds(out map[int32]Bounds) error {
+	byLeader := map[*sarama.Broker][]int32{}
+	for _, p := range s.parts {
+		if _, done := out[p]; done {
+			continue
+		}
+		b, err := s.client.Leader(s.topic, p)
+		if err != nil {
+			return fmt.Errorf("finding leader of %s/%d: %w", s.topic, p, err)
+		}
+		byLeader[b] = append(byLeader[b], p)
+	}
+	for b, parts := range byLeader {
+		starts, err := s.listOffsets(b, parts, sarama.OffsetOldest)
+		if err != nil {
+			return err
+		}
+		ends, err := s.listOffsets(b, parts, sarama.OffsetNewest)
+		if err != nil {
+			return err
+		}
+		for _, p := range parts {
+			out[p] = Bounds{Start: starts[p], End: ends[p]}
+		}
+	}
+	return nil
+}
+
+func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (map[int32]int64, error) {
+	req := sarama.NewOffsetRequest(s.client.Config().Version)
+	req.IsolationLevel = sarama.ReadCommitted
+	for _, p := range parts {
+		req.AddBlock(s.topic, p, at, 1)
+	}
+	resp, err := b.GetAvailableOffsets(req)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("listing offsets on broker %s: %w", b.Addr(), err)
+	}
+	out := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		blk := resp.GetBlock(s.topic, p)
+		switch {
+		case blk == nil:
+			return nil, fmt.Errorf("listing offsets of %s/%d: %w", s.topic, p, sarama.ErrIncompleteResponse)
+		case !errors.Is(blk.Err, sarama.ErrNoError):
+			return nil, fmt.Errorf("listing offsets of %s/%d: %w", s.topic, p, blk.Err)
+		case len(blk.Offsets) > 0:
+			out[p] = blk.Offsets[0]
+		default:
+			out[p] = blk.Offset
+		}
+	}
+	return out, nil
+}
+
+// Read delivers the records of r. Records at or past r.To that arrive are
+// kept for the next Read of the partition.
+func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error) error {
+	pr, err := s.reader(r)
+	if err != nil {
+		return err
+	}
+	// Until Read returns normally the reader's position is unknown; a later
+	// Read of this partition then re-seeks.
+	pr.next = -1
+	rec := &Record{Partition: r.Partition}
+	deliver := func(m *sarama.ConsumerMessage) error {
+		rec.Offset, rec.Key, rec.Value, rec.Timestamp = m.Offset, m.Key, m.Value, m.Timestamp
+		return fn(rec)
+	}
+	if m := pr.pending; m != nil {
+		if m.Offset >= r.To {
+			pr.next = r.To
+			return nil
+		}
+		pr.pending = nil
+		if err := deliver(m); err != nil {
+			return err
+		}
+		if m.Offset == r.To-1 {
+			pr.next = r.To
+			return nil
+		}
+	}
+	quiet := time.NewTimer(tailQuiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case cerr := <-pr.pc.Errors():
+			return fmt.Errorf("reading %s: %w", r, cerr.Err)
+		case m := <-pr.pc.Messages():
+			if m.Offset < r.From {
+				continue
+			}
+			if m.Offset >= r.To {
+				pr.pending = m
+				pr.next = r.To
+				return nil
+			}
+			if err := deliver(m); err != nil {
+				return err
+			}
+			if m.Offset == r.To-1 {
+				pr.next = r.To
+				return nil
+			}
+			quiet.Reset(tailQuiet)
+		case <-quiet.C:
+			// Nothing arrived for a while: if the broker's log reaches past
+			// the range, what is left of it is markers or aborted records.
+			if pr.pc.HighWaterMarkOffset() >= r.To {
+				pr.next = r.To
+				return nil
+			}
+			quiet.Reset(tailQuiet)
+		}
+	}
+}
+
+func (s *KafkaSource) reader(r Range) (*partitionReader, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pr := s.readers[r.Partition]
+	if pr != nil && pr.next == r.From {
+		return pr, nil
+	}
+	if pr != nil {
+		_ = pr.pc.Close()
+		delete(s.readers, r.Partition)
+	}
+	pc, err := s.consumer.ConsumePartition(s.topic, r.Partition, r.From)
+	if err != nil {
+		return nil, fmt.Errorf("seeking %s/%d to %d: %w", s.topic, r.Partition, r.From, err)
+	}
+	pr = &partitionReader{pc: pc, next: r.From}
+	s.readers[r.Partition] = pr
+	return pr, nil
+}
+
+// Close stops the partition consumers. The client is the caller's.
+func (s *KafkaSource) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p, pr := range s.readers {
+		_ = pr.pc.Close()
+		delete(s.readers, p)
+	}
+	return s.consumer.Close()
+}

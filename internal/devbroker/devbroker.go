@@ -1,0 +1,58 @@
+// Package devbroker runs the embedded development Kafka broker (kfake), used
+// by `microbatch broker` and by `microbatch run` without --brokers. It is a
+// real Kafka-protocol server, not a mock, but single-node and not tuned for
+// production.
+package devbroker
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Options configure a dev broker.
+type Options struct {
+	Listen     string   // host:port; "127.0.0.1:0" picks a free port
+	Topics     []string // created at start if missing
+	Partitions int32    // for Topics and auto-created topics
+	DataDir    string   // "" keeps everything in memory
+}
+
+// Broker is a running dev broker.
+type Broker struct {
+	c *kfake.Cluster
+}
+
+// Start starts a broker.
+func Start(o Options) (*Broker, error) {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = 4
+	}
+	addr := o.Listen
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.DefaultNumPartitions(int(o.Partitions)),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, addr) }),
+	}
+	if len(o.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(o.Partitions, o.Topics...))
+	}
+	if o.DataDir != "" {
+		opts = append(opts, kfake.DataDir(o.DataDir))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("starting dev broker on %s: %w", o.Listen, err)
+	}
+	return &Broker{c: c}, nil
+}
+
+// Addrs are the broker addresses clients should use.
+func (b *Broker) Addrs() []string { return b.c.ListenAddrs() }
+
+// Close stops the broker, persisting its state if it has a data dir.
+func (b *Broker) Close() { b.c.Close() }

@@ -1,0 +1,258 @@
+// Package event owns the built-in job's input format: the JSON event
+// {"id": int64, "key": string, "amount": int64, "ts": unix ms}, its strict
+// decoder, the per-key aggregation of a partition's events, and the
+// deterministic generator used by `microbatch produce`, the demo and tests.
+//
+// It does not know about Kafka, SQL or batches: callers hand it bytes and
+// get events, reasons for rejecting bytes, and aggregates.
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Event is one input record of the built-in job.
+type Event struct {
+	ID     int64
+	Key    []byte // aliases the decoded input on the fast path; copy to keep
+	Amount int64
+	TS     int64 // unix milliseconds
+}
+
+// Limits of what the decoder accepts. A record outside them is rejected with
+// a reason (and dead-lettered by the caller), never truncated.
+const (
+	// MaxRecordBytes is the largest record the decoder looks at.
+	MaxRecordBytes = 64 << 10
+	// MaxKeyBytes matches the width of mb_totals.k.
+	MaxKeyBytes = 255
+)
+
+// DecodeError says why a record is not a valid event. Its message is what
+// goes into mb_dead_letters.reason.
+type DecodeError struct{ Reason string }
+
+func (e *DecodeError) Error() string { return "decoding event: " + e.Reason }
+
+func reject(format string, args ...any) error {
+	return &DecodeError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// IsDecodeError reports whether err means "bad input" (dead-letter it)
+// rather than a failure of the pipeline.
+func IsDecodeError(err error) bool {
+	var de *DecodeError
+	return errors.As(err, &de)
+}
+
+// Decode parses one record. The canonical form written by Generator takes a
+// fast path with no allocation; anything else is checked by encoding/json so
+// that what is accepted is exactly valid JSON with the right field types.
+// On success ev.Key may alias data.
+func Decode(data []byte, ev *Event) error {
+	switch {
+	case len(data) == 0:
+		return reject("empty record")
+	case len(data) > MaxRecordBytes:
+		return reject("record is %d bytes, more than the %d-byte limit", len(data), MaxRecordBytes)
+	}
+	if decodeFast(data, ev) {
+		return nil
+	}
+	return decodeSlow(data, ev)
+}
+
+// decodeSlow is the authority on validity: strict types, all fields present.
+func decodeSlow(data []byte, ev *Event) error {
+	var raw struct {
+		ID     *json.Number `json:"id"`
+		Key    *string      `json:"key"`
+		Amount *json.Number `json:"amount"`
+		TS     *json.Number `json:"ts"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return reject("field %q: %s is not of type %s", te.Field, te.Value, te.Type)
+		}
+		return reject("not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return reject("trailing data after the JSON object")
+	}
+	if _, err := dec.Token(); err == nil {
+		return reject("trailing data after the JSON object")
+	}
+	var err error
+	if ev.ID, err = intField("id", raw.ID); err != nil {
+		return err
+	}
+	if ev.Amount, err = intField("amount", raw.Amount); err != nil {
+		return err
+	}
+	if ev.TS, err = intField("ts", raw.TS); err != nil {
+		return err
+	}
+	if raw.Key == nil {
+		return reject("missing field \"key\"")
+	}
+	return setKey(ev, []byte(*raw.Key))
+}
+
+func intField(name string, n *json.Number) (int64, error) {
+	if n == nil {
+		return 0, reject("missing field %q", name)
+	}
+	v, err := strconv.ParseInt(string(*n), 10, 64)
+	if err != nil {
+		return 0, reject("field %q: %s is not an int64", name, *n)
+	}
+	return v, nil
+}
+
+func setKey(ev *Event, key []byte) error {
+	switch {
+	case len(key) == 0:
+		return reject("field \"key\" is empty")
+	case len(key) > MaxKeyBytes:
+		return reject("field \"key\" is %d bytes, more than %d", len(key), MaxKeyBytes)
+	}
+	ev.Key = key
+	return nil
+}
+
+// decodeFast accepts only the compact form {"id":1,"key":"a","amount":2,"ts":3}
+// (fields in any order, no whitespace, ASCII key without escapes). It returns
+// false for anything else, leaving the verdict to decodeSlow, so it can never
+// accept what encoding/json would reject.
+func decodeFast(d []byte, ev *Event) bool {
+	if len(d) < 2 || d[0] != '{' || d[len(d)-1] != '}' {
+		return false
+	}
+	var seen uint8
+	i := 1
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return false
+		}
+		end := bytes.IndexByte(d[i+1:], '"')
+		if end < 0 {
+			return false
+		}
+		name := d[i+1 : i+1+end]
+		i += end + 2
+		if i >= len(d) || d[i] != ':' {
+			return false
+		}
+		i++
+		var bit uint8
+		switch string(name) {
+		case "id":
+			bit = 1
+		case "key":
+			bit = 2
+		case "amount":
+			bit = 4
+		case "ts":
+			bit = 8
+		default:
+			return false
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		if bit == 2 {
+			if i >= len(d) || d[i] != '"' {
+				return false
+			}
+			j := i + 1
+			for j < len(d) && d[j] != '"' {
+				if c := d[j]; c < 0x20 || c >= 0x80 || c == '\\' {
+					return false
+				}
+				j++
+			}
+			if j >= len(d) || j == i+1 || j-i-1 > MaxKeyBytes {
+				return false
+			}
+			ev.Key = d[i+1 : j]
+			i = j + 1
+		} else {
+			v, n, ok := parseInt(d[i:])
+			if !ok {
+				return false
+			}
+			switch bit {
+			case 1:
+				ev.ID = v
+			case 4:
+				ev.Amount = v
+			case 8:
+				ev.TS = v
+			}
+			i += n
+		}
+		if i >= len(d) {
+			return false
+		}
+		if d[i] == '}' {
+			return i == len(d)-1 && seen == 15
+		}
+		if d[i] != ',' {
+			return false
+		}
+		i++
+	}
+}
+
+// parseInt reads a JSON integer (-?(0|[1-9][0-9]*)) that fits in int64.
+func parseInt(d []byte) (v int64, n int, ok bool) {
+	neg := false
+	if n < len(d) && d[n] == '-' {
+		neg = true
+		n++
+	}
+	start := n
+	var u uint64
+	for n < len(d) && d[n] >= '0' && d[n] <= '9' {
+		if n-start >= 18 { // leave the overflow edge to the slow path
+			return 0, 0, false
+		}
+		u = u*10 + uint64(d[n]-'0')
+		n++
+	}
+	if n == start || (d[start] == '0' && n-start > 1) {
+		return 0, 0, false
+	}
+	if n < len(d) && (d[n] == '.' || d[n] == 'e' || d[n] == 'E') {
+		return 0, 0, false
+	}
+	if u > math.MaxInt64 {
+		return 0, 0, false
+	}
+	if neg {
+		return -int64(u), n, true
+	}
+	return int64(u), n, true
+}
+
+// Append writes ev in the compact canonical form.
+func Append(dst []byte, id int64, key string, amount, ts int64) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = strconv.AppendInt(dst, id, 10)
+	dst = append(dst, `,"key":`...)
+	dst = strconv.AppendQuote(dst, key)
+	dst = append(dst, `,"amount":`...)
+	dst = strconv.AppendInt(dst, amount, 10)
+	dst = append(dst, `,"ts":`...)
+	dst = strconv.AppendInt(dst, ts, 10)
+	return append(dst, '}')
+}

@@ -1,0 +1,149 @@
+// Package kafkautil holds the sarama configuration shared by every part of
+// microbatch that talks to Kafka, and the deterministic event producer used
+// by `microbatch produce`, the demo and tests.
+package kafkautil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/internal/event"
+)
+
+// Version is the protocol version microbatch speaks: new enough for
+// read-committed fetches, KIP-447 and DescribeTransactions, and accepted by
+// Kafka 4.x (which dropped the oldest request versions).
+var Version = sarama.V3_6_0_0
+
+// Config returns a sarama config for clientID with microbatch's defaults:
+// read-committed consumption, no topic auto-creation, errors returned.
+func Config(clientID string) *sarama.Config {
+	c := sarama.NewConfig()
+	c.ClientID = clientID
+	c.Version = Version
+	c.Metadata.AllowAutoTopicCreation = false
+	c.Metadata.Retry.Max = 5
+	c.Metadata.Retry.Backoff = 200 * time.Millisecond
+	c.Net.DialTimeout = 10 * time.Second
+	c.Consumer.IsolationLevel = sarama.ReadCommitted
+	c.Consumer.Return.Errors = true
+	c.Consumer.Fetch.Default = 4 << 20
+	c.Consumer.MaxWaitTime = 250 * time.Millisecond
+	c.ChannelBufferSize = 4096
+	return c
+}
+
+// SplitBrokers turns "a:9092, b:9092" into a list, dropping empty entries.
+func SplitBrokers(s string) []string {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// ProduceOptions describes a run of the deterministic generator.
+type ProduceOptions struct {
+	Brokers []string
+	Topic   string
+	Count   int64
+	Keys    int
+	Seed    uint64
+	Rate    float64 // events per second; 0 = as fast as possible
+	// Skip generates and discards the first Skip events, so a producer can
+	// continue a sequence (the demo tops its topic up this way).
+	Skip int64
+}
+
+// Produce writes opts.Count events of the seed's sequence, keyed by event
+// key, and waits until all are acknowledged. It returns the totals it
+// produced.
+func Produce(ctx context.Context, opts ProduceOptions) (event.Expected, error) {
+	var exp event.Expected
+	cfg := Config("microbatch-produce")
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Return.Successes = false
+	cfg.Producer.Return.Errors = true
+	cfg.Producer.Flush.Bytes = 1 << 20
+	cfg.Producer.Flush.Frequency = 5 * time.Millisecond
+	cfg.Producer.Compression = sarama.CompressionNone
+	p, err := sarama.NewAsyncProducer(opts.Brokers, cfg)
+	if err != nil {
+		return exp, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(opts.Brokers, ","), err)
+	}
+	// The Errors channel must always be drained or the producer deadlocks.
+	errc := make(chan error, 1)
+	go func() {
+		var first error
+		for e := range p.Errors() {
+			if first == nil {
+				first = e.Err
+			}
+		}
+		errc <- first
+	}()
+	gen := event.NewGenerator(opts.Seed, opts.Keys)
+	for range opts.Skip {
+		gen.Next()
+	}
+	start := time.Now()
+	var buf []byte
+	var sendErr error
+	for i := range opts.Count {
+		if opts.Rate > 0 {
+			due := start.Add(time.Duration(float64(i) / opts.Rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			sendErr = ctx.Err()
+			break
+		}
+		id, key, amount := gen.Next()
+		buf = event.Append(buf[:0], id, key, amount, time.Now().UnixMilli())
+		msg := &sarama.ProducerMessage{Topic: opts.Topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(append([]byte(nil), buf...))}
+		select {
+		case p.Input() <- msg:
+			exp.Events++
+			exp.Amount += amount
+		case <-ctx.Done():
+			sendErr = ctx.Err()
+		}
+		if sendErr != nil {
+			break
+		}
+	}
+	p.AsyncClose()
+	if err := <-errc; err != nil {
+		return exp, fmt.Errorf("producing to %s: %w", opts.Topic, err)
+	}
+	return exp, sendErr
+}
+
+// EnsureTopic creates topic with partitions if it does not exist. An
+// existing topic is left as it is.
+func EnsureTopic(brokers []string, topic string, partitions int32) error {
+	admin, err := sarama.NewClusterAdmin(brokers, Config("microbatch-admin"))
+	if err != nil {
+		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
+	}
+	defer admin.Close()
+	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return fmt.Errorf("creating topic %s: %w", topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+// Package offsets owns where a job's progress lives: the mb_offsets table in
+// the SQL sink, and the epoch that fences commits from older instances.
+//
+// It writes offsets inside a transaction the caller owns (the sink writer's),
+// which is what makes "results and offsets in one commit" possible. It does
+// not write results and never imports writers.
+//
+// Invariant: a partition's row moves only from the offset a batch was planned
+// from to that batch's end, by an instance whose epoch is not older than the
+// row's. Any other move is refused (ErrConflict, ErrFenced).
+package offsets
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Dialect names the SQL flavour of a sink.
+type Dialect string
+
+// Supported dialects.
+const (
+	MySQL  Dialect = "mysql"
+	SQLite Dialect = "sqlite"
+)
+
+// Queryer is what this package needs from *sql.DB, *sql.Tx, *sqlx.DB or
+// *sqlx.Tx.
+type Queryer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Table is the offsets table's name; the columns are part of the public
+// contract (DESIGN.md).
+const Table = "mb_offsets"
+
+// Schema returns the CREATE TABLE statement of mb_offsets.
+func Schema(d Dialect) string {
+	if d == MySQL {
+		return `CREATE TABLE IF NOT EXISTS mb_offsets (
+  job VARCHAR(128) NOT NULL,
+  topic VARCHAR(249) NOT NULL,
+  part INT NOT NULL,
+  next_offset BIGINT NOT NULL,
+  epoch BIGINT NOT NULL,
+  batch_id BIGINT NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (job, topic, part)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+	}
+	return `CREATE TABLE IF NOT EXISTS mb_offsets (
+  job TEXT NOT NULL,
+  topic TEXT NOT NULL,
+  part INTEGER NOT NULL,
+  next_offset INTEGER NOT NULL,
+  epoch INTEGER NOT NULL,
+  batch_id INTEGER NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (job, topic, part)
+)`
+}
+
+// Position is a partition's stored progress.
+type Position struct {
+	Partition  int32
+	NextOffset int64
+	Epoch      int64
+	BatchID    int64
+}
+
+// Load returns the job's stored positions for topic, by partition.
+func Load(ctx context.Context, q Queryer, job, topic string) (map[int32]Position, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT part, next_offset, epoch, batch_id FROM mb_offsets WHERE job = ? AND topic = ?`, job, topic)
+	if err != nil {
+		return nil, fmt.Errorf("reading offsets: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[int32]Position)
+	for rows.Next() {
+		var p Position
+		if err := rows.Scan(&p.Partition, &p.NextOffset, &p.Epoch, &p.BatchID); err != nil {
+			return nil, fmt.Errorf("reading offsets: %w", err)
+		}
+		out[p.Partition] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading offsets: %w", err)
+	}
+	return out, nil
+}
+
+// Claim is the result of Init: the epoch this instance commits with and the
+// positions it starts from.
+type Claim struct {
+	Epoch     int64
+	LastBatch int64 // highest batch id committed so far (0 if none)
+	Positions map[int32]Position
+}
+
+// Init claims the job for a new instance, in one transaction of tx: it takes
+// epoch = 1 + the highest epoch stored for the job, stamps it on every
+// existing row of topic (so that an older instance still running is fenced
+// at its next commit), and creates the rows of partitions that have none,
+// at the offset start(partition) returns. Recording the start offset before
+// the first batch makes "latest" deterministic across restarts.
+func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partitions []int32,
+	start func(partition int32) (int64, error)) (Claim, error) {
+	lock := ""
+	if d == MySQL {
+		lock = " FOR UPDATE"
+	}
+	var maxEpoch, maxBatch sql.NullInt64
+	if err := tx.QueryRowContext(ctx,
+		`SELECT MAX(epoch), MAX(batch_id) FROM mb_offsets WHERE job = ?`+lock, job).Scan(&maxEpoch, &maxBatch); err != nil {
+		return Claim{}, fmt.Errorf("claiming job %q: %w", job, err)
+	}
+	c := Claim{Epoch: maxEpoch.Int64 + 1, LastBatch: maxBatch.Int64}
+	now := time.Now().UTC()
+	if _, err := tx.ExecContext(ctx,
+		`UPDATE mb_offsets SET epoch = ?, updated_at = ? WHERE job = ?`, c.Epoch, now, job); err != nil {
+		return Claim{}, fmt.Errorf("claiming job %q: %w", job, err)
+	}
+	existing, err := Load(ctx, tx, job, topic)
+	if err != nil {
+		return Claim{}, err
+	}
+	for _, p := range partitions {
+		if _, ok := existing[p]; ok {
+			continue
+		}
+		off, err := start(p)
+		if err != nil {
+			return Claim{}, err
+		}
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO mb_offsets (job, topic, part, next_offset, epoch, batch_id, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?)`,
+			job, topic, p, off, c.Epoch, now); err != nil {
+			return Claim{}, fmt.Errorf("creating offset row %s/%d: %w", topic, p, err)
+		}
+		existing[p] = Position{Partition: p, NextOffset: off, Epoch: c.Epoch}
+	}
+	c.Positions = existing
+	return c, nil
+}
+
+// Advance moves one partition's offset from From to To for batch BatchID.
+type Advance struct {
+	Job       string
+	Topic     string
+	Partition int32
+	From, To  int64
+	Epoch     int64
+	BatchID   int64
+}
+
+// Apply performs a inside the caller's transaction. It succeeds only if the
+// row is at a.From with an epoch not newer than a.Epoch; otherwise it returns
+// ErrFenced, ErrConflict or ErrNoRow and the caller must roll back.
+func Apply(ctx context.Context, tx Queryer, a Advance) error {
+	res, err := tx.ExecContext(ctx,
+		`UPDATE mb_offsets SET next_offset = ?, epoch = ?, batch_id = ?, updated_at = ?
+ WHERE job = ? AND topic = ? AND part = ? AND next_offset = ? AND epoch <= ?`,
+		a.To, a.Epoch, a.BatchID, time.Now().UTC(), a.Job, a.Topic, a.Partition, a.From, a.Epoch)
+	if err != nil {
+		return fmt.Errorf("advancing offset %s/%d: %w", a.Topic, a.Partition, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("advancing offset %s/%d: %w", a.Topic, a.Partition, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	// Say why: the row is missing, newer, or elsewhere.
+	var next, epoch int64
+	err = tx.QueryRowContext(ctx, `SELECT next_offset, epoch FROM mb_offsets WHERE job = ? AND topic = ? AND part = ?`,
+		a.Job, a.Topic, a.Partition).Scan(&next, &epoch)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: job %q %s/%d", ErrNoRow, a.Job, a.Topic, a.Partition)
+	case err != nil:
+		return fmt.Errorf("advancing offset %s/%d: %w", a.Topic, a.Partition, err)
+	case epoch > a.Epoch:
+		return fmt.Errorf("%w: %s/%d has epoch %d, this instance %d", ErrFenced, a.Topic, a.Partition, epoch, a.Epoch)
+	default:
+		return fmt.Errorf("%w: %s/%d is at %d, batch %d planned from %d", ErrConflict, a.Topic, a.Partition, next, a.BatchID, a.From)
+	}
+}
+
+// Landed reports whether the advance a is what the row holds: the way to
+// settle a commit whose outcome is unknown (connection lost during COMMIT).
+// Because Apply refuses to move a row that is not at a.From, a row showing
+// a.To with a's epoch and batch can only be a's own commit.
+func Landed(ctx context.Context, q Queryer, a Advance) (bool, error) {
+	var next, epoch, batch int64
+	err := q.QueryRowContext(ctx, `SELECT next_offset, epoch, batch_id FROM mb_offsets WHERE job = ? AND topic = ? AND part = ?`,
+		a.Job, a.Topic, a.Partition).Scan(&next, &epoch, &batch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading offset %s/%d: %w", a.Topic, a.Partition, err)
+	}
+	return next == a.To && epoch == a.Epoch && batch == a.BatchID, nil
+}

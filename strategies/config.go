@@ -1,0 +1,117 @@
+// Package strategies binds the driver (batch), progress storage (offsets)
+// and sink writers (writers) into the delivery strategies a user picks with
+// `--strategy`. Each strategy is a Task for the driver plus the set-up it
+// needs; the built-in job (per-key totals) is the default workload.
+//
+// It reads no flags or environment: cmd/microbatch fills a Config.
+package strategies
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+)
+
+// Strategy names accepted by Config.Strategy.
+const (
+	StrategyTxn = "txn"
+)
+
+// Strategies lists the implemented strategies.
+var Strategies = []string{StrategyTxn}
+
+// Start-from values for partitions without a stored offset.
+const (
+	StartEarliest = "earliest"
+	StartLatest   = "latest"
+)
+
+// Defaults.
+const (
+	DefaultTopic           = "events"
+	DefaultJob             = "default"
+	DefaultInterval        = time.Second
+	DefaultMaxBatchRecords = 100_000
+)
+
+// Config is one run of a job.
+type Config struct {
+	Strategy        string
+	Brokers         []string
+	Topic           string
+	Job             string
+	StartFrom       string
+	Sink            string // SQL sink DSN (writers.ParseSQLDSN)
+	Interval        time.Duration
+	Parallelism     int   // 0 = number of partitions
+	MaxBatchRecords int64 // per partition per batch
+	UntilIdle       time.Duration
+
+	Logger     *slog.Logger
+	OnProgress func(batch.Progress)
+}
+
+var (
+	jobRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+)
+
+func (c *Config) setDefaults() {
+	if c.Strategy == "" {
+		c.Strategy = StrategyTxn
+	}
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.Job == "" {
+		c.Job = DefaultJob
+	}
+	if c.StartFrom == "" {
+		c.StartFrom = StartEarliest
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.MaxBatchRecords == 0 {
+		c.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate checks the configuration after defaults; each error names the
+// setting at fault.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !slices.Contains(Strategies, c.Strategy):
+		return bad("unknown strategy %q (available: %s)", c.Strategy, strings.Join(Strategies, ", "))
+	case len(c.Brokers) == 0:
+		return bad("brokers: none given")
+	case !topicRE.MatchString(c.Topic):
+		return bad("topic %q: use 1-249 of [A-Za-z0-9._-]", c.Topic)
+	case !jobRE.MatchString(c.Job):
+		return bad("job %q: use 1-128 of [A-Za-z0-9._-]", c.Job)
+	case c.StartFrom != StartEarliest && c.StartFrom != StartLatest:
+		return bad("start-from %q: want earliest or latest", c.StartFrom)
+	case c.Sink == "":
+		return bad("sink: none given")
+	case c.Interval < 0:
+		return bad("interval %s is negative", c.Interval)
+	case c.Parallelism < 0:
+		return bad("parallelism %d is negative", c.Parallelism)
+	case c.MaxBatchRecords < 0:
+		return bad("max-batch-records %d is negative", c.MaxBatchRecords)
+	case c.UntilIdle < 0:
+		return bad("until-idle %s is negative", c.UntilIdle)
+	}
+	return nil
+}

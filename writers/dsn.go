@@ -1,0 +1,140 @@
+package writers
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/microbatch/microbatch/offsets"
+)
+
+// SQLTarget is a parsed SQL sink address.
+type SQLTarget struct {
+	Dialect offsets.Dialect
+	// DriverName and DataSource are what sql.Open takes.
+	DriverName string
+	DataSource string
+	// Display is the address with any password replaced by "xxxxx", for
+	// logs and errors.
+	Display string
+}
+
+// ParseSQLDSN accepts
+//
+//	mysql://user:pass@host:port/db[?param=value…]   (params as go-sql-driver's)
+//	user:pass@tcp(host:port)/db[?…]                  (a go-sql-driver DSN)
+//	sqlite://path/to/file.db                         (relative or absolute)
+//	sqlite:///abs/path/file.db
+//
+// MySQL connections always get parseTime, utf8mb4, clientFoundRows and
+// interpolateParams (one round trip a statement).
+func ParseSQLDSN(dsn string) (SQLTarget, error) {
+	switch {
+	case dsn == "":
+		return SQLTarget{}, fmt.Errorf("%w: empty", ErrBadDSN)
+	case strings.HasPrefix(dsn, "sqlite://"):
+		path := strings.TrimPrefix(dsn, "sqlite://")
+		if path == "" {
+			return SQLTarget{}, fmt.Errorf("%w: %q has no file path", ErrBadDSN, dsn)
+		}
+		if i := strings.IndexByte(path, '?'); i >= 0 {
+			return SQLTarget{}, fmt.Errorf("%w: %q: sqlite DSNs take no parameters", ErrBadDSN, dsn)
+		}
+		// FULL sync: a committed batch survives power loss, not only a crash.
+		src := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
+		return SQLTarget{Dialect: offsets.SQLite, DriverName: "sqlite", DataSource: src, Display: dsn}, nil
+	case strings.HasPrefix(dsn, "mysql://"):
+		cfg, err := mysqlURL(dsn)
+		if err != nil {
+			return SQLTarget{}, err
+		}
+		return mysqlTarget(cfg), nil
+	case strings.Contains(dsn, "://"):
+		return SQLTarget{}, fmt.Errorf("%w: unknown scheme in %q (want mysql:// or sqlite://)", ErrBadDSN, redactURL(dsn))
+	default:
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return SQLTarget{}, fmt.Errorf("%w: %v", ErrBadDSN, err)
+		}
+		return mysqlTarget(cfg), nil
+	}
+}
+
+func mysqlURL(dsn string) (*mysql.Config, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redactURL(dsn))
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if u.Host == "" || db == "" || strings.Contains(db, "/") {
+		return nil, fmt.Errorf("%w: %q: want mysql://user:pass@host:port/db", ErrBadDSN, redactURL(dsn))
+	}
+	cfg := mysql.NewConfig()
+	cfg.Net = "tcp"
+	cfg.Addr = u.Host
+	if u.Port() == "" {
+		cfg.Addr = u.Host + ":3306"
+	}
+	cfg.DBName = db
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	if u.RawQuery != "" {
+		// Reuse the driver's own parameter parsing.
+		parsed, err := mysql.ParseDSN("/?" + u.RawQuery)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadDSN, err)
+		}
+		parsed.User, parsed.Passwd, parsed.Net, parsed.Addr, parsed.DBName = cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName
+		cfg = parsed
+	}
+	return cfg, nil
+}
+
+func mysqlTarget(cfg *mysql.Config) SQLTarget {
+	cfg.ParseTime = true
+	cfg.ClientFoundRows = true
+	cfg.InterpolateParams = true
+	cfg.Collation = "utf8mb4_general_ci"
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	display := *cfg
+	if display.Passwd != "" {
+		display.Passwd = "xxxxx"
+	}
+	return SQLTarget{
+		Dialect:    offsets.MySQL,
+		DriverName: "mysql",
+		DataSource: cfg.FormatDSN(),
+		Display:    "mysql://" + userAt(display.User, display.Passwd) + display.Addr + "/" + display.DBName,
+	}
+}
+
+func userAt(user, pass string) string {
+	switch {
+	case user == "":
+		return ""
+	case pass == "":
+		return user + "@"
+	default:
+		return user + ":" + pass + "@"
+	}
+}
+
+// redactURL hides the password of a URL-shaped DSN that failed to parse.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	if at := strings.LastIndexByte(s, '@'); at >= 0 {
+		if i := strings.Index(s, "://"); i >= 0 && i < at {
+			return s[:i+3] + "xxxxx" + s[at:]
+		}
+	}
+	return s
+}

@@ -1,0 +1,360 @@
+// Package writers holds the sink writers a Go program can embed without the
+// batch driver: today the SQL transaction writer (MySQL/MariaDB and SQLite),
+// which writes a batch's rows, its dead letters and its offset advance in
+// one transaction.
+//
+// Writers never import the driver (batch) or the strategies; they take
+// plain values and a context, and leave retry policy to the caller
+// (IsRetryable says which errors allow it).
+package writers
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/microbatch/microbatch/offsets"
+)
+
+// Tables written by the built-in job besides mb_offsets.
+const (
+	TotalsTable      = "mb_totals"
+	DeadLettersTable = "mb_dead_letters"
+)
+
+// MaxReasonBytes bounds mb_dead_letters.reason; longer reasons are cut.
+const MaxReasonBytes = 1024
+
+// SQL writes to one MySQL/MariaDB or SQLite database. It is safe for
+// concurrent use; each transaction (SQLTx) belongs to one goroutine.
+type SQL struct {
+	db      *sqlx.DB
+	dialect offsets.Dialect
+	display string
+
+	mu    sync.Mutex
+	stmts map[stmtKey]string
+}
+
+type stmtKey struct {
+	table string
+	rows  int
+}
+
+// OpenSQL connects to the sink named by dsn (see ParseSQLDSN) and checks it
+// answers. It does not create tables; call CreateTables.
+func OpenSQL(ctx context.Context, dsn string) (*SQL, error) {
+	t, err := ParseSQLDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sqlx.Open(t.DriverName, t.DataSource)
+	if err != nil {
+		return nil, fmt.Errorf("opening sink %s: %w", t.Display, err)
+	}
+	if t.Dialect == offsets.SQLite {
+		// One writer at a time is all SQLite allows; sharing one connection
+		// turns lock contention into queueing instead of SQLITE_BUSY.
+		db.SetMaxOpenConns(1)
+	} else {
+		db.SetMaxOpenConns(32)
+		db.SetMaxIdleConns(32)
+		db.SetConnMaxLifetime(30 * time.Minute)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connecting to sink %s: %w", t.Display, err)
+	}
+	w := NewSQL(db, t.Dialect)
+	w.display = t.Display
+	return w, nil
+}
+
+// NewSQL wraps a database the caller opened. For MySQL the DSN should set
+// clientFoundRows=true (offset advances count matched rows).
+func NewSQL(db *sqlx.DB, d offsets.Dialect) *SQL {
+	return &SQL{db: db, dialect: d, display: string(d), stmts: make(map[stmtKey]string)}
+}
+
+// DB returns the underlying pool, e.g. for reading results.
+func (w *SQL) DB() *sqlx.DB { return w.db }
+
+// Dialect returns the database flavour.
+func (w *SQL) Dialect() offsets.Dialect { return w.dialect }
+
+// String is the sink address without its password.
+func (w *SQL) String() string { return w.display }
+
+// Close closes the pool. Safe to call twice.
+func (w *SQL) Close() error {
+	err := w.db.Close()
+	if err != nil && strings.Contains(err.Error(), "closed") {
+		return nil
+	}
+	return err
+}
+
+// CreateTables creates mb_totals, mb_dead_letters and mb_offsets if missing.
+func (w *SQL) CreateTables(ctx context.Context) error {
+	for _, ddl := range []string{totalsDDL(w.dialect), deadLettersDDL(w.dialect), offsets.Schema(w.dialect)} {
+		if _, err := w.db.ExecContext(ctx, ddl); err != nil {
+			return fmt.Errorf("creating tables in %s: %w", w.display, err)
+		}
+	}
+	return nil
+}
+
+func totalsDDL(d offsets.Dialect) string {
+	if d == offsets.MySQL {
+		return `CREATE TABLE IF NOT EXISTS mb_totals (
+  job VARCHAR(128) NOT NULL,
+  k VARCHAR(255) NOT NULL,
+  events BIGINT NOT NULL,
+  amount BIGINT NOT NULL,
+  PRIMARY KEY (job, k)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+	}
+	return `CREATE TABLE IF NOT EXISTS mb_totals (
+  job TEXT NOT NULL,
+  k TEXT NOT NULL,
+  events INTEGER NOT NULL,
+  amount INTEGER NOT NULL,
+  PRIMARY KEY (job, k)
+)`
+}
+
+func deadLettersDDL(d offsets.Dialect) string {
+	if d == offsets.MySQL {
+		return `CREATE TABLE IF NOT EXISTS mb_dead_letters (
+  job VARCHAR(128) NOT NULL,
+  topic VARCHAR(249) NOT NULL,
+  part INT NOT NULL,
+  off BIGINT NOT NULL,
+  reason VARCHAR(1024) NOT NULL,
+  payload LONGBLOB,
+  at DATETIME(6) NOT NULL,
+  PRIMARY KEY (job, topic, part, off)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+	}
+	return `CREATE TABLE IF NOT EXISTS mb_dead_letters (
+  job TEXT NOT NULL,
+  topic TEXT NOT NULL,
+  part INTEGER NOT NULL,
+  off INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  payload BLOB,
+  at TEXT NOT NULL,
+  PRIMARY KEY (job, topic, part, off)
+)`
+}
+
+// Merge says how an upsert combines a new row with an existing one.
+type Merge int
+
+const (
+	// MergeAdd adds the new values to the stored ones (counters, sums).
+	MergeAdd Merge = iota
+	// MergeReplace overwrites the stored values.
+	MergeReplace
+)
+
+// Upsert describes rows keyed by Keys whose Values are merged into what the
+// table holds. Names must be plain identifiers.
+type Upsert struct {
+	Table  string
+	Keys   []string
+	Values []string
+	Merge  Merge
+}
+
+// Totals is the built-in job's upsert: rows (job, k, events, amount).
+var Totals = Upsert{Table: TotalsTable, Keys: []string{"job", "k"}, Values: []string{"events", "amount"}, Merge: MergeAdd}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+func (u Upsert) validate() error {
+	if len(u.Keys) == 0 || len(u.Values) == 0 {
+		return fmt.Errorf("%w: upsert into %q needs key and value columns", ErrBadIdentifier, u.Table)
+	}
+	for _, n := range append(append([]string{u.Table}, u.Keys...), u.Values...) {
+		if !identRE.MatchString(n) {
+			return fmt.Errorf("%w: %q", ErrBadIdentifier, n)
+		}
+	}
+	return nil
+}
+
+// maxParams keeps a statement under both MySQL's 65535 and SQLite's 32766
+// placeholder limits.
+const maxParams = 30000
+
+func (w *SQL) upsertSQL(u Upsert, rows int) string {
+	k := stmtKey{u.Table + "|" + strings.Join(u.Keys, ",") + "|" + strings.Join(u.Values, ","), rows}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.stmts[k]; ok && u.Merge == MergeAdd {
+		return s
+	}
+	cols := append(append([]string{}, u.Keys...), u.Values...)
+	var b strings.Builder
+	fmt.Fprintf(&b, "INSERT INTO %s (%s) VALUES ", u.Table, strings.Join(cols, ", "))
+	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(tuple)
+	}
+	sets := make([]string, len(u.Values))
+	for i, v := range u.Values {
+		var incoming string
+		if w.dialect == offsets.MySQL {
+			incoming = "VALUES(" + v + ")"
+		} else {
+			incoming = "excluded." + v
+		}
+		if u.Merge == MergeAdd {
+			sets[i] = v + " = " + v + " + " + incoming
+		} else {
+			sets[i] = v + " = " + incoming
+		}
+	}
+	if w.dialect == offsets.MySQL {
+		fmt.Fprintf(&b, " ON DUPLICATE KEY UPDATE %s", strings.Join(sets, ", "))
+	} else {
+		fmt.Fprintf(&b, " ON CONFLICT (%s) DO UPDATE SET %s", strings.Join(u.Keys, ", "), strings.Join(sets, ", "))
+	}
+	s := b.String()
+	if u.Merge == MergeAdd {
+		w.stmts[k] = s
+	}
+	return s
+}
+
+// SQLTx is one open transaction. Nothing it writes is visible until Commit;
+// on any error the caller must Rollback (safe after Commit too).
+type SQLTx struct {
+	w  *SQL
+	tx *sqlx.Tx
+}
+
+// Begin opens a transaction.
+func (w *SQL) Begin(ctx context.Context) (*SQLTx, error) {
+	tx, err := w.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("beginning transaction on %s: %w", w.display, err)
+	}
+	return &SQLTx{w: w, tx: tx}, nil
+}
+
+// Upsert writes rows (each: key values then value values, in column order).
+func (t *SQLTx) Upsert(ctx context.Context, u Upsert, rows [][]any) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := u.validate(); err != nil {
+		return err
+	}
+	width := len(u.Keys) + len(u.Values)
+	per := maxParams / width
+	args := make([]any, 0, min(len(rows), per)*width)
+	for start := 0; start < len(rows); start += per {
+		chunk := rows[start:min(start+per, len(rows))]
+		args = args[:0]
+		for _, r := range chunk {
+			if len(r) != width {
+				return fmt.Errorf("upserting into %s: row has %d values, want %d", u.Table, len(r), width)
+			}
+			args = append(args, r...)
+		}
+		if _, err := t.tx.ExecContext(ctx, t.w.upsertSQL(u, len(chunk)), args...); err != nil {
+			return fmt.Errorf("upserting into %s: %w", u.Table, err)
+		}
+	}
+	return nil
+}
+
+// DeadLetter is a record that could not be processed.
+type DeadLetter struct {
+	Job       string
+	Topic     string
+	Partition int32
+	Offset    int64
+	Reason    string
+	Payload   []byte
+}
+
+// deadLetterChunkBytes bounds one INSERT's payload so it stays far below
+// max_allowed_packet (16 MiB by default on MariaDB).
+const deadLetterChunkBytes = 4 << 20
+
+// DeadLetters inserts dls. A record already dead-lettered (same job, topic,
+// partition, offset) is left as it is, so replays are harmless.
+func (t *SQLTx) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+	now := time.Now().UTC()
+	for len(dls) > 0 {
+		n, size := 0, 0
+		for n < len(dls) && (n == 0 || size+len(dls[n].Payload) <= deadLetterChunkBytes) && n < 1000 {
+			size += len(dls[n].Payload)
+			n++
+		}
+		chunk := dls[:n]
+		dls = dls[n:]
+		var b strings.Builder
+		if t.w.dialect == offsets.MySQL {
+			b.WriteString("INSERT IGNORE INTO mb_dead_letters (job, topic, part, off, reason, payload, at) VALUES ")
+		} else {
+			b.WriteString("INSERT OR IGNORE INTO mb_dead_letters (job, topic, part, off, reason, payload, at) VALUES ")
+		}
+		args := make([]any, 0, 7*len(chunk))
+		for i, d := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, d.Job, d.Topic, d.Partition, d.Offset, truncate(d.Reason, MaxReasonBytes), d.Payload, now)
+		}
+		if _, err := t.tx.ExecContext(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("inserting dead letters: %w", err)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary so the column stays valid UTF-8.
+	for n > 0 && (s[n]&0xC0) == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// Advance moves a partition's offset in this transaction (offsets.Apply).
+func (t *SQLTx) Advance(ctx context.Context, a offsets.Advance) error {
+	return offsets.Apply(ctx, t.tx, a)
+}
+
+// Commit commits. If it fails, the outcome may be unknown (connection lost
+// during COMMIT): settle it with offsets.Landed before retrying.
+func (t *SQLTx) Commit() error {
+	if err := t.tx.Commit(); err != nil {
+		return fmt.Errorf("committing to %s: %w", t.w.display, err)
+	}
+	return nil
+}
+
+// Rollback abandons the transaction; after Commit it does nothing.
+func (t *SQLTx) Rollback() {
+	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		_ = err // the connection is discarded by database/sql; nothing to do
+	}
+}
