@@ -114,20 +114,23 @@ type Driver struct {
 	Parallelism int   // concurrent partition tasks; 0 = one per partition
 	UntilIdle   time.Duration
 
-	Clock      Clock
+	Clock Clock
+	// OnStart is called when a batch has been planned, before its tasks
+	// run; OnProgress after it committed.
+	OnStart    func(Info, []Range)
 	OnProgress func(Progress)
 }
 
 // Run drives batches. It returns nil when ctx is cancelled (after the
 // running batch finished) or after UntilIdle of idleness, and an error when
 // a task fails for good or the source can't be read.
-func (d *Driver) Run(ctx context.Context) (Summary, error) {
+func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 	clock := d.Clock
 	if clock == nil {
 		clock = realClock{}
 	}
 	next := maps.Clone(d.Next)
-	sum := Summary{Next: next}
+	sum.Next = next
 	began := clock.Now()
 	defer func() { sum.Elapsed = clock.Now().Sub(began) }()
 	batchID := d.LastBatch
@@ -137,7 +140,8 @@ func (d *Driver) Run(ctx context.Context) (Summary, error) {
 			return sum, nil
 		}
 		tick := clock.Now()
-		bounds, err := d.Source.Bounds(ctx)
+		var bounds map[int32]Bounds
+		bounds, err = d.Source.Bounds(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return sum, nil
@@ -159,6 +163,9 @@ func (d *Driver) Run(ctx context.Context) (Summary, error) {
 		} else {
 			idleSince = time.Time{}
 			batchID++
+			if d.OnStart != nil {
+				d.OnStart(Info{ID: batchID, Epoch: d.Epoch}, ranges)
+			}
 			p, err := d.runBatch(ctx, Info{ID: batchID, Epoch: d.Epoch}, ranges, next)
 			sum.Records += p.Records
 			sum.DeadLetters += p.DeadLetters

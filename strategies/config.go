@@ -52,8 +52,9 @@ type Config struct {
 	MaxBatchRecords int64 // per partition per batch
 	UntilIdle       time.Duration
 
-	Logger     *slog.Logger
-	OnProgress func(batch.Progress)
+	Logger       *slog.Logger
+	OnBatchStart func(batch.Info, []batch.Range)
+	OnProgress   func(batch.Progress)
 }
 
 var (

@@ -80,6 +80,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		MaxRecords:  cfg.MaxBatchRecords,
 		Parallelism: cfg.Parallelism,
 		UntilIdle:   cfg.UntilIdle,
+		OnStart:     cfg.OnBatchStart,
 		OnProgress:  cfg.OnProgress,
 	}
 	res.Summary, err = d.Run(ctx)

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Exit codes (documented in the README).
+const (
+	exitOK       = 0
+	exitFailure  = 1 // the run failed, or verify found a difference
+	exitConfig   = 2 // bad flags, config file or values
+	exitSignaled = 130
+)
+
+// configError marks errors that mean "fix your configuration" (exit 2).
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+func badConfig(format string, args ...any) error {
+	return configError{fmt.Errorf(format, args...)}
+}
+
+func isConfigError(err error) bool {
+	var ce configError
+	return errors.As(err, &ce)
+}
+
+// settings reads one command's flags with viper's precedence: a flag given
+// on the command line, then MICROBATCH_<NAME> (dashes become underscores),
+// then the YAML file named by --config, then the flag's default. Values are
+// parsed strictly: a malformed number or duration is an error, not zero.
+type settings struct {
+	v *viper.Viper
+}
+
+func loadSettings(cmd *cobra.Command) (*settings, error) {
+	v := viper.New()
+	v.SetEnvPrefix("MICROBATCH")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(cmd.Flags()); err != nil {
+		return nil, badConfig("binding flags: %v", err)
+	}
+	file := v.GetString("config")
+	if file != "" {
+		v.SetConfigFile(file)
+		if err := v.ReadInConfig(); err != nil {
+			return nil, badConfig("reading config file %s: %v", file, err)
+		}
+		// A misspelt key would otherwise be ignored silently.
+		check := viper.New()
+		check.SetConfigFile(file)
+		_ = check.ReadInConfig()
+		for _, k := range check.AllKeys() {
+			if cmd.Flags().Lookup(k) == nil || k == "config" {
+				return nil, badConfig("config file %s: unknown key %q for `%s`", file, k, cmd.Name())
+			}
+		}
+	}
+	return &settings{v: v}, nil
+}
+
+func (s *settings) str(name string) string { return strings.TrimSpace(s.v.GetString(name)) }
+
+func (s *settings) duration(name string) (time.Duration, error) {
+	raw := s.str(name)
+	d, err := time.ParseDuration(raw)
+	if err != nil {
+		return 0, badConfig("%s: %q is not a duration (e.g. 500ms, 2s, 1m)", name, raw)
+	}
+	if d < 0 {
+		return 0, badConfig("%s: %s is negative", name, raw)
+	}
+	return d, nil
+}
+
+func (s *settings) int64(name string) (int64, error) {
+	raw := s.str(name)
+	n, err := strconv.ParseInt(strings.ReplaceAll(raw, "_", ""), 10, 64)
+	if err != nil {
+		return 0, badConfig("%s: %q is not a whole number", name, raw)
+	}
+	if n < 0 {
+		return 0, badConfig("%s: %d is negative", name, n)
+	}
+	return n, nil
+}
+
+func (s *settings) float(name string) (float64, error) {
+	raw := s.str(name)
+	f, err := strconv.ParseFloat(raw, 64)
+	if err != nil || f < 0 {
+		return 0, badConfig("%s: %q is not a non-negative number", name, raw)
+	}
+	return f, nil
+}
+
+func (s *settings) oneOf(name string, allowed ...string) (string, error) {
+	v := s.str(name)
+	if !slices.Contains(allowed, v) {
+		return "", badConfig("%s: %q is not one of %s", name, v, strings.Join(allowed, ", "))
+	}
+	return v, nil
+}
+
+// addConfigFlag adds --config to a command.
+func addConfigFlag(fs *pflag.FlagSet) {
+	fs.String("config", "", "YAML file with settings (keys are the flag names); env MICROBATCH_CONFIG")
+}

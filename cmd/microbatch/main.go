@@ -1,0 +1,85 @@
+// Command microbatch moves events from Kafka into a SQL sink exactly once,
+// in micro-batches, and comes with the tools to see it do so: a dev broker,
+// a deterministic producer and a verifier.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	ctx, stop := signalContext()
+	defer stop()
+	root := &cobra.Command{
+		Use:           "microbatch",
+		Short:         "Exactly-once micro-batches from Kafka into SQL",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(runCmd(), brokerCmd(), produceCmd(), verifyCmd())
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errDiffers):
+		return exitFailure
+	case isConfigError(err) || isUsageError(err):
+		fmt.Fprintln(os.Stderr, "microbatch:", err)
+		return exitConfig
+	default:
+		fmt.Fprintln(os.Stderr, "microbatch:", err)
+		return exitFailure
+	}
+}
+
+// signalContext is cancelled by the first SIGINT/SIGTERM, which asks for a
+// graceful stop (the batch in flight commits or rolls back). A second
+// signal exits at once.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			fmt.Fprintln(os.Stderr, "microbatch: second signal, exiting without waiting")
+			os.Exit(exitSignaled)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}
+
+// isUsageError recognises cobra's own flag and argument errors.
+func isUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown flag", "unknown shorthand flag", "unknown command", "invalid argument", "flag needs an argument", "accepts ", "requires "} {
+		if len(msg) >= len(p) && (msg[:len(p)] == p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/microbatch/microbatch/internal/kafkautil"
+)
+
+func produceCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "produce",
+		Short: "Write deterministic events to a topic and print the totals a sink should end with",
+		Args:  cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	addConfigFlag(fs)
+	fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma separated")
+	fs.String("topic", "events", "topic to write to (created if missing)")
+	fs.Int32("partitions", 4, "partitions of the topic if it has to be created")
+	fs.Int64("count", 100000, "number of events")
+	fs.Int64("keys", 1000, "number of distinct keys")
+	fs.Float64("rate", 0, "events per second (0 = as fast as possible)")
+	fs.Uint64("seed", 1, "seed of the event sequence")
+	fs.Int64("skip", 0, "continue the sequence after this many events")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		s, err := loadSettings(cmd)
+		if err != nil {
+			return err
+		}
+		opts := kafkautil.ProduceOptions{Brokers: kafkautil.SplitBrokers(s.str("brokers")), Topic: s.str("topic")}
+		if len(opts.Brokers) == 0 {
+			return badConfig("brokers: none given")
+		}
+		if opts.Count, err = s.int64("count"); err != nil {
+			return err
+		}
+		if opts.Skip, err = s.int64("skip"); err != nil {
+			return err
+		}
+		keys, err := s.int64("keys")
+		if err != nil {
+			return err
+		}
+		if keys < 1 {
+			return badConfig("keys: want at least 1")
+		}
+		opts.Keys = int(keys)
+		if opts.Rate, err = s.float("rate"); err != nil {
+			return err
+		}
+		seed, err := s.int64("seed")
+		if err != nil {
+			return err
+		}
+		opts.Seed = uint64(seed)
+		parts, err := s.int64("partitions")
+		if err != nil {
+			return err
+		}
+		if err := kafkautil.EnsureTopic(opts.Brokers, opts.Topic, int32(parts)); err != nil {
+			return err
+		}
+		exp, err := kafkautil.Produce(cmd.Context(), opts)
+		fmt.Printf("produced %d events to %s: expected events=%d amount=%d\n", exp.Events, opts.Topic, exp.Events, exp.Amount)
+		return err
+	}
+	return cmd
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/spf13/cobra"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/devbroker"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/strategies"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// The demo's fixed event sequence.
+const (
+	demoSeed       = 1
+	demoKeys       = 1000
+	demoPartitions = 4
+	demoBrokerDir  = "microbatch-demo-broker"
+	defaultSink    = "sqlite://microbatch.db"
+)
+
+func runCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run a job: read Kafka in micro-batches and commit results with offsets",
+		Long: `Run a job: every --interval, plan one offset range per partition, process the
+partitions in parallel and commit each partition's results together with its
+offset in one sink transaction.
+
+Without --brokers, an embedded Kafka broker is started in-process (its log kept
+in ./` + demoBrokerDir + `) and filled with --demo-events events, so the command
+works on a machine with nothing installed.`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	addConfigFlag(fs)
+	fs.String("strategy", strategies.StrategyTxn, "delivery strategy: txn")
+	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (empty: embedded demo broker)")
+	fs.String("topic", strategies.DefaultTopic, "topic to read")
+	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
+	fs.String("start-from", strategies.StartEarliest, "where partitions without a stored offset start: earliest or latest")
+	fs.String("sink", "", "sink DSN: mysql://user:pass@host:port/db, a go-sql-driver DSN, or sqlite://path (empty: "+defaultSink+")")
+	fs.Duration("interval", strategies.DefaultInterval, "batch interval")
+	fs.Int("parallelism", 0, "partition tasks run at once (0: one per partition)")
+	fs.Int64("max-batch-records", strategies.DefaultMaxBatchRecords, "most offsets per partition in one batch")
+	fs.Duration("until-idle", 0, "exit 0 once all partitions are consumed and stay so this long (0: run forever)")
+	fs.Int64("demo-events", 100000, "events the embedded demo broker's topic is filled with (without --brokers)")
+	fs.Float64("demo-rate", 25000, "events per second of the demo generator (0: as fast as possible)")
+	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		s, err := loadSettings(cmd)
+		if err != nil {
+			return err
+		}
+		return runJob(cmd.Context(), s)
+	}
+	return cmd
+}
+
+func runJob(ctx context.Context, s *settings) error {
+	cfg := strategies.Config{
+		Strategy: s.str("strategy"),
+		Brokers:  kafkautil.SplitBrokers(s.str("brokers")),
+		Topic:    s.str("topic"),
+		Job:      s.str("job"),
+		Sink:     s.str("sink"),
+	}
+	var err error
+	if cfg.StartFrom, err = s.oneOf("start-from", strategies.StartEarliest, strategies.StartLatest); err != nil {
+		return err
+	}
+	if cfg.Interval, err = s.duration("interval"); err != nil {
+		return err
+	}
+	if cfg.UntilIdle, err = s.duration("until-idle"); err != nil {
+		return err
+	}
+	if cfg.MaxBatchRecords, err = s.int64("max-batch-records"); err != nil {
+		return err
+	}
+	par, err := s.int64("parallelism")
+	if err != nil {
+		return err
+	}
+	cfg.Parallelism = int(par)
+	level, err := s.oneOf("log-level", "info", "debug")
+	if err != nil {
+		return err
+	}
+	if cfg.Sink == "" {
+		cfg.Sink = defaultSink
+	}
+	if _, err := writers.ParseSQLDSN(cfg.Sink); err != nil {
+		return configError{fmt.Errorf("sink: %w", err)}
+	}
+	demoEvents, err := s.int64("demo-events")
+	if err != nil {
+		return err
+	}
+	demoRate, err := s.float("demo-rate")
+	if err != nil {
+		return err
+	}
+
+	lvl := slog.LevelInfo
+	if level == "debug" {
+		lvl = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg.Logger = log
+	cfg.OnBatchStart = func(b batch.Info, ranges []batch.Range) {
+		var offs int64
+		for _, r := range ranges {
+			offs += r.Len()
+		}
+		log.Debug("batch started", "batch", b.ID, "partitions", len(ranges), "offsets", offs)
+	}
+	cfg.OnProgress = func(p batch.Progress) {
+		log.Info("batch committed", "batch", p.BatchID, "partitions", p.Partitions, "records", p.Records,
+			"dead_letters", p.DeadLetters, "records_per_sec", int64(p.RecordsPerSec), "lag", p.Lag,
+			"duration", p.Duration.Round(time.Millisecond), "commit", p.MaxCommit.Round(time.Millisecond), "retries", p.Retries)
+	}
+
+	var demo *demoRun
+	if len(cfg.Brokers) == 0 {
+		if demo, err = startDemo(ctx, log, cfg.Topic, demoEvents, demoRate); err != nil {
+			return err
+		}
+		defer demo.stop()
+		cfg.Brokers = demo.broker.Addrs()
+	}
+
+	res, err := strategies.Run(ctx, cfg)
+	if errors.Is(err, strategies.ErrConfig) || errors.Is(err, writers.ErrBadDSN) {
+		return configError{err}
+	}
+	rate := 0.0
+	if res.Elapsed > 0 {
+		rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
+	}
+	log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
+		"records", res.Records, "dead_letters", res.DeadLetters, "elapsed", res.Elapsed.Round(time.Millisecond),
+		"records_per_sec", int64(rate), "lag", res.Lag)
+	if err != nil {
+		return err
+	}
+	if demo != nil {
+		return demo.report(ctx, cfg)
+	}
+	return nil
+}
+
+// demoRun is the embedded broker plus the generator filling it.
+type demoRun struct {
+	broker   *devbroker.Broker
+	cancel   context.CancelFunc
+	done     chan error
+	expected event.Expected
+}
+
+func startDemo(ctx context.Context, log *slog.Logger, topic string, events int64, rate float64) (*demoRun, error) {
+	b, err := devbroker.Start(devbroker.Options{Listen: "127.0.0.1:0", Topics: []string{topic}, Partitions: demoPartitions, DataDir: demoBrokerDir})
+	if err != nil {
+		return nil, err
+	}
+	have, err := topicSize(b.Addrs(), topic)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	d := &demoRun{broker: b, done: make(chan error, 1), expected: event.ExpectedTotals(demoSeed, demoKeys, max(events, have))}
+	gctx, cancel := context.WithCancel(ctx)
+	d.cancel = cancel
+	log.Info("embedded demo broker started", "addr", b.Addrs()[0], "data_dir", demoBrokerDir, "topic", topic,
+		"events_present", have, "events_to_produce", max(events-have, 0))
+	go func() {
+		if have >= events {
+			d.done <- nil
+			return
+		}
+		_, err := kafkautil.Produce(gctx, kafkautil.ProduceOptions{
+			Brokers: b.Addrs(), Topic: topic, Count: events - have, Skip: have, Keys: demoKeys, Seed: demoSeed, Rate: rate,
+		})
+		d.done <- err
+	}()
+	return d, nil
+}
+
+// topicSize counts the records in topic (the demo topic has no transaction
+// markers, so the end offsets are the record count).
+func topicSize(brokers []string, topic string) (int64, error) {
+	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-demo"))
+	if err != nil {
+		return 0, fmt.Errorf("connecting to the demo broker: %w", err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return 0, fmt.Errorf("listing partitions of %s: %w", topic, err)
+	}
+	var n int64
+	for _, p := range parts {
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return 0, fmt.Errorf("reading end offset of %s/%d: %w", topic, p, err)
+		}
+		n += end
+	}
+	return n, nil
+}
+
+// stop ends the generator, then the broker (which persists its log).
+func (d *demoRun) stop() {
+	d.cancel()
+	<-d.done
+	d.done <- nil // later stops find it ready
+	d.broker.Close()
+}
+
+// report prints what the sink holds next to what the demo produced.
+func (d *demoRun) report(ctx context.Context, cfg strategies.Config) error {
+	w, err := writers.OpenSQL(ctx, cfg.Sink)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	got, err := strategies.ReadSinkTotals(ctx, w, cfg.Job)
+	if err != nil {
+		return err
+	}
+	printComparison(os.Stdout, w.String(), cfg.Job, got, d.expected.Events, d.expected.Amount)
+	return nil
+}
