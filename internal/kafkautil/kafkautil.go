@@ -76,6 +76,9 @@ func Produce(ctx context.Context, opts ProduceOptions) (event.Expected, error) {
 	cfg.Producer.Flush.Bytes = 1 << 20
 	cfg.Producer.Flush.Frequency = 5 * time.Millisecond
 	cfg.Producer.Compression = sarama.CompressionNone
+	// A topic created a moment ago may still be electing leaders.
+	cfg.Producer.Retry.Max = 10
+	cfg.Producer.Retry.Backoff = 250 * time.Millisecond
 	p, err := sarama.NewAsyncProducer(opts.Brokers, cfg)
 	if err != nil {
 		return exp, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(opts.Brokers, ","), err)
@@ -133,10 +136,18 @@ func Produce(ctx context.Context, opts ProduceOptions) (event.Expected, error) {
 	return exp, sendErr
 }
 
-// EnsureTopic creates topic with partitions if it does not exist. An
-// existing topic is left as it is.
+// topicReadyTimeout bounds the wait for a new topic's partition leaders.
+const topicReadyTimeout = 30 * time.Second
+
+// EnsureTopic creates topic with partitions if it does not exist, and waits
+// until every partition has a leader. An existing topic is left as it is.
 func EnsureTopic(brokers []string, topic string, partitions int32) error {
-	admin, err := sarama.NewClusterAdmin(brokers, Config("microbatch-admin"))
+	client, err := sarama.NewClient(brokers, Config("microbatch-admin"))
+	if err != nil {
+		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
+	}
+	defer client.Close()
+	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
 		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
 	}
@@ -144,6 +155,32 @@ func EnsureTopic(brokers []string, topic string, partitions int32) error {
 	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false)
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 		return fmt.Errorf("creating topic %s: %w", topic, err)
+	}
+	deadline := time.Now().Add(topicReadyTimeout)
+	for {
+		err = topicReady(client, topic)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for topic %s: %w", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func topicReady(client sarama.Client, topic string) error {
+	if err := client.RefreshMetadata(topic); err != nil {
+		return err
+	}
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if _, err := client.Leader(topic, p); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -1,0 +1,190 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/strategies"
+)
+
+// Workload of the throughput benchmark (issue #2): 4 partitions, 1,000 keys,
+// 1M events unless MICROBATCH_BENCH_EVENTS says otherwise.
+const (
+	benchPartitions = 4
+	benchKeys       = 1000
+	benchSeed       = 7
+)
+
+func benchEvents(b *testing.B) int64 {
+	if s := os.Getenv("MICROBATCH_BENCH_EVENTS"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			b.Fatalf("MICROBATCH_BENCH_EVENTS=%q is not a positive number", s)
+		}
+		return n
+	}
+	return 1_000_000
+}
+
+func need(b *testing.B, env string) string {
+	v := os.Getenv(env)
+	if v == "" {
+		b.Skipf("%s not set: start the servers with scripts/services.sh start and eval \"$(scripts/services.sh env)\"", env)
+	}
+	return v
+}
+
+// BenchmarkTxnVsRawConsume reads the same topic twice per iteration: once
+// with a bare sarama consumer that only counts records (the ceiling), once
+// with `txn` into MariaDB (a fresh job, so it does all the work). It reports
+// both rates and their ratio. Run with -benchtime=1x; see README.md.
+func BenchmarkTxnVsRawConsume(b *testing.B) {
+	brokers := []string{need(b, "MICROBATCH_TEST_KAFKA")}
+	sink := need(b, "MICROBATCH_TEST_MYSQL")
+	events := benchEvents(b)
+	topic := fmt.Sprintf("bench-txn-%d-p%d-k%d-s%d", events, benchPartitions, benchKeys, benchSeed)
+	ensureData(b, brokers, topic, events)
+
+	var rawRate, txnRate float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		raw := rawConsume(b, brokers, topic)
+		txn := runTxn(b, brokers, topic, sink, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), events)
+		rawRate += float64(events) / raw.Seconds()
+		txnRate += float64(events) / txn.Seconds()
+		b.Logf("iteration %d: raw consume %v (%.0f ev/s), txn %v (%.0f ev/s)", i, raw.Round(time.Millisecond),
+			float64(events)/raw.Seconds(), txn.Round(time.Millisecond), float64(events)/txn.Seconds())
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(rawRate/n, "raw_events/s")
+	b.ReportMetric(txnRate/n, "txn_events/s")
+	b.ReportMetric(txnRate/rawRate, "txn/raw")
+}
+
+// ensureData fills topic with events once; later runs reuse it.
+func ensureData(b *testing.B, brokers []string, topic string, events int64) {
+	b.Helper()
+	if err := kafkautil.EnsureTopic(brokers, topic, benchPartitions); err != nil {
+		b.Fatal(err)
+	}
+	have := endOffsets(b, brokers, topic)
+	var n int64
+	for _, e := range have {
+		n += e
+	}
+	if n >= events {
+		return
+	}
+	start := time.Now()
+	_, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{
+		Brokers: brokers, Topic: topic, Count: events - n, Skip: n, Keys: benchKeys, Seed: benchSeed,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("produced %d events into %s in %v", events-n, topic, time.Since(start).Round(time.Millisecond))
+}
+
+func endOffsets(b *testing.B, brokers []string, topic string) map[int32]int64 {
+	b.Helper()
+	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		if out[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
+}
+
+// rawConsume reads every partition from the start to its end offset with
+// the same sarama settings the job uses, touching nothing but the offset.
+func rawConsume(b *testing.B, brokers []string, topic string) time.Duration {
+	b.Helper()
+	ends := endOffsets(b, brokers, topic)
+	start := time.Now()
+	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench-raw"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer consumer.Close()
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for p, end := range ends {
+		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer pc.Close()
+			for {
+				select {
+				case m := <-pc.Messages():
+					if m.Offset >= end-1 {
+						return
+					}
+				case e := <-pc.Errors():
+					failed.Store(e.Err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if e := failed.Load(); e != nil {
+		b.Fatal(e)
+	}
+	return time.Since(start)
+}
+
+// runTxn runs the txn strategy on a fresh job and returns the time from
+// start until the batch that consumed the last event committed (the idle
+// wait before exit is not counted).
+func runTxn(b *testing.B, brokers []string, topic, sink, job string, events int64) time.Duration {
+	b.Helper()
+	var records atomic.Int64
+	var doneAt atomic.Int64
+	start := time.Now()
+	res, err := strategies.Run(context.Background(), strategies.Config{
+		Strategy: strategies.StrategyTxn, Brokers: brokers, Topic: topic, Job: job, Sink: sink,
+		Interval: 100 * time.Millisecond, UntilIdle: 300 * time.Millisecond,
+		OnProgress: func(p batch.Progress) {
+			if records.Add(p.Records) >= events && doneAt.Load() == 0 {
+				doneAt.Store(time.Now().UnixNano())
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res.Records != events {
+		b.Fatalf("txn processed %d records, want %d", res.Records, events)
+	}
+	return time.Duration(doneAt.Load() - start.UnixNano())
+}
