@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +12,15 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// tailQuiet is how long Read waits, with no record arriving, before it
-// trusts the high-water mark to say that the rest of a range holds only
-// transaction markers or aborted records (which a read-committed consumer
-// never sees). Only ranges ending in such offsets ever wait this long.
-const tailQuiet = 1500 * time.Millisecond
+// tailQuiet is how long Read waits with no record arriving before it asks
+// the broker whether the rest of the range holds any record a
+// read-committed consumer would see. Ranges that end in transaction markers
+// or aborted records (never delivered) finish that way; all others finish
+// on their last record.
+const tailQuiet = 500 * time.Millisecond
+
+// tailFetchBytes bounds the direct fetch that settles a range's tail.
+const tailFetchBytes = 1 << 20
 
 // KafkaSource reads one topic with sarama, read-committed. It keeps one
 // partition consumer per partition across batches, so consecutive batches
@@ -176,6 +181,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 	}
 	quiet := time.NewTimer(tailQuiet)
 	defer quiet.Stop()
+	seen := r.From - 1
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,21 +200,90 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 			if err := deliver(m); err != nil {
 				return err
 			}
+			seen = m.Offset
 			if m.Offset == r.To-1 {
 				pr.next = r.To
 				return nil
 			}
 			quiet.Reset(tailQuiet)
 		case <-quiet.C:
-			// Nothing arrived for a while: if the broker's log reaches past
-			// the range, what is left of it is markers or aborted records.
-			if pr.pc.HighWaterMarkOffset() >= r.To {
+			// Nothing arrived for a while. Either the consumer is slow, or
+			// the rest of the range is markers and aborted records: the
+			// broker's log says which. Guessing here would lose records.
+			visible, covered, err := s.visibleIn(r.Partition, seen+1, r.To)
+			if err == nil && covered && !visible {
 				pr.next = r.To
 				return nil
 			}
 			quiet.Reset(tailQuiet)
 		}
 	}
+}
+
+// visibleIn fetches [from, to) directly from the partition leader and
+// reports whether it holds a record a read-committed consumer would be
+// given (data that is neither a control marker nor part of an aborted
+// transaction), and whether the fetch covered the whole span. It applies
+// the same aborted-transaction rule as the consumer (and as sarama's
+// partitionConsumer.parseResponse).
+func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible, covered bool, err error) {
+	b, err := s.client.Leader(s.topic, part)
+	if err != nil {
+		return false, false, err
+	}
+	req := &sarama.FetchRequest{Version: 11, MaxBytes: tailFetchBytes, Isolation: sarama.ReadCommitted}
+	req.AddBlock(s.topic, part, from, tailFetchBytes, -1)
+	resp, err := b.Fetch(req)
+	if err != nil {
+		return false, false, err
+	}
+	blk := resp.GetBlock(s.topic, part)
+	if blk == nil {
+		return false, false, sarama.ErrIncompleteResponse
+	}
+	if !errors.Is(blk.Err, sarama.ErrNoError) {
+		return false, false, blk.Err
+	}
+	aborted := slices.Clone(blk.AbortedTransactions)
+	slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	active := map[int64]bool{}
+	next := from
+	for _, recs := range blk.RecordsSet {
+		rb := recs.RecordBatch
+		if rb == nil {
+			// Old message format: no transactions, so whatever is there
+			// will be delivered. Let the consumer do it.
+			return true, true, nil
+		}
+		if rb.PartialTrailingRecord {
+			break
+		}
+		last := rb.FirstOffset + int64(rb.LastOffsetDelta)
+		for len(aborted) > 0 && aborted[0].FirstOffset <= last {
+			active[aborted[0].ProducerID] = true
+			aborted = aborted[1:]
+		}
+		switch {
+		case rb.Control:
+			// The key of a control record is version int16, type int16;
+			// type 0 ends an aborted transaction.
+			if len(rb.Records) > 0 && len(rb.Records[0].Key) >= 4 && rb.Records[0].Key[2] == 0 && rb.Records[0].Key[3] == 0 {
+				delete(active, rb.ProducerID)
+			}
+		case rb.IsTransactional && active[rb.ProducerID]:
+		default:
+			for _, rec := range rb.Records {
+				if off := rb.FirstOffset + rec.OffsetDelta; off >= from && off < to {
+					return true, true, nil
+				}
+			}
+		}
+		next = max(next, last+1)
+		if next >= to {
+			return false, true, nil
+		}
+	}
+	return false, next >= to, nil
 }
 
 func (s *KafkaSource) reader(r Range) (*partitionReader, error) {
