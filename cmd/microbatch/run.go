@@ -143,13 +143,15 @@ func runJob(ctx context.Context, s *settings) error {
 	if errors.Is(err, strategies.ErrConfig) || errors.Is(err, writers.ErrBadDSN) {
 		return configError{err}
 	}
-	rate := 0.0
-	if res.Elapsed > 0 {
-		rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
+	if res.Epoch > 0 { // the job got as far as claiming its offsets
+		rate := 0.0
+		if res.Elapsed > 0 {
+			rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
+		}
+		log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
+			"records", res.Records, "dead_letters", res.DeadLetters, "elapsed", res.Elapsed.Round(time.Millisecond),
+			"records_per_sec", int64(rate), "lag", res.Lag)
 	}
-	log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
-		"records", res.Records, "dead_letters", res.DeadLetters, "elapsed", res.Elapsed.Round(time.Millisecond),
-		"records_per_sec", int64(rate), "lag", res.Lag)
 	if err != nil {
 		return err
 	}
