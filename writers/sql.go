@@ -90,13 +90,7 @@ func (w *SQL) Dialect() offsets.Dialect { return w.dialect }
 func (w *SQL) String() string { return w.display }
 
 // Close closes the pool. Safe to call twice.
-func (w *SQL) Close() error {
-	err := w.db.Close()
-	if err != nil && strings.Contains(err.Error(), "closed") {
-		return nil
-	}
-	return err
-}
+func (w *SQL) Close() error { return w.db.Close() }
 
 // CreateTables creates mb_totals, mb_dead_letters and mb_offsets if missing.
 func (w *SQL) CreateTables(ctx context.Context) error {
