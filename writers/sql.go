@@ -37,12 +37,7 @@ type SQL struct {
 	display string
 
 	mu    sync.Mutex
-	stmts map[stmtKey]string
-}
-
-type stmtKey struct {
-	table string
-	rows  int
+	stmts map[string]upsertParts // by upsert shape
 }
 
 // OpenSQL connects to the sink named by dsn (see ParseSQLDSN) and checks it
@@ -77,7 +72,7 @@ func OpenSQL(ctx context.Context, dsn string) (*SQL, error) {
 // NewSQL wraps a database the caller opened. For MySQL the DSN should set
 // clientFoundRows=true (offset advances count matched rows).
 func NewSQL(db *sqlx.DB, d offsets.Dialect) *SQL {
-	return &SQL{db: db, dialect: d, display: string(d), stmts: make(map[stmtKey]string)}
+	return &SQL{db: db, dialect: d, display: string(d), stmts: make(map[string]upsertParts)}
 }
 
 // DB returns the underlying pool, e.g. for reading results.
@@ -186,30 +181,39 @@ func (u Upsert) validate() error {
 // placeholder limits.
 const maxParams = 30000
 
-func (w *SQL) upsertSQL(u Upsert, rows int) string {
-	k := stmtKey{u.Table + "|" + strings.Join(u.Keys, ",") + "|" + strings.Join(u.Values, ","), rows}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s, ok := w.stmts[k]; ok && u.Merge == MergeAdd {
-		return s
-	}
-	cols := append(append([]string{}, u.Keys...), u.Values...)
+// upsertSQL builds the statement for n rows. Only its parts are cached
+// (per upsert shape); caching whole statements per row count would keep
+// one large string for every batch size ever seen.
+func (w *SQL) upsertSQL(u Upsert, n int) string {
+	p := w.upsertParts(u)
 	var b strings.Builder
-	fmt.Fprintf(&b, "INSERT INTO %s (%s) VALUES ", u.Table, strings.Join(cols, ", "))
-	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
-	for i := range rows {
+	b.Grow(len(p.head) + n*(len(p.tuple)+2) + len(p.tail))
+	b.WriteString(p.head)
+	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(tuple)
+		b.WriteString(p.tuple)
 	}
+	b.WriteString(p.tail)
+	return b.String()
+}
+
+type upsertParts struct{ head, tuple, tail string }
+
+func (w *SQL) upsertParts(u Upsert) upsertParts {
+	key := fmt.Sprintf("%s|%s|%s|%d", u.Table, strings.Join(u.Keys, ","), strings.Join(u.Values, ","), u.Merge)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.stmts[key]; ok {
+		return p
+	}
+	cols := append(append([]string{}, u.Keys...), u.Values...)
 	sets := make([]string, len(u.Values))
 	for i, v := range u.Values {
-		var incoming string
+		incoming := "excluded." + v
 		if w.dialect == offsets.MySQL {
 			incoming = "VALUES(" + v + ")"
-		} else {
-			incoming = "excluded." + v
 		}
 		if u.Merge == MergeAdd {
 			sets[i] = v + " = " + v + " + " + incoming
@@ -217,16 +221,16 @@ func (w *SQL) upsertSQL(u Upsert, rows int) string {
 			sets[i] = v + " = " + incoming
 		}
 	}
+	p := upsertParts{
+		head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", u.Table, strings.Join(cols, ", ")),
+		tuple: "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")",
+		tail:  fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s", strings.Join(u.Keys, ", "), strings.Join(sets, ", ")),
+	}
 	if w.dialect == offsets.MySQL {
-		fmt.Fprintf(&b, " ON DUPLICATE KEY UPDATE %s", strings.Join(sets, ", "))
-	} else {
-		fmt.Fprintf(&b, " ON CONFLICT (%s) DO UPDATE SET %s", strings.Join(u.Keys, ", "), strings.Join(sets, ", "))
+		p.tail = " ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
 	}
-	s := b.String()
-	if u.Merge == MergeAdd {
-		w.stmts[k] = s
-	}
-	return s
+	w.stmts[key] = p
+	return p
 }
 
 // SQLTx is one open transaction. Nothing it writes is visible until Commit;
