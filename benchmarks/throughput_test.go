@@ -98,22 +98,11 @@ func ensureData(b *testing.B, brokers []string, topic string, events int64) {
 
 func endOffsets(b *testing.B, brokers []string, topic string) map[int32]int64 {
 	b.Helper()
-	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench"))
+	ends, err := kafkautil.EndOffsets(brokers, topic)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer client.Close()
-	parts, err := client.Partitions(topic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := make(map[int32]int64, len(parts))
-	for _, p := range parts {
-		if out[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return out
+	return ends
 }
 
 // rawConsume reads every partition from the start to its end offset with

@@ -8,7 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
 
 	"github.com/microbatch/microbatch/batch"
@@ -200,24 +199,12 @@ func startDemo(ctx context.Context, log *slog.Logger, topic string, events int64
 // topicSize counts the records in topic (the demo topic has no transaction
 // markers, so the end offsets are the record count).
 func topicSize(brokers []string, topic string) (int64, error) {
-	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-demo"))
-	if err != nil {
-		return 0, fmt.Errorf("connecting to the demo broker: %w", err)
-	}
-	defer client.Close()
-	parts, err := client.Partitions(topic)
-	if err != nil {
-		return 0, fmt.Errorf("listing partitions of %s: %w", topic, err)
-	}
+	ends, err := kafkautil.EndOffsets(brokers, topic)
 	var n int64
-	for _, p := range parts {
-		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return 0, fmt.Errorf("reading end offset of %s/%d: %w", topic, p, err)
-		}
-		n += end
+	for _, e := range ends {
+		n += e
 	}
-	return n, nil
+	return n, err
 }
 
 // stop ends the generator, then the broker (which persists its log).

@@ -184,3 +184,24 @@ func topicReady(client sarama.Client, topic string) error {
 	}
 	return nil
 }
+
+// EndOffsets returns each partition's high-water mark. For a topic written
+// without transactions, their sum is the number of records ever written.
+func EndOffsets(brokers []string, topic string) (map[int32]int64, error) {
+	client, err := sarama.NewClient(brokers, Config("microbatch-offsets"))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return nil, fmt.Errorf("listing partitions of %s: %w", topic, err)
+	}
+	out := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		if out[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			return nil, fmt.Errorf("reading end offset of %s/%d: %w", topic, p, err)
+		}
+	}
+	return out, nil
+}
