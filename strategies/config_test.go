@@ -1,0 +1,92 @@
+package strategies
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validConfig() Config {
+	return Config{
+		Brokers: []string{"127.0.0.1:9092"},
+		Sink:    "sqlite://mb.db",
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c := validConfig()
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate of a defaulted config: %v", err)
+	}
+	if c.Strategy != StrategyTxn || c.Topic != DefaultTopic || c.Job != DefaultJob || c.StartFrom != StartEarliest ||
+		c.Interval != DefaultInterval || c.MaxBatchRecords != DefaultMaxBatchRecords || c.Logger == nil {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	// Explicit values survive setDefaults.
+	c = validConfig()
+	c.Topic, c.Job, c.StartFrom, c.Interval, c.MaxBatchRecords = "t", "j", StartLatest, time.Minute, 5
+	c.setDefaults()
+	if c.Topic != "t" || c.Job != "j" || c.StartFrom != StartLatest || c.Interval != time.Minute || c.MaxBatchRecords != 5 {
+		t.Errorf("setDefaults overwrote explicit values: %+v", c)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(c *Config)
+		setting string // named in the error; "" = valid
+	}{
+		{"defaults", func(c *Config) {}, ""},
+		{"all set", func(c *Config) {
+			c.Strategy, c.Topic, c.Job, c.StartFrom = StrategyTxn, "my.topic-1_x", "Job.2-b_c", StartLatest
+			c.Interval, c.Parallelism, c.MaxBatchRecords, c.UntilIdle = 5*time.Second, 4, 10, time.Second
+		}, ""},
+		{"longest job and topic", func(c *Config) { c.Job, c.Topic = strings.Repeat("j", 128), strings.Repeat("t", 249) }, ""},
+		{"unknown strategy", func(c *Config) { c.Strategy = "exactly-twice" }, "strategy"},
+		{"strategy is case sensitive", func(c *Config) { c.Strategy = "TXN" }, "strategy"},
+		{"no brokers", func(c *Config) { c.Brokers = nil }, "brokers"},
+		{"empty broker list", func(c *Config) { c.Brokers = []string{} }, "brokers"},
+		{"topic with space", func(c *Config) { c.Topic = "my topic" }, "topic"},
+		{"topic with slash", func(c *Config) { c.Topic = "a/b" }, "topic"},
+		{"topic too long", func(c *Config) { c.Topic = strings.Repeat("t", 250) }, "topic"},
+		{"topic non-ASCII", func(c *Config) { c.Topic = "tøpic" }, "topic"},
+		{"job with space", func(c *Config) { c.Job = "my job" }, "job"},
+		{"job with quote", func(c *Config) { c.Job = "j'; DROP TABLE mb_totals; --" }, "job"},
+		{"job too long", func(c *Config) { c.Job = strings.Repeat("j", 129) }, "job"},
+		{"job with newline", func(c *Config) { c.Job = "job\n" }, "job"},
+		{"bad start-from", func(c *Config) { c.StartFrom = "middle" }, "start-from"},
+		{"start-from is case sensitive", func(c *Config) { c.StartFrom = "Earliest" }, "start-from"},
+		{"no sink", func(c *Config) { c.Sink = "" }, "sink"},
+		{"negative interval", func(c *Config) { c.Interval = -time.Second }, "interval"},
+		{"negative parallelism", func(c *Config) { c.Parallelism = -1 }, "parallelism"},
+		{"negative max-batch-records", func(c *Config) { c.MaxBatchRecords = -100 }, "max-batch-records"},
+		{"negative until-idle", func(c *Config) { c.UntilIdle = -time.Millisecond }, "until-idle"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.mod(&c)
+			c.setDefaults()
+			err := c.Validate()
+			if tc.setting == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate of %+v = nil, want an error naming %q", c, tc.setting)
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("Validate error %v does not wrap ErrConfig", err)
+			}
+			msg := strings.TrimPrefix(err.Error(), ErrConfig.Error())
+			if !strings.Contains(msg, tc.setting) {
+				t.Errorf("Validate error %q does not name %q", err, tc.setting)
+			}
+		})
+	}
+}

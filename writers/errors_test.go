@@ -1,0 +1,113 @@
+package writers
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"modernc.org/sqlite"
+)
+
+// sqliteErrors provokes real SQLite errors: SQLITE_BUSY (another connection
+// holds the write lock and busy_timeout is 0) and a primary-key violation.
+func sqliteErrors(t *testing.T) (busy, constraint error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	open := func() *sql.DB {
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)&_pragma=journal_mode(WAL)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	ctx := context.Background()
+	a, b := open(), open()
+	if _, err := a.ExecContext(ctx, `CREATE TABLE t (id INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ExecContext(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	_, constraint = a.ExecContext(ctx, `INSERT INTO t VALUES (1)`)
+
+	ca, err := a.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	if _, err := ca.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer ca.ExecContext(ctx, `ROLLBACK`)
+	cb, err := b.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	_, busy = cb.ExecContext(ctx, `BEGIN IMMEDIATE`)
+
+	var se *sqlite.Error
+	if !errors.As(busy, &se) || se.Code()&0xff != 5 {
+		t.Fatalf("could not provoke SQLITE_BUSY, got %v", busy)
+	}
+	if !errors.As(constraint, &se) || se.Code()&0xff != 19 {
+		t.Fatalf("could not provoke SQLITE_CONSTRAINT, got %v", constraint)
+	}
+	return busy, constraint
+}
+
+func TestIsRetryable(t *testing.T) {
+	busy, constraint := sqliteErrors(t)
+	deadlock := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"plain error", errors.New("something"), false},
+		{"mysql deadlock 1213", deadlock, true},
+		{"mysql lock wait timeout 1205", &mysql.MySQLError{Number: 1205}, true},
+		{"mysql duplicate key 1062", &mysql.MySQLError{Number: 1062}, false},
+		{"mysql syntax 1064", &mysql.MySQLError{Number: 1064}, false},
+		{"mysql table missing 1146", &mysql.MySQLError{Number: 1146}, false},
+		{"wrapped deadlock", fmt.Errorf("upserting into mb_totals: %w", deadlock), true},
+		{"doubly wrapped deadlock", fmt.Errorf("batch 3: %w", fmt.Errorf("committing: %w", deadlock)), true},
+		{"wrapped duplicate key", fmt.Errorf("x: %w", &mysql.MySQLError{Number: 1062}), false},
+		{"deadlock joined with cancel", errors.Join(deadlock, context.Canceled), false},
+		{"driver.ErrBadConn", driver.ErrBadConn, true},
+		{"wrapped driver.ErrBadConn", fmt.Errorf("beginning transaction: %w", driver.ErrBadConn), true},
+		{"mysql.ErrInvalidConn", mysql.ErrInvalidConn, true},
+		{"io.EOF", io.EOF, true},
+		{"io.ErrUnexpectedEOF", fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), true},
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{"connection reset", fmt.Errorf("x: %w", syscall.ECONNRESET), true},
+		{"broken pipe", syscall.EPIPE, true},
+		{"context.Canceled", context.Canceled, false},
+		{"wrapped context.Canceled", fmt.Errorf("committing: %w", context.Canceled), false},
+		{"context.DeadlineExceeded", context.DeadlineExceeded, false},
+		{"wrapped DeadlineExceeded", fmt.Errorf("x: %w", context.DeadlineExceeded), false},
+		{"sql.ErrTxDone", sql.ErrTxDone, false},
+		{"sql.ErrNoRows", sql.ErrNoRows, false},
+		{"ErrBadIdentifier", ErrBadIdentifier, false},
+		{"sqlite busy", busy, true},
+		{"wrapped sqlite busy", fmt.Errorf("beginning transaction: %w", busy), true},
+		{"sqlite constraint", constraint, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsRetryable(tc.err); got != tc.want {
+				t.Fatalf("IsRetryable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
