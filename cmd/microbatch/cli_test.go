@@ -1,0 +1,253 @@
+package main_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// unreachable is a broker address nothing listens on: runs that must fail
+// on their configuration never get as far as connecting.
+const unreachable = "127.0.0.1:1"
+
+// writeFile writes a file in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkConfigError asserts exit code 2 with a single "microbatch: …" line
+// on stderr that contains every one of want.
+func checkConfigError(t *testing.T, r result, want ...string) {
+	t.Helper()
+	msg := strings.TrimRight(r.stderr, "\n")
+	switch {
+	case r.code != 2:
+		t.Errorf("exit code %d, want 2\n%s", r.code, r)
+	case strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "microbatch: "):
+		t.Errorf("want one line \"microbatch: …\" on stderr, got:\n%s", r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("message %q does not mention %q", msg, w)
+		}
+	}
+}
+
+// TestCLIConfigErrors: every kind of bad setting exits 2 with one line
+// that names the problem, before anything is started.
+func TestCLIConfigErrors(t *testing.T) {
+	binary(t)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		env    []string
+		config string // contents of the --config file, if any
+		want   []string
+	}{
+		{name: "unknown strategy", args: []string{"run", "--strategy", "nope", "--brokers", unreachable}, want: []string{`"nope"`, "strategy"}},
+		// Without --brokers, run starts the embedded demo broker; a bad
+		// strategy must still be refused first, with one line.
+		{name: "unknown strategy in demo mode", args: []string{"run", "--strategy", "nope"}, want: []string{`"nope"`, "strategy"}},
+		{name: "unknown sink scheme", args: []string{"run", "--sink", "postgres://x", "--brokers", unreachable}, want: []string{"postgres://x", "scheme"}},
+		{name: "unknown sink scheme in demo mode", args: []string{"run", "--sink", "postgres://x"}, want: []string{"postgres://x", "scheme"}},
+		{name: "mysql sink without database", args: []string{"run", "--sink", "mysql://u:secret@host:3306", "--brokers", unreachable}, want: []string{"mysql://"}},
+		{name: "malformed interval flag", args: []string{"run", "--interval", "abc"}, want: []string{"abc", "interval"}},
+		{name: "malformed interval in env", args: []string{"run"}, env: []string{"MICROBATCH_INTERVAL=abc"}, want: []string{"abc", "interval"}},
+		{name: "malformed until-idle in config", args: []string{"run"}, config: "until-idle: soon\n", want: []string{"soon", "until-idle"}},
+		{name: "bad start-from", args: []string{"run", "--start-from", "middle"}, want: []string{"middle", "start-from"}},
+		{name: "bad max-batch-records in env", args: []string{"run"}, env: []string{"MICROBATCH_MAX_BATCH_RECORDS=lots"}, want: []string{"lots", "max-batch-records"}},
+		{name: "bad log level", args: []string{"run", "--log-level", "loud"}, want: []string{"loud", "log-level"}},
+		{name: "unknown key in config", args: []string{"run"}, config: "topik: events\n", want: []string{`"topik"`}},
+		{name: "config file is not YAML", args: []string{"run"}, config: "topic: [unclosed\n", want: []string{"config"}},
+		{name: "config file missing", args: []string{"run", "--config", "/nonexistent/mb.yaml"}, want: []string{"/nonexistent/mb.yaml"}},
+		{name: "unknown flag", args: []string{"run", "--nope"}, want: []string{"--nope"}},
+		{name: "verify with unknown sink scheme", args: []string{"verify", "--sink", "postgres://x"}, want: []string{"postgres://x"}},
+		{name: "broker with zero partitions", args: []string{"broker", "--listen", "127.0.0.1:0", "--partitions", "0"}, want: []string{"partitions"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := c.args
+			if c.config != "" {
+				args = append(args, "--config", writeFile(t, dir, "mb.yaml", c.config))
+			}
+			r := runBin(t, dir, cmdEnv(c.env...), time.Minute, args...)
+			checkConfigError(t, r, c.want...)
+			if _, err := os.Stat(filepath.Join(dir, "microbatch-demo-broker")); err == nil {
+				t.Errorf("a run refused for its configuration started the demo broker (./microbatch-demo-broker exists)")
+			}
+		})
+	}
+}
+
+// TestCLISettingsPrecedence: flag over MICROBATCH_* env over --config file.
+// The topics are invalid names, so the run stops at validation with an
+// error that quotes the topic it would have read.
+func TestCLISettingsPrecedence(t *testing.T) {
+	binary(t)
+	const (
+		fromFlag = "flag topic!"
+		fromEnv  = "env topic!"
+		fromFile = "file topic!"
+	)
+	for _, c := range []struct {
+		name            string
+		flag, env, file bool
+		want            string
+	}{
+		{name: "env", env: true, want: fromEnv},
+		{name: "file", file: true, want: fromFile},
+		{name: "flag over env", flag: true, env: true, want: fromFlag},
+		{name: "env over file", env: true, file: true, want: fromEnv},
+		{name: "flag over env and file", flag: true, env: true, file: true, want: fromFlag},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"run", "--brokers", unreachable, "--sink", "sqlite://" + dir + "/sink.db"}
+			var env []string
+			if c.flag {
+				args = append(args, "--topic", fromFlag)
+			}
+			if c.env {
+				env = append(env, "MICROBATCH_TOPIC="+fromEnv)
+			}
+			if c.file {
+				args = append(args, "--config", writeFile(t, dir, "mb.yaml", "topic: \""+fromFile+"\"\n"))
+			}
+			r := runBin(t, dir, cmdEnv(env...), time.Minute, args...)
+			checkConfigError(t, r, strconv.Quote(c.want))
+		})
+	}
+}
+
+// TestCLIVerify: exit 0 when the sink matches, 1 with the difference named
+// when it doesn't.
+func TestCLIVerify(t *testing.T) {
+	binary(t)
+	dir := t.TempDir()
+	sink := "sqlite://" + dir + "/sink.db"
+	w := openSink(t, sink)
+	ctx := context.Background()
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := [][]any{{"vjob", "a", int64(3), int64(30)}, {"vjob", "b", int64(2), int64(12)}}
+	if err := tx.Upsert(ctx, writers.Totals, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	for _, c := range []struct {
+		name           string
+		job            string
+		events, amount int64
+		code           int
+		verdict        string
+	}{
+		{"match", "vjob", 5, 42, 0, "OK: exactly once"},
+		{"losses", "vjob", 6, 50, 1, "DIFFERS: 1 events missing (losses)"},
+		{"duplicates", "vjob", 4, 40, 1, "DIFFERS: 1 events too many (duplicates)"},
+		{"amount differs", "vjob", 5, 43, 1, "DIFFERS: same event count, different amount"},
+		{"unknown job", "nojob", 5, 42, 1, "DIFFERS: 5 events missing"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", c.job,
+				"--expect-events", strconv.FormatInt(c.events, 10), "--expect-amount", strconv.FormatInt(c.amount, 10))
+			if r.code != c.code || !strings.Contains(r.stdout, c.verdict) {
+				t.Errorf("want exit %d and %q\n%s", c.code, c.verdict, r)
+			}
+		})
+	}
+}
+
+// TestCLIProduceRunVerify: produce prints the totals of its sequence; a
+// run configured only through MICROBATCH_* variables (with a config file
+// pointing elsewhere, which they override) consumes them; verify agrees.
+func TestCLIProduceRunVerify(t *testing.T) {
+	b := startBroker(t)
+	const (
+		count = 20_000
+		keys  = 50
+		seed  = 9
+	)
+	topic := uniqueName(t, "cli")
+	dir := t.TempDir()
+	r := runBin(t, dir, nil, time.Minute, "produce", "--brokers", b.addr, "--topic", topic,
+		"--count", strconv.Itoa(count), "--keys", strconv.Itoa(keys), "--seed", strconv.Itoa(seed))
+	want := event.ExpectedTotals(seed, keys, count)
+	line := "expected events=" + strconv.FormatInt(want.Events, 10) + " amount=" + strconv.FormatInt(want.Amount, 10)
+	if r.code != 0 || !strings.Contains(r.stdout, line) {
+		t.Fatalf("produce: want exit 0 and %q\n%s", line, r)
+	}
+
+	sink := "sqlite://" + dir + "/sink.db"
+	job := uniqueName(t, "clijob")
+	cfg := writeFile(t, dir, "mb.yaml", "topic: not-this-one\njob: nor-this-one\n")
+	r = runBin(t, dir, cmdEnv(
+		"MICROBATCH_BROKERS="+b.addr, "MICROBATCH_TOPIC="+topic, "MICROBATCH_JOB="+job, "MICROBATCH_SINK="+sink,
+		"MICROBATCH_INTERVAL=100ms", "MICROBATCH_UNTIL_IDLE=1s", "MICROBATCH_CONFIG="+cfg,
+	), 2*time.Minute, "run")
+	if r.code != 0 {
+		t.Fatalf("run: %s", r)
+	}
+	if !regexp.MustCompile(`msg="run finished".* records=` + strconv.Itoa(count) + ` `).MatchString(r.stderr) {
+		t.Errorf("run did not report %d records\n%s", count, r)
+	}
+	r = runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", job,
+		"--expect-events", strconv.FormatInt(want.Events, 10), "--expect-amount", strconv.FormatInt(want.Amount, 10))
+	if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") {
+		t.Errorf("verify: %s", r)
+	}
+}
+
+// TestCLIBroker: the dev broker prints its address, serves Kafka there and
+// stops cleanly on SIGTERM.
+func TestCLIBroker(t *testing.T) {
+	b := startBroker(t, "--topic", "seeded", "--partitions", "3")
+	client, err := sarama.NewClient([]string{b.addr}, kafkautil.Config("microbatch-cli-test"))
+	if err != nil {
+		t.Fatalf("connecting to the broker at %s: %v", b.addr, err)
+	}
+	parts, err := client.Partitions("seeded")
+	client.Close()
+	if err != nil || len(parts) != 3 {
+		t.Errorf("topic seeded: partitions %v (err %v), want 3", parts, err)
+	}
+	r := b.stop(t)
+	if r.code != 0 || !strings.Contains(r.stdout, "dev broker stopped") {
+		t.Errorf("broker after SIGTERM: want exit 0 and \"dev broker stopped\"\n%s", r)
+	}
+}
+
+// TestCLIDemo: `run` without --brokers fills an embedded broker and ends
+// with the verdict; a second run continues from the persisted broker log
+// and sink.
+func TestCLIDemo(t *testing.T) {
+	binary(t)
+	dir := t.TempDir()
+	for _, events := range []int{20_000, 30_000} {
+		r := runBin(t, dir, nil, 2*time.Minute, "run", "--demo-events", strconv.Itoa(events), "--demo-rate", "0", "--until-idle", "1s")
+		want := regexp.MustCompile(`events\s+` + strconv.Itoa(events) + `\s+` + strconv.Itoa(events) + `\n`)
+		if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") || !want.MatchString(r.stdout) {
+			t.Fatalf("demo run with %d events: want exit 0, %d events and \"OK: exactly once\"\n%s", events, events, r)
+		}
+	}
+}

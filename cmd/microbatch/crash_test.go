@@ -1,0 +1,382 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/strategies"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// Crash test parameters. A batch holds at most crashMaxBatch offsets per
+// partition, so a run consumes at most one batch per interval (a batch
+// that overruns the interval took longer than it): that bounds the lag a
+// run needs to stay busy until it is killed.
+const (
+	crashSeed        = 11 // event sequence
+	crashKeys        = 1000
+	crashPartitions  = 4
+	crashInitial     = 200_000
+	crashMinKills    = 20
+	crashInterval    = 200 * time.Millisecond
+	crashMaxBatch    = 5000
+	crashMinDelay    = 300 * time.Millisecond
+	crashMaxDelay    = 1500 * time.Millisecond
+	crashMaxAlignLag = 15 * time.Millisecond
+)
+
+// TestCrashRecovery SIGKILLs `microbatch run --strategy txn` at random
+// moments, restarts it, and checks that the sink ends up with every event
+// exactly once. Every fourth kill comes after a purely random delay; the
+// others wait, after the random delay, for the next "batch started" line
+// and kill within crashMaxAlignLag of it, so that most kills hit an open
+// batch (a batch takes a few tens of milliseconds of each 200 ms
+// interval, so purely random kills mostly land between batches). Whether a
+// kill landed inside a batch is read from that run's log, not assumed.
+func TestCrashRecovery(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T) (brokers, sink string)
+	}{
+		{"ApacheKafkaToMariaDB", func(t *testing.T) (string, string) {
+			return needServer(t, envKafka), needServer(t, envMySQL)
+		}},
+		{"kfakeToSQLite", func(t *testing.T) (string, string) {
+			b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
+			return b.addr, "sqlite://" + t.TempDir() + "/sink.db"
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			brokers, sink := c.setup(t)
+			testCrashRecovery(t, brokers, sink)
+		})
+	}
+}
+
+func testCrashRecovery(t *testing.T, brokers, sink string) {
+	bin := binary(t)
+	topic := uniqueName(t, "crash")
+	job := uniqueName(t, "crash-job")
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("MICROBATCH_CRASH_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("MICROBATCH_CRASH_SEED: %v", err)
+		}
+	}
+	t.Logf("kill timing seed %d (MICROBATCH_CRASH_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+
+	produced, expAmount := produceCLI(t, brokers, topic, crashSeed, 0, crashInitial)
+	w := openSink(t, sink)
+	logDir := t.TempDir()
+	args := []string{"run", "--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink,
+		"--interval", crashInterval.String(), "--max-batch-records", strconv.Itoa(crashMaxBatch), "--log-level", "debug"}
+
+	var kills, mid, aligned, alignedMid, toppedUp int
+	for kills < crashMinKills {
+		delay := crashMinDelay + time.Duration(rng.Int64N(int64(crashMaxDelay-crashMinDelay)+1))
+		align := kills%4 != 0
+		// Give the run more work than it can finish before the kill.
+		maxBatches := int64(delay/crashInterval) + 3
+		need := maxBatches * crashMaxBatch * crashPartitions
+		if lag := sum(endOffsets(t, brokers, topic)) - sum(readOffsets(t, w, job, topic)); lag < need {
+			ev, am := produceCLI(t, brokers, topic, crashSeed, produced, need-lag)
+			produced += ev
+			expAmount += am
+			toppedUp++
+		}
+		kills++
+		logPath := filepath.Join(logDir, fmt.Sprintf("run-%02d.log", kills))
+		killRun(t, bin, args, logPath, delay, align, time.Duration(rng.Int64N(int64(crashMaxAlignLag)+1)))
+		log, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := parseBatchLog(string(log))
+		if st.open {
+			mid++
+			if align {
+				alignedMid++
+			}
+		}
+		if align {
+			aligned++
+		}
+		t.Logf("kill %2d after %4dms (%s): batches started %d, committed %d, last %d open=%v",
+			kills, delay.Milliseconds(), map[bool]string{true: "aligned", false: "random "}[align], st.started, st.committed, st.last, st.open)
+	}
+
+	// Let it drain.
+	final := runBin(t, logDir, nil, 3*time.Minute, append(args, "--until-idle", "2s")...)
+	if final.code != 0 {
+		t.Fatalf("final run: %s", final)
+	}
+
+	got, err := strategies.ReadSinkTotals(context.Background(), w, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d kills, %d landed inside a batch (%d of %d random, %d of %d aligned); topped up %d times",
+		kills, mid, mid-alignedMid, kills-aligned, alignedMid, aligned, toppedUp)
+	t.Logf("produced %d events (amount %d); sink holds %d events (amount %d), %d keys, %d dead letters; duplicates %d, losses %d",
+		produced, expAmount, got.Events, got.Amount, got.Keys, got.DeadLetters, max(got.Events-produced, 0), max(produced-got.Events, 0))
+	if got.Events != produced || got.Amount != expAmount || got.DeadLetters != 0 {
+		t.Errorf("sink totals %+v, want events=%d amount=%d and no dead letters", got, produced, expAmount)
+	}
+	checkCrashPerKey(t, w, job, produced)
+	end, stored := endOffsets(t, brokers, topic), readOffsets(t, w, job, topic)
+	if fmt.Sprint(end) != fmt.Sprint(stored) {
+		t.Errorf("mb_offsets %v, partition ends %v", stored, end)
+	}
+	v := runBin(t, logDir, nil, time.Minute, "verify", "--sink", sink, "--job", job,
+		"--expect-events", strconv.FormatInt(produced, 10), "--expect-amount", strconv.FormatInt(expAmount, 10))
+	if v.code != 0 || !strings.Contains(v.stdout, "OK: exactly once") {
+		t.Errorf("microbatch verify: %s", v)
+	}
+
+	// A crash test whose kills all miss the batches proves nothing, and a
+	// detector that never fires would hide that.
+	if mid == 0 {
+		t.Fatalf("no kill landed inside a batch: the test did not exercise recovery (logs in %s)", logDir)
+	}
+	if mid*4 < kills {
+		t.Errorf("only %d of %d kills landed inside a batch, want at least 25%%", mid, kills)
+	}
+}
+
+// killRun starts one run, lets it work for delay (then, if align, until
+// the next batch starts plus alignLag), SIGKILLs it and returns when it is
+// gone. Its stderr goes to logPath. A run that exits by itself fails the
+// test.
+func killRun(t *testing.T, bin string, args []string, logPath string, delay time.Duration, align bool, alignLag time.Duration) {
+	t.Helper()
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = cmdEnv()
+	cmd.Stdout = f
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	starts := make(chan struct{}, 1)
+	eof := make(chan struct{})
+	go func() {
+		defer close(eof)
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			f.WriteString(line + "\n")
+			if strings.Contains(line, `msg="batch started"`) {
+				select {
+				case starts <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	exitedEarly := func() {
+		<-eof
+		err := cmd.Wait()
+		log, _ := os.ReadFile(logPath)
+		t.Fatalf("run exited by itself (%v) before it was killed; log %s:\n%s", err, logPath, log)
+	}
+	select {
+	case <-eof:
+		exitedEarly()
+	case <-time.After(delay):
+	}
+	if align {
+		select {
+		case <-starts: // a stale start; wait for the next one
+		default:
+		}
+		select {
+		case <-starts:
+			time.Sleep(alignLag)
+		case <-eof:
+			exitedEarly()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-eof
+	_ = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("run ended with %v, not by our SIGKILL", cmd.ProcessState)
+	}
+}
+
+// batchLog is what a run's log says about its batches.
+type batchLog struct {
+	started, committed int
+	last               int64 // id of the last batch started (0: none)
+	open               bool  // the last batch started has no commit line
+}
+
+var batchLineRE = regexp.MustCompile(`msg="batch (started|committed)" batch=(\d+)`)
+
+// parseBatchLog reads the slog text lines `msg="batch started" batch=N` and
+// `msg="batch committed" batch=N`.
+func parseBatchLog(log string) batchLog {
+	var st batchLog
+	committed := map[int64]bool{}
+	for _, m := range batchLineRE.FindAllStringSubmatch(log, -1) {
+		id, _ := strconv.ParseInt(m[2], 10, 64)
+		if m[1] == "started" {
+			st.started++
+			st.last = id
+		} else {
+			st.committed++
+			committed[id] = true
+		}
+	}
+	st.open = st.last != 0 && !committed[st.last]
+	return st
+}
+
+// TestParseBatchLog makes sure the mid-batch detector can say yes and no.
+func TestParseBatchLog(t *testing.T) {
+	const (
+		claimed = `time=2026-01-01T00:00:00.000Z level=INFO msg="job claimed" job=j epoch=3` + "\n"
+		start1  = `time=2026-01-01T00:00:00.001Z level=DEBUG msg="batch started" batch=11 partitions=4 offsets=20000` + "\n"
+		commit1 = `time=2026-01-01T00:00:00.030Z level=INFO msg="batch committed" batch=11 partitions=4 records=20000` + "\n"
+		start2  = `time=2026-01-01T00:00:00.201Z level=DEBUG msg="batch started" batch=12 partitions=4 offsets=20000` + "\n"
+		cut     = `time=2026-01-01T00:00:00.230Z level=INFO msg="batch comm`
+	)
+	for _, c := range []struct {
+		name string
+		log  string
+		want batchLog
+	}{
+		{"killed at start-up", claimed, batchLog{}},
+		{"killed inside the first batch", claimed + start1, batchLog{started: 1, last: 11, open: true}},
+		{"killed between batches", claimed + start1 + commit1, batchLog{started: 1, committed: 1, last: 11}},
+		{"killed inside the second batch", claimed + start1 + commit1 + start2, batchLog{started: 2, committed: 1, last: 12, open: true}},
+		{"killed while logging the commit", claimed + start1 + commit1 + start2 + cut, batchLog{started: 2, committed: 1, last: 12, open: true}},
+	} {
+		if got := parseBatchLog(c.log); got != c.want {
+			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+func readOffsets(t testing.TB, w *writers.SQL, job, topic string) map[int32]int64 {
+	t.Helper()
+	rows, err := w.DB().Query(`SELECT part, next_offset FROM mb_offsets WHERE job = ? AND topic = ?`, job, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int32]int64{}
+	for rows.Next() {
+		var p int32
+		var off int64
+		if err := rows.Scan(&p, &off); err != nil {
+			t.Fatal(err)
+		}
+		out[p] = off
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func endOffsets(t testing.TB, brokers, topic string) map[int32]int64 {
+	t.Helper()
+	client, err := sarama.NewClient(kafkautil.SplitBrokers(brokers), kafkautil.Config("microbatch-crash-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	for _, p := range parts {
+		if out[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func sum(m map[int32]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// checkCrashPerKey compares every key's totals with a replay of the first
+// produced events of the sequence.
+func checkCrashPerKey(t *testing.T, w *writers.SQL, job string, produced int64) {
+	t.Helper()
+	want := map[string]event.Total{}
+	g := event.NewGenerator(crashSeed, crashKeys)
+	for range produced {
+		_, k, a := g.Next()
+		tt := want[k]
+		tt.Events++
+		tt.Amount += a
+		want[k] = tt
+	}
+	rows, err := w.DB().Query(`SELECT k, events, amount FROM mb_totals WHERE job = ?`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	bad := 0
+	for rows.Next() {
+		var got event.Total
+		if err := rows.Scan(&got.Key, &got.Events, &got.Amount); err != nil {
+			t.Fatal(err)
+		}
+		wt := want[got.Key]
+		delete(want, got.Key)
+		if got.Events != wt.Events || got.Amount != wt.Amount {
+			if bad++; bad <= 10 {
+				t.Errorf("key %q: sink events=%d amount=%d, want %d and %d", got.Key, got.Events, got.Amount, wt.Events, wt.Amount)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for k := range want {
+		if bad++; bad <= 10 {
+			t.Errorf("key %q: missing in the sink", k)
+		}
+	}
+	if bad > 10 {
+		t.Errorf("%d keys differ in all", bad)
+	}
+}

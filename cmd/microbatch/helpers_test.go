@@ -1,0 +1,298 @@
+package main_test
+
+// Helpers shared by the CLI and crash tests: the microbatch binary (built
+// once per test process), running it, a dev broker subprocess, names.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/microbatch/microbatch/writers"
+)
+
+// Environment variables set by scripts/test.sh.
+const (
+	envKafka = "MICROBATCH_TEST_KAFKA"
+	envMySQL = "MICROBATCH_TEST_MYSQL"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	if code == 0 && !testing.Short() {
+		if leaked := leakedGoroutines(10 * time.Second); leaked != "" {
+			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n%s\n", leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakedGoroutines waits up to wait for goroutines started by Kafka, SQL or
+// microbatch code to end, and returns the stacks of those still running.
+func leakedGoroutines(wait time.Duration) string {
+	deadline := time.Now().Add(wait)
+	for {
+		buf := make([]byte, 8<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var leaked []string
+		// The first goroutine listed is this one.
+		for _, g := range strings.Split(string(buf), "\n\n")[1:] {
+			if strings.Contains(g, "rcrowley/go-metrics") { // sarama's global meter ticker
+				continue
+			}
+			for _, mark := range []string{"IBM/sarama", "twmb/franz-go", "microbatch/microbatch", "database/sql", "go-sql-driver", "modernc.org/sqlite", "os/exec"} {
+				if strings.Contains(g, mark) {
+					leaked = append(leaked, g)
+					break
+				}
+			}
+		}
+		if len(leaked) == 0 {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return strings.Join(leaked, "\n\n")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// binary builds ./cmd/microbatch once per test process and returns its
+// path. It skips under -short.
+func binary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the microbatch binary: skipped with -short")
+	}
+	buildOnce.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			buildErr = fmt.Errorf("go env GOMOD: %v", err)
+			return
+		}
+		root := filepath.Dir(strings.TrimSpace(string(out)))
+		if buildDir, buildErr = os.MkdirTemp("", "microbatch-test-bin-"); buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(buildDir, "microbatch")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/microbatch")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/microbatch: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// needServer returns the value of the environment variable env, skipping
+// the test under -short or when the variable is unset.
+func needServer(t testing.TB, env string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	v := os.Getenv(env)
+	if v == "" {
+		t.Skipf("%s is not set (scripts/test.sh starts the server and sets it)", env)
+	}
+	return v
+}
+
+// cmdEnv is this process's environment without any MICROBATCH_ setting
+// (so the test's own variables can't change the command), plus extra.
+func cmdEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MICROBATCH_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// result is how a finished command ended.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// runBin runs the binary in dir with env (nil: cmdEnv()) and waits for it
+// at most timeout.
+func runBin(t testing.TB, dir string, env []string, timeout time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd.Dir = dir
+	if env == nil {
+		env = cmdEnv()
+	}
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+	if ctx.Err() != nil {
+		t.Fatalf("microbatch %s did not finish within %s\n%s", strings.Join(args, " "), timeout, r)
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("running microbatch %s: %v", strings.Join(args, " "), err)
+	}
+	return r
+}
+
+// brokerProc is a `microbatch broker` subprocess.
+type brokerProc struct {
+	addr string
+	cmd  *exec.Cmd
+	out  *bytes.Buffer // stdout after the address line
+	errb *bytes.Buffer
+	done chan struct{} // closed when stdout hit EOF
+
+	stopOnce sync.Once
+	res      result
+}
+
+// startBroker starts `microbatch broker --listen 127.0.0.1:0 args...` and
+// waits for its address line. Cleanup stops it with SIGTERM.
+func startBroker(t testing.TB, args ...string) *brokerProc {
+	t.Helper()
+	cmd := exec.Command(binary(t), append([]string{"broker", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = cmdEnv()
+	errb := new(bytes.Buffer)
+	cmd.Stderr = errb
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := &brokerProc{cmd: cmd, out: new(bytes.Buffer), errb: errb, done: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		defer close(b.done)
+		sc := bufio.NewScanner(pipe)
+		first := true
+		for sc.Scan() {
+			if first {
+				lines <- sc.Text()
+				first = false
+				continue
+			}
+			b.out.WriteString(sc.Text() + "\n")
+		}
+		if first {
+			close(lines)
+		}
+	}()
+	t.Cleanup(func() { b.stop(t) })
+	select {
+	case line, ok := <-lines:
+		m := regexp.MustCompile(`^dev broker listening on (\S+)$`).FindStringSubmatch(line)
+		if !ok || m == nil {
+			t.Fatalf("broker printed %q first, want \"dev broker listening on ADDR\"", line)
+		}
+		b.addr = m[1]
+	case <-time.After(30 * time.Second):
+		t.Fatal("broker did not print its address within 30s")
+	}
+	return b
+}
+
+// stop sends SIGTERM and waits for the broker to exit; it returns how it
+// ended. Safe to call twice.
+func (b *brokerProc) stop(t testing.TB) result {
+	b.stopOnce.Do(func() {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.done:
+		case <-time.After(30 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+			t.Errorf("broker did not stop within 30s of SIGTERM")
+		}
+		_ = b.cmd.Wait()
+		b.res = result{code: b.cmd.ProcessState.ExitCode(), stdout: b.out.String(), stderr: b.errb.String()}
+	})
+	return b.res
+}
+
+// openSink opens the sink for reading; closed at cleanup.
+func openSink(t testing.TB, dsn string) *writers.SQL {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := writers.OpenSQL(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if err := w.CreateTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+var nameSeq atomic.Int64
+
+// uniqueName is a topic/job name unique to this test and process run.
+func uniqueName(t testing.TB, prefix string) string {
+	clean := regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(t.Name(), ".")
+	if len(clean) > 60 {
+		clean = clean[len(clean)-60:]
+	}
+	return fmt.Sprintf("%s-%s-%d-%d", prefix, clean, time.Now().UnixNano()%1e9, nameSeq.Add(1))
+}
+
+var expectedRE = regexp.MustCompile(`expected events=(\d+) amount=(\d+)`)
+
+// produceCLI runs `microbatch produce` and returns the totals it printed.
+func produceCLI(t testing.TB, brokers, topic string, seed uint64, skip, count int64) (events, amount int64) {
+	t.Helper()
+	r := runBin(t, t.TempDir(), nil, 2*time.Minute, "produce", "--brokers", brokers, "--topic", topic,
+		"--partitions", "4", "--keys", "1000", "--seed", fmt.Sprint(seed), "--skip", fmt.Sprint(skip), "--count", fmt.Sprint(count))
+	if r.code != 0 {
+		t.Fatalf("microbatch produce: %s", r)
+	}
+	m := expectedRE.FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("microbatch produce printed no expected totals:\n%s", r)
+	}
+	fmt.Sscan(m[1], &events)
+	fmt.Sscan(m[2], &amount)
+	return events, amount
+}
