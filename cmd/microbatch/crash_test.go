@@ -103,7 +103,10 @@ func testCrashRecovery(t *testing.T, brokers, sink string) {
 		}
 		kills++
 		logPath := filepath.Join(logDir, fmt.Sprintf("run-%02d.log", kills))
-		killRun(t, bin, args, logPath, delay, align, time.Duration(rng.Int64N(int64(crashMaxAlignLag)+1)))
+		ps := stopRun(t, bin, args, logPath, delay, align, time.Duration(rng.Int64N(int64(crashMaxAlignLag)+1)), syscall.SIGKILL)
+		if ws, ok := ps.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("run ended with %v, not by our SIGKILL", ps)
+		}
 		log, err := os.ReadFile(logPath)
 		if err != nil {
 			t.Fatal(err)
@@ -160,11 +163,11 @@ func testCrashRecovery(t *testing.T, brokers, sink string) {
 	}
 }
 
-// killRun starts one run, lets it work for delay (then, if align, until
-// the next batch starts plus alignLag), SIGKILLs it and returns when it is
-// gone. Its stderr goes to logPath. A run that exits by itself fails the
-// test.
-func killRun(t *testing.T, bin string, args []string, logPath string, delay time.Duration, align bool, alignLag time.Duration) {
+// stopRun starts one run, lets it work for delay (then, if align, until
+// the next batch starts plus alignLag), sends it sig and returns how it
+// ended. Its stderr goes to logPath. A run that exits before the signal
+// fails the test.
+func stopRun(t *testing.T, bin string, args []string, logPath string, delay time.Duration, align bool, alignLag time.Duration, sig syscall.Signal) *os.ProcessState {
 	t.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -202,7 +205,7 @@ func killRun(t *testing.T, bin string, args []string, logPath string, delay time
 		<-eof
 		err := cmd.Wait()
 		log, _ := os.ReadFile(logPath)
-		t.Fatalf("run exited by itself (%v) before it was killed; log %s:\n%s", err, logPath, log)
+		t.Fatalf("run exited by itself (%v) before it was signalled; log %s:\n%s", err, logPath, log)
 	}
 	select {
 	case <-eof:
@@ -222,13 +225,57 @@ func killRun(t *testing.T, bin string, args []string, logPath string, delay time
 		case <-time.After(2 * time.Second):
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	<-eof
+	select {
+	case <-eof:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-eof
+		_ = cmd.Wait()
+		t.Fatalf("run still running a minute after %v", sig)
+	}
 	_ = cmd.Wait()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("run ended with %v, not by our SIGKILL", cmd.ProcessState)
+	return cmd.ProcessState
+}
+
+// TestGracefulStop sends SIGTERM to `microbatch run` just after a batch
+// started: the batch in flight must commit, the run must exit 0, and after
+// a final drain the sink holds every event exactly once.
+func TestGracefulStop(t *testing.T) {
+	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
+	bin := binary(t)
+	topic := uniqueName(t, "term")
+	job := uniqueName(t, "term-job")
+	sink := "sqlite://" + t.TempDir() + "/sink.db"
+	produced, expAmount := produceCLI(t, b.addr, topic, crashSeed, 0, crashInitial)
+	w := openSink(t, sink)
+	logDir := t.TempDir()
+	args := []string{"run", "--brokers", b.addr, "--topic", topic, "--job", job, "--sink", sink,
+		"--interval", crashInterval.String(), "--max-batch-records", strconv.Itoa(crashMaxBatch), "--log-level", "debug"}
+	for i := 1; i <= 3; i++ {
+		logPath := filepath.Join(logDir, fmt.Sprintf("run-%d.log", i))
+		ps := stopRun(t, bin, args, logPath, crashMinDelay, true, 0, syscall.SIGTERM)
+		log, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := parseBatchLog(string(log))
+		if ps.ExitCode() != 0 || st.started == 0 || st.open || !strings.Contains(string(log), `msg="run finished"`) {
+			t.Fatalf("SIGTERM %d: want exit 0 after committing the batch in flight, got %v, %+v; log:\n%s", i, ps, st, log)
+		}
+	}
+	final := runBin(t, logDir, nil, 2*time.Minute, append(args, "--until-idle", "2s")...)
+	if final.code != 0 {
+		t.Fatalf("final run: %s", final)
+	}
+	got, err := strategies.ReadSinkTotals(context.Background(), w, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Events != produced || got.Amount != expAmount {
+		t.Errorf("sink totals %+v, want events=%d amount=%d", got, produced, expAmount)
 	}
 }
 
