@@ -44,7 +44,8 @@ const (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if code == 0 && !testing.Short() {
+	// Checked after failures too: a failing test must not hide a leak.
+	if !testing.Short() {
 		if leaked := leakedGoroutines(10 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n%s\n", leaked)
 			code = 1

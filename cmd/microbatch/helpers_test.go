@@ -42,7 +42,8 @@ func TestMain(m *testing.M) {
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
-	if code == 0 && !testing.Short() {
+	// Checked after failures too: a failing test must not hide a leak.
+	if !testing.Short() {
 		if leaked := leakedGoroutines(10 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n%s\n", leaked)
 			code = 1
