@@ -167,7 +167,7 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 				d.OnStart(Info{ID: batchID, Epoch: d.Epoch}, ranges)
 			}
 			p, err := d.runBatch(ctx, Info{ID: batchID, Epoch: d.Epoch}, ranges, next)
-			sum.Records += p.Records
+			sum.Records += p.Records // committed partitions only, even on error
 			sum.DeadLetters += p.DeadLetters
 			if err != nil {
 				return sum, err
@@ -196,6 +196,7 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[int32]int64) (Progress, error) {
 	start := d.clockNow()
 	results := make([]TaskResult, len(ranges))
+	committed := make([]bool, len(ranges))
 	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
 	if d.Parallelism > 0 {
 		g.SetLimit(d.Parallelism)
@@ -207,12 +208,19 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 			if err != nil {
 				return fmt.Errorf("batch %d, %s: %w", b.ID, r, err)
 			}
+			committed[i] = true
 			return nil
 		})
 	}
 	err := g.Wait()
 	p := Progress{BatchID: b.ID, Partitions: len(ranges)}
 	for i, r := range ranges {
+		// A task that failed rolled back: its records count for nothing,
+		// and its partition's offset stays where it was.
+		if !committed[i] {
+			continue
+		}
+		next[r.Partition] = r.To
 		res := results[i]
 		p.Records += res.Records
 		p.DeadLetters += res.DeadLetters
@@ -224,9 +232,6 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 	}
 	if err != nil {
 		return p, err
-	}
-	for _, r := range ranges {
-		next[r.Partition] = r.To
 	}
 	p.Duration = d.clockNow().Sub(start)
 	if s := p.Duration.Seconds(); s > 0 {

@@ -62,7 +62,8 @@ var (
 	topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 )
 
-func (c *Config) setDefaults() {
+// SetDefaults fills the settings left zero with their defaults.
+func (c *Config) SetDefaults() {
 	if c.Strategy == "" {
 		c.Strategy = StrategyTxn
 	}
@@ -86,9 +87,10 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate checks the configuration after defaults; each error names the
-// setting at fault.
-func (c *Config) Validate() error {
+// Validate checks the configuration, defaults applied; each error names
+// the setting at fault.
+func (c Config) Validate() error {
+	c.SetDefaults()
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}

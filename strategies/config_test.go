@@ -16,7 +16,7 @@ func validConfig() Config {
 
 func TestConfigDefaults(t *testing.T) {
 	c := validConfig()
-	c.setDefaults()
+	c.SetDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate of a defaulted config: %v", err)
 	}
@@ -24,12 +24,12 @@ func TestConfigDefaults(t *testing.T) {
 		c.Interval != DefaultInterval || c.MaxBatchRecords != DefaultMaxBatchRecords || c.Logger == nil {
 		t.Errorf("defaults not applied: %+v", c)
 	}
-	// Explicit values survive setDefaults.
+	// Explicit values survive SetDefaults.
 	c = validConfig()
 	c.Topic, c.Job, c.StartFrom, c.Interval, c.MaxBatchRecords = "t", "j", StartLatest, time.Minute, 5
-	c.setDefaults()
+	c.SetDefaults()
 	if c.Topic != "t" || c.Job != "j" || c.StartFrom != StartLatest || c.Interval != time.Minute || c.MaxBatchRecords != 5 {
-		t.Errorf("setDefaults overwrote explicit values: %+v", c)
+		t.Errorf("SetDefaults overwrote explicit values: %+v", c)
 	}
 }
 
@@ -69,7 +69,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
 			tc.mod(&c)
-			c.setDefaults()
+			c.SetDefaults()
 			err := c.Validate()
 			if tc.setting == "" {
 				if err != nil {

@@ -28,7 +28,7 @@ type Result struct {
 // in flight commits or rolls back first), until it has been idle for
 // UntilIdle, or until it fails.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	cfg.setDefaults()
+	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}

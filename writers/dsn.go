@@ -2,6 +2,7 @@ package writers
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -53,11 +54,16 @@ func ParseSQLDSN(dsn string) (SQLTarget, error) {
 		}
 		return mysqlTarget(cfg), nil
 	case strings.Contains(dsn, "://"):
-		return SQLTarget{}, fmt.Errorf("%w: unknown scheme in %q (want mysql:// or sqlite://)", ErrBadDSN, redactURL(dsn))
+		// Name only the scheme: the rest may hold a password.
+		scheme, _, _ := strings.Cut(dsn, "://")
+		return SQLTarget{}, fmt.Errorf("%w: unknown scheme %q (want mysql:// or sqlite://)", ErrBadDSN, scheme)
 	default:
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
-			return SQLTarget{}, fmt.Errorf("%w: %v", ErrBadDSN, err)
+			return SQLTarget{}, fmt.Errorf("%w: not a go-sql-driver DSN (user:pass@tcp(host:port)/db)", ErrBadDSN)
+		}
+		if cfg.DBName == "" {
+			return SQLTarget{}, fmt.Errorf("%w: no database name (user:pass@tcp(host:port)/db)", ErrBadDSN)
 		}
 		return mysqlTarget(cfg), nil
 	}
@@ -70,14 +76,15 @@ func mysqlURL(dsn string) (*mysql.Config, error) {
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if u.Host == "" || db == "" || strings.Contains(db, "/") {
-		return nil, fmt.Errorf("%w: %q: want mysql://user:pass@host:port/db", ErrBadDSN, redactURL(dsn))
+		return nil, fmt.Errorf("%w: %q: want mysql://user:pass@host:port/db", ErrBadDSN, u.Redacted())
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net = "tcp"
-	cfg.Addr = u.Host
-	if u.Port() == "" {
-		cfg.Addr = u.Host + ":3306"
+	port := u.Port()
+	if port == "" {
+		port = "3306"
 	}
+	cfg.Addr = net.JoinHostPort(u.Hostname(), port)
 	cfg.DBName = db
 	if u.User != nil {
 		cfg.User = u.User.Username()
@@ -87,7 +94,7 @@ func mysqlURL(dsn string) (*mysql.Config, error) {
 		// Reuse the driver's own parameter parsing.
 		parsed, err := mysql.ParseDSN("/?" + u.RawQuery)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadDSN, err)
+			return nil, fmt.Errorf("%w: parameters of %q: %v", ErrBadDSN, u.Redacted(), err)
 		}
 		parsed.User, parsed.Passwd, parsed.Net, parsed.Addr, parsed.DBName = cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName
 		cfg = parsed

@@ -97,11 +97,13 @@ func (w *SQL) CreateTables(ctx context.Context) error {
 	return nil
 }
 
+// totalsDDL: k is VARBINARY in MySQL because every VARCHAR collation there,
+// _bin included, ignores trailing spaces, which would merge "a" and "a ".
 func totalsDDL(d offsets.Dialect) string {
 	if d == offsets.MySQL {
 		return `CREATE TABLE IF NOT EXISTS mb_totals (
   job VARCHAR(128) NOT NULL,
-  k VARCHAR(255) NOT NULL,
+  k VARBINARY(255) NOT NULL,
   events BIGINT NOT NULL,
   amount BIGINT NOT NULL,
   PRIMARY KEY (job, k)

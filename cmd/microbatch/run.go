@@ -131,6 +131,12 @@ func runJob(ctx context.Context, s *settings) error {
 
 	var demo *demoRun
 	if len(cfg.Brokers) == 0 {
+		// Refuse a bad configuration before the demo creates anything.
+		check := cfg
+		check.Brokers = []string{"embedded"}
+		if err := check.Validate(); err != nil {
+			return configError{err}
+		}
 		if demo, err = startDemo(ctx, log, cfg.Topic, demoEvents, demoRate); err != nil {
 			return err
 		}

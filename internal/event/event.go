@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 )
@@ -67,27 +68,21 @@ func Decode(data []byte, ev *Event) error {
 	return decodeSlow(data, ev)
 }
 
-// decodeSlow is the authority on validity: strict types, all fields present.
+// decodeSlow is the authority on validity: a JSON object with all four
+// fields, integers written as JSON numbers (not strings, not 1.0 or 1e3)
+// that fit in int64, and a string key.
 func decodeSlow(data []byte, ev *Event) error {
 	var raw struct {
-		ID     *json.Number `json:"id"`
-		Key    *string      `json:"key"`
-		Amount *json.Number `json:"amount"`
-		TS     *json.Number `json:"ts"`
+		ID     json.RawMessage `json:"id"`
+		Key    json.RawMessage `json:"key"`
+		Amount json.RawMessage `json:"amount"`
+		TS     json.RawMessage `json:"ts"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
 	if err := dec.Decode(&raw); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return reject("field %q: %s is not of type %s", te.Field, te.Value, te.Type)
-		}
 		return reject("not a JSON object: %v", err)
 	}
-	if dec.More() {
-		return reject("trailing data after the JSON object")
-	}
-	if _, err := dec.Token(); err == nil {
+	if _, err := dec.Token(); err != io.EOF {
 		return reject("trailing data after the JSON object")
 	}
 	var err error
@@ -100,21 +95,37 @@ func decodeSlow(data []byte, ev *Event) error {
 	if ev.TS, err = intField("ts", raw.TS); err != nil {
 		return err
 	}
-	if raw.Key == nil {
+	if len(raw.Key) == 0 {
 		return reject("missing field \"key\"")
 	}
-	return setKey(ev, []byte(*raw.Key))
+	var key string
+	if raw.Key[0] != '"' || json.Unmarshal(raw.Key, &key) != nil {
+		return reject("field \"key\": %s is not a string", clip(raw.Key))
+	}
+	return setKey(ev, []byte(key))
 }
 
-func intField(name string, n *json.Number) (int64, error) {
-	if n == nil {
+// intField parses a field that must be a JSON integer. The raw text is
+// already valid JSON (the decoder checked), so ParseInt only has to refuse
+// strings, null, fractions, exponents and overflow.
+func intField(name string, raw json.RawMessage) (int64, error) {
+	if len(raw) == 0 {
 		return 0, reject("missing field %q", name)
 	}
-	v, err := strconv.ParseInt(string(*n), 10, 64)
+	v, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
-		return 0, reject("field %q: %s is not an int64", name, *n)
+		return 0, reject("field %q: %s is not an int64", name, clip(raw))
 	}
 	return v, nil
+}
+
+// clip shortens a value quoted in a reason.
+func clip(b []byte) string {
+	const n = 64
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
 }
 
 func setKey(ev *Event, key []byte) error {
@@ -249,10 +260,24 @@ func Append(dst []byte, id int64, key string, amount, ts int64) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = strconv.AppendInt(dst, id, 10)
 	dst = append(dst, `,"key":`...)
-	dst = strconv.AppendQuote(dst, key)
+	dst = appendJSONString(dst, key)
 	dst = append(dst, `,"amount":`...)
 	dst = strconv.AppendInt(dst, amount, 10)
 	dst = append(dst, `,"ts":`...)
 	dst = strconv.AppendInt(dst, ts, 10)
 	return append(dst, '}')
+}
+
+// appendJSONString quotes s as JSON (strconv.Quote's Go escapes such as \x01
+// are not JSON). Plain printable ASCII, the generator's keys, is copied.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(dst, q...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
