@@ -64,8 +64,8 @@ func TestCLIConfigErrors(t *testing.T) {
 		// Without --brokers, run starts the embedded demo broker; a bad
 		// strategy must still be refused first, with one line.
 		{name: "unknown strategy in demo mode", args: []string{"run", "--strategy", "nope"}, want: []string{`"nope"`, "strategy"}},
-		{name: "unknown sink scheme", args: []string{"run", "--sink", "postgres://x", "--brokers", unreachable}, want: []string{"postgres://x", "scheme"}},
-		{name: "unknown sink scheme in demo mode", args: []string{"run", "--sink", "postgres://x"}, want: []string{"postgres://x", "scheme"}},
+		{name: "unknown sink scheme", args: []string{"run", "--sink", "postgres://x", "--brokers", unreachable}, want: []string{`"postgres"`, "scheme"}},
+		{name: "unknown sink scheme in demo mode", args: []string{"run", "--sink", "postgres://x"}, want: []string{`"postgres"`, "scheme"}},
 		{name: "mysql sink without database", args: []string{"run", "--sink", "mysql://u:secret@host:3306", "--brokers", unreachable}, want: []string{"mysql://"}},
 		{name: "malformed interval flag", args: []string{"run", "--interval", "abc"}, want: []string{"abc", "interval"}},
 		{name: "malformed interval in env", args: []string{"run"}, env: []string{"MICROBATCH_INTERVAL=abc"}, want: []string{"abc", "interval"}},
@@ -77,7 +77,7 @@ func TestCLIConfigErrors(t *testing.T) {
 		{name: "config file is not YAML", args: []string{"run"}, config: "topic: [unclosed\n", want: []string{"config"}},
 		{name: "config file missing", args: []string{"run", "--config", "/nonexistent/mb.yaml"}, want: []string{"/nonexistent/mb.yaml"}},
 		{name: "unknown flag", args: []string{"run", "--nope"}, want: []string{"--nope"}},
-		{name: "verify with unknown sink scheme", args: []string{"verify", "--sink", "postgres://x"}, want: []string{"postgres://x"}},
+		{name: "verify with unknown sink scheme", args: []string{"verify", "--sink", "postgres://x"}, want: []string{`scheme "postgres"`}},
 		{name: "broker with zero partitions", args: []string{"broker", "--listen", "127.0.0.1:0", "--partitions", "0"}, want: []string{"partitions"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

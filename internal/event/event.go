@@ -100,7 +100,7 @@ func decodeSlow(data []byte, ev *Event) error {
 	}
 	var key string
 	if raw.Key[0] != '"' || json.Unmarshal(raw.Key, &key) != nil {
-		return reject("field \"key\": %s is not a string", clip(raw.Key))
+		return reject("field \"key\": wrong type: want a JSON string, got %s", clip(raw.Key))
 	}
 	return setKey(ev, []byte(key))
 }
@@ -114,7 +114,7 @@ func intField(name string, raw json.RawMessage) (int64, error) {
 	}
 	v, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
-		return 0, reject("field %q: %s is not an int64", name, clip(raw))
+		return 0, reject("field %q: wrong type or range: want an int64 JSON number, got %s", name, clip(raw))
 	}
 	return v, nil
 }
