@@ -77,6 +77,12 @@ test_rc=0
 if (($# == 0)); then
 	log "go vet ./..."
 	go vet ./... || vet_rc=$?
+	log "gofmt -l"
+	unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.services/*'))"
+	if [[ -n $unformatted ]]; then
+		log "gofmt would change: $unformatted"
+		vet_rc=1
+	fi
 	log "go test -race -count=1 -timeout 18m ./..."
 	go test -race -count=1 -timeout 18m ./... || test_rc=$?
 else
