@@ -34,6 +34,8 @@ type fakeSource struct {
 	badRds atomic.Int64 // Read calls for a range outside the bounds
 }
 
+const maxBoundsCalls = 20000
+
 func newFakeSource(start, end map[int32]int64) *fakeSource {
 	return &fakeSource{start: maps.Clone(start), end: maps.Clone(end), topic: "events"}
 }
@@ -42,6 +44,10 @@ func (s *fakeSource) Bounds(ctx context.Context) (map[int32]Bounds, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
+	if s.calls > maxBoundsCalls {
+		// A driver that never stops would hang the test; fail instead.
+		return nil, fmt.Errorf("fake source: more than %d Bounds calls", maxBoundsCalls)
+	}
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -498,7 +504,8 @@ func TestDriverStopWhileWaiting(t *testing.T) {
 
 // TestDriverTaskError: a failing task fails Run with an error that names the
 // batch and range, cancels its siblings, and leaves the failed partition's
-// offset where it was.
+// offset where it was. A sibling that committed before the failure counts:
+// its offset and records are in the summary.
 func TestDriverTaskError(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
@@ -509,11 +516,15 @@ func TestDriverTaskError(t *testing.T) {
 		parallelism int
 		wantRange   string
 		wantNext    int64 // Summary.Next[failPart]
+		commitPart  int32 // a sibling that commits before the failure; -1: none
+		wantRecords int64 // Summary.Records: committed tasks only
 	}{
-		{"first batch, first partition", 0, 1, 0, 0, "events/0[0,10)", 0},
-		{"first batch, last partition", 2, 8, 7, 0, "events/2[5,15)", 5},
-		{"second batch", 1, 2, 0, 0, "events/1[10,20)", 10},
-		{"serial tasks", 0, 1, 0, 1, "events/0[0,10)", 0},
+		{"first batch, first partition", 0, 1, 0, 0, "events/0[0,10)", 0, -1, 0},
+		{"first batch, last partition", 2, 8, 7, 0, "events/2[5,15)", 5, -1, 0},
+		{"second batch", 1, 2, 0, 0, "events/1[10,20)", 10, -1, 30},
+		{"serial tasks", 0, 1, 0, 1, "events/0[0,10)", 0, -1, 0},
+		{"a sibling committed first", 1, 1, 0, 0, "events/1[0,10)", 0, 2, 10},
+		{"a sibling committed first, second batch", 0, 2, 0, 0, "events/0[10,20)", 10, 1, 40},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -531,6 +542,9 @@ func TestDriverTaskError(t *testing.T) {
 					if r.Partition == tc.failPart {
 						time.Sleep(time.Millisecond) // let the siblings start
 						return TaskResult{Records: 1}, fmt.Errorf("writing: %w", boom)
+					}
+					if r.Partition == tc.commitPart {
+						return TaskResult{Records: r.Len()}, nil
 					}
 					siblingsRan.Add(1)
 					select {
@@ -563,15 +577,29 @@ func TestDriverTaskError(t *testing.T) {
 				if n := log.running.Load(); n != 0 {
 					t.Fatalf("%d tasks still running after Run returned", n)
 				}
-				if siblingsRan.Load() != 2 || siblingsCancelled.Load() != 2 {
-					t.Errorf("%d siblings ran, %d saw their context cancelled; want 2 and 2",
-						siblingsRan.Load(), siblingsCancelled.Load())
+				wantCancelled := int64(2)
+				if tc.commitPart >= 0 {
+					wantCancelled = 1
+				}
+				if siblingsRan.Load() != wantCancelled || siblingsCancelled.Load() != wantCancelled {
+					t.Errorf("%d siblings ran, %d saw their context cancelled; want %d and %d",
+						siblingsRan.Load(), siblingsCancelled.Load(), wantCancelled, wantCancelled)
 				}
 				if el := time.Since(began); el >= time.Hour {
 					t.Errorf("Run took %v: siblings were not cancelled", el)
 				}
 				if got := sum.Next[tc.failPart]; got != tc.wantNext {
 					t.Errorf("Summary.Next[%d] = %d, want %d (not advanced)", tc.failPart, got, tc.wantNext)
+				}
+				if tc.commitPart >= 0 {
+					// The committed sibling's range ends 10 past where its batch began.
+					want := start[tc.commitPart] + 10*(tc.failBatch-tc.lastBatch)
+					if got := sum.Next[tc.commitPart]; got != want {
+						t.Errorf("Summary.Next[%d] = %d, want %d (its task committed)", tc.commitPart, got, want)
+					}
+				}
+				if sum.Records != tc.wantRecords {
+					t.Errorf("Summary.Records = %d, want %d (committed tasks only)", sum.Records, tc.wantRecords)
 				}
 				if got, want := starts.Load(), tc.failBatch-tc.lastBatch; got != want {
 					t.Errorf("%d batches started, want %d (none after the failure)", got, want)
@@ -619,17 +647,23 @@ func TestDriverSourceErrors(t *testing.T) {
 }
 
 func TestDriverUntilIdle(t *testing.T) {
+	trickle := make([]int, 20)
+	for i := range trickle {
+		trickle[i] = i + 1
+	}
 	tests := []struct {
 		name      string
 		end       int64 // records in the single partition
-		growFor   int   // Bounds calls during which one record arrives per call
+		arrive    []int // Bounds calls at which one more record has arrived
 		untilIdle time.Duration
 		interval  time.Duration
 	}{
-		{"empty topic", 0, 0, time.Second, 100 * time.Millisecond},
-		{"backlog then idle", 30, 0, time.Second, 100 * time.Millisecond},
-		{"trickle then idle", 0, 20, 500 * time.Millisecond, 100 * time.Millisecond},
-		{"idle shorter than interval", 5, 0, 10 * time.Millisecond, 100 * time.Millisecond},
+		{"empty topic", 0, nil, time.Second, 100 * time.Millisecond},
+		{"backlog then idle", 30, nil, time.Second, 100 * time.Millisecond},
+		{"trickle then idle", 0, trickle, 500 * time.Millisecond, 100 * time.Millisecond},
+		// Idle gaps shorter than UntilIdle don't add up.
+		{"gaps shorter than until-idle", 0, []int{1, 5, 9, 13}, 500 * time.Millisecond, 100 * time.Millisecond},
+		{"idle shorter than interval", 5, nil, 10 * time.Millisecond, 100 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -637,7 +671,7 @@ func TestDriverUntilIdle(t *testing.T) {
 				src := newFakeSource(map[int32]int64{0: 0}, map[int32]int64{0: tc.end})
 				var lastData time.Time
 				src.grow = func(call int, end map[int32]int64) {
-					if call <= tc.growFor {
+					if slices.Contains(tc.arrive, call) {
 						end[0]++
 					}
 				}
@@ -652,7 +686,7 @@ func TestDriverUntilIdle(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Run: %v", err)
 				}
-				if want := tc.end + int64(tc.growFor); sum.Next[0] != want {
+				if want := tc.end + int64(len(tc.arrive)); sum.Next[0] != want {
 					t.Errorf("Summary.Next[0] = %d, want %d", sum.Next[0], want)
 				}
 				if lastData.IsZero() {

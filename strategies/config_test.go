@@ -33,6 +33,22 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestConfigValidateAppliesDefaults: Validate judges the configuration with
+// its defaults applied, without changing the caller's copy.
+func TestConfigValidateAppliesDefaults(t *testing.T) {
+	c := validConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate of a config with only brokers and sink: %v", err)
+	}
+	if c.Strategy != "" || c.Topic != "" || c.Job != "" || c.Interval != 0 {
+		t.Errorf("Validate changed the caller's config: %+v", c)
+	}
+	c.Strategy = "nope"
+	if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("Validate without SetDefaults accepted strategy %q: %v", c.Strategy, err)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -89,6 +89,14 @@ var dsnCases = []dsnCase{
 		secret: "p@ssw0rd!",
 	},
 	{
+		// Valid for the driver; "://" inside the password must not make it
+		// an unknown-scheme URL (whose "scheme" would be "mb:pa").
+		name: "go-sql-driver dsn, :// in password", dsn: "mb:pa://ss-secret@tcp(h:3306)/db",
+		dialect: offsets.MySQL, display: "mysql://mb:xxxxx@h:3306/db",
+		user: "mb", passwd: "pa://ss-secret", addr: "h:3306", db: "db", timeout: 10 * time.Second,
+		secret: "ss-secret",
+	},
+	{
 		name: "sqlite relative", dsn: "sqlite://data/mb.db",
 		dialect: offsets.SQLite, display: "sqlite://data/mb.db", file: "file:data/mb.db",
 	},
@@ -188,11 +196,14 @@ func TestParseSQLDSN(t *testing.T) {
 // a userinfo in a URL or a go-sql-driver DSN.
 var secretRE = regexp.MustCompile(`([A-Za-z0-9_.-]*):([^:@/?#()\s]{6,})@`)
 
+var testSchemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
 // userinfoRegion is the part of dsn where a userinfo can be: after
-// "scheme://" up to the next '/', or, in a go-sql-driver DSN, before the
-// last '/' (what follows is the database name and parameters).
+// "scheme://" up to the next '/', or, in a go-sql-driver DSN (no valid
+// scheme in front of a "://"), before the last '/' (what follows is the
+// database name and parameters).
 func userinfoRegion(dsn string) string {
-	if i := strings.Index(dsn, "://"); i >= 0 {
+	if i := strings.Index(dsn, "://"); i >= 0 && testSchemeRE.MatchString(dsn[:i]) {
 		rest := dsn[i+3:]
 		if j := strings.IndexByte(rest, '/'); j >= 0 {
 			rest = rest[:j]

@@ -358,7 +358,8 @@ func TestSQLDeadLetters(t *testing.T) {
 	if len(big) != 1_000_000 {
 		t.Fatal(len(big))
 	}
-	longReason := strings.Repeat("é", 600) // 1200 bytes
+	// 1201 bytes; byte 1024 is inside a 2-byte rune, so a cut there must back off.
+	longReason := "x" + strings.Repeat("é", 600)
 	forEachSink(t, func(t *testing.T, w *SQL) {
 		job := uniqueJob(t)
 		first := []DeadLetter{
@@ -379,7 +380,7 @@ func TestSQLDeadLetters(t *testing.T) {
 
 		got := readDeadLetters(t, w, job)
 		if len(got) != 5 {
-			t.Fatalf("%d dead letters, want 5: %v", len(got), keys(got))
+			t.Fatalf("%d dead letters, want 5: %v", len(got), mapKeys(got))
 		}
 		check := func(key, reason string, payload []byte) {
 			t.Helper()
@@ -442,7 +443,7 @@ func TestSQLDeadLettersChunked(t *testing.T) {
 	})
 }
 
-func keys[V any](m map[string]V) []string {
+func mapKeys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)
@@ -505,7 +506,7 @@ func TestSQLRollbackLeavesNothing(t *testing.T) {
 			t.Errorf("totals after rollback: %v", got)
 		}
 		if got := readDeadLetters(t, w, job); len(got) != 0 {
-			t.Errorf("dead letters after rollback: %v", keys(got))
+			t.Errorf("dead letters after rollback: %v", mapKeys(got))
 		}
 		if got := readOffsets(t, w, job); got[0].NextOffset != 100 || got[0].BatchID != 0 {
 			t.Errorf("offset after rollback: %+v", got[0])
@@ -614,6 +615,38 @@ func TestOpenSQLErrors(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "unreachable-pw") {
 				t.Errorf("error %q shows the password", err)
+			}
+		})
+	}
+}
+
+// TestSQLiteFileName: the database lands in exactly the file the DSN names
+// (or the DSN is refused); characters that mean something in a SQLite URI
+// ('#', '%') must not send it elsewhere.
+func TestSQLiteFileName(t *testing.T) {
+	for i, name := range []string{"plain.db", "with space.db", "ü-ñ.db", "hash#1.db", "pct%20x.db", "pct%zz.db"} {
+		// Subtests are numbered: t.TempDir's path contains the test name.
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := OpenSQL(t.Context(), "sqlite://"+filepath.Join(dir, name))
+			if err != nil {
+				if !errors.Is(err, ErrBadDSN) {
+					t.Fatalf("OpenSQL: %v", err)
+				}
+				return // refused: fine
+			}
+			err = w.CreateTables(t.Context())
+			w.Close()
+			if err != nil {
+				t.Fatalf("CreateTables: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				ents, _ := os.ReadDir(dir)
+				var got []string
+				for _, e := range ents {
+					got = append(got, e.Name())
+				}
+				t.Fatalf("database file %q not created (directory holds %q): the path was read as a URI", name, got)
 			}
 		})
 	}
