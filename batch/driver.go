@@ -23,6 +23,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// minIdlePoll is the shortest wait between two plans that found nothing.
+const minIdlePoll = 50 * time.Millisecond
+
 // Record is one Kafka record handed to a task. Key and Value may alias
 // buffers owned by the source: copy what must outlive the callback.
 type Record struct {
@@ -102,8 +105,8 @@ type Driver struct {
 	Source Source
 	Task   Task
 	Topic  string
-	// Next holds each partition's next offset as stored by the sink; the
-	// driver updates it as batches commit.
+	// Next holds each partition's next offset as stored by the sink. Run
+	// works on a copy; Summary.Next reports where the partitions ended.
 	Next map[int32]int64
 	// LastBatch is the id of the last committed batch; new ones count up.
 	LastBatch int64
@@ -180,7 +183,12 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 			}
 		}
 		// A batch that overran the interval is followed at once by the next.
-		if wait := d.Interval - clock.Now().Sub(tick); wait > 0 {
+		// With no interval, an idle source is still polled at a bounded rate.
+		wait := d.Interval - clock.Now().Sub(tick)
+		if len(ranges) == 0 {
+			wait = max(wait, minIdlePoll)
+		}
+		if wait > 0 {
 			select {
 			case <-ctx.Done():
 				return sum, nil

@@ -105,8 +105,8 @@ type Claim struct {
 
 // Init claims the job for a new instance, in one transaction of tx: it takes
 // epoch = 1 + the highest epoch stored for the job, stamps it on every
-// existing row of topic (so that an older instance still running is fenced
-// at its next commit), and creates the rows of partitions that have none,
+// existing row of the job, whatever the topic (so that an older instance
+// still running is fenced at its next commit), and creates the rows of partitions that have none,
 // at the offset start(partition) returns. Recording the start offset before
 // the first batch makes "latest" deterministic across restarts.
 func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partitions []int32,

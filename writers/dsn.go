@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -22,6 +23,10 @@ type SQLTarget struct {
 	// logs and errors.
 	Display string
 }
+
+// schemeRE recognises a URL-shaped DSN; anything else (even with "://" in a
+// password or socket path) is a go-sql-driver DSN.
+var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
 
 // ParseSQLDSN accepts
 //
@@ -45,7 +50,9 @@ func ParseSQLDSN(dsn string) (SQLTarget, error) {
 			return SQLTarget{}, fmt.Errorf("%w: %q: sqlite DSNs take no parameters", ErrBadDSN, dsn)
 		}
 		// FULL sync: a committed batch survives power loss, not only a crash.
-		src := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
+		// The path is escaped: in a SQLite URI "#" and "%" would silently
+		// name another file.
+		src := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
 		return SQLTarget{Dialect: offsets.SQLite, DriverName: "sqlite", DataSource: src, Display: dsn}, nil
 	case strings.HasPrefix(dsn, "mysql://"):
 		cfg, err := mysqlURL(dsn)
@@ -53,7 +60,7 @@ func ParseSQLDSN(dsn string) (SQLTarget, error) {
 			return SQLTarget{}, err
 		}
 		return mysqlTarget(cfg), nil
-	case strings.Contains(dsn, "://"):
+	case schemeRE.MatchString(dsn):
 		// Name only the scheme: the rest may hold a password.
 		scheme, _, _ := strings.Cut(dsn, "://")
 		return SQLTarget{}, fmt.Errorf("%w: unknown scheme %q (want mysql:// or sqlite://)", ErrBadDSN, scheme)

@@ -29,6 +29,13 @@ const (
 // MaxReasonBytes bounds mb_dead_letters.reason; longer reasons are cut.
 const MaxReasonBytes = 1024
 
+// MaxPayloadBytes bounds the payload stored with a dead letter. A larger
+// record keeps its first MaxPayloadBytes and says so in its reason; the
+// whole record stays addressable in Kafka by (topic, part, off). Without a
+// bound one huge bad record could exceed max_allowed_packet and fail its
+// batch on every retry, stopping the pipeline.
+const MaxPayloadBytes = 4 << 20
+
 // SQL writes to one MySQL/MariaDB or SQLite database. It is safe for
 // concurrent use; each transaction (SQLTx) belongs to one goroutine.
 type SQL struct {
@@ -298,8 +305,8 @@ func (t *SQLTx) DeadLetters(ctx context.Context, dls []DeadLetter) error {
 	now := time.Now().UTC()
 	for len(dls) > 0 {
 		n, size := 0, 0
-		for n < len(dls) && (n == 0 || size+len(dls[n].Payload) <= deadLetterChunkBytes) && n < 1000 {
-			size += len(dls[n].Payload)
+		for n < len(dls) && (n == 0 || size+min(len(dls[n].Payload), MaxPayloadBytes) <= deadLetterChunkBytes) && n < 1000 {
+			size += min(len(dls[n].Payload), MaxPayloadBytes)
 			n++
 		}
 		chunk := dls[:n]
@@ -316,7 +323,12 @@ func (t *SQLTx) DeadLetters(ctx context.Context, dls []DeadLetter) error {
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, d.Job, d.Topic, d.Partition, d.Offset, truncate(d.Reason, MaxReasonBytes), d.Payload, now)
+			reason, payload := d.Reason, d.Payload
+			if len(payload) > MaxPayloadBytes {
+				reason = fmt.Sprintf("%s (payload cut from %d to %d bytes)", reason, len(payload), MaxPayloadBytes)
+				payload = payload[:MaxPayloadBytes]
+			}
+			args = append(args, d.Job, d.Topic, d.Partition, d.Offset, truncate(reason, MaxReasonBytes), payload, now)
 		}
 		if _, err := t.tx.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("inserting dead letters: %w", err)

@@ -651,3 +651,30 @@ func TestSQLiteFileName(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLDeadLetterPayloadCap: a payload over MaxPayloadBytes is stored cut
+// to that size with the cut named in its reason, so one huge bad record
+// can't exceed max_allowed_packet and fail its batch forever.
+func TestSQLDeadLetterPayloadCap(t *testing.T) {
+	huge := bytes.Repeat([]byte("0123456789abcdef"), (MaxPayloadBytes+1<<20)/16)
+	forEachSink(t, func(t *testing.T, w *SQL) {
+		job := uniqueJob(t)
+		inTx(t, w, func(tx *SQLTx) error {
+			return tx.DeadLetters(t.Context(), []DeadLetter{
+				{Job: job, Topic: "events", Partition: 1, Offset: 7, Reason: "record too large", Payload: huge},
+				{Job: job, Topic: "events", Partition: 1, Offset: 8, Reason: "not JSON", Payload: []byte("x")},
+			})
+		})
+		got := readDeadLetters(t, w, job)
+		d := got["events/1/7"]
+		if !bytes.Equal(d.payload, huge[:MaxPayloadBytes]) {
+			t.Errorf("stored %d payload bytes, want the first %d", len(d.payload), MaxPayloadBytes)
+		}
+		if want := fmt.Sprintf("record too large (payload cut from %d to %d bytes)", len(huge), MaxPayloadBytes); d.reason != want {
+			t.Errorf("reason %q, want %q", d.reason, want)
+		}
+		if d := got["events/1/8"]; d.reason != "not JSON" || string(d.payload) != "x" {
+			t.Errorf("small dead letter stored as %q / %q", d.reason, d.payload)
+		}
+	})
+}
