@@ -1,0 +1,138 @@
+package strategies_test
+
+import (
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+)
+
+// TestTxnRetriesLostConnections cuts every connection between the job and
+// MariaDB every 150ms while batches commit: transactions lose their
+// connection before, during and after COMMIT. The run must retry (the
+// progress reports show it did), never stop, and end exactly once.
+func TestTxnRetriesLostConnections(t *testing.T) {
+	upstream := mariaDB.dsn(t)
+	brokers := kfake.brokers(t)
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startCutProxy(t, u.Host)
+	u.Host = proxy.addr
+	dsn := u.String()
+
+	topic := newTopic(t, brokers)
+	job := uniqueName(t, "job")
+	const events = 100_000
+	exp := produce(t, brokers, topic, integrationSeed, 0, events)
+
+	cfg := baseConfig(t, brokers, topic, job, dsn)
+	cfg.MaxBatchRecords = 2_000 // many small transactions: many chances to be cut
+	cfg.Interval = 20 * time.Millisecond
+	var retries atomic.Int64
+	stop := make(chan struct{})
+	var cutter sync.WaitGroup
+	var once sync.Once
+	cfg.OnProgress = func(p batch.Progress) {
+		retries.Add(int64(p.Retries))
+		// Start cutting once the job is past start-up, so that every cut
+		// lands in the batch loop.
+		once.Do(func() {
+			cutter.Add(1)
+			go func() {
+				defer cutter.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(150 * time.Millisecond):
+						proxy.cutAll()
+					}
+				}
+			}()
+		})
+	}
+	res := runJob(t, cfg)
+	close(stop)
+	cutter.Wait()
+
+	t.Logf("%d connections cut, %d transaction retries in %d batches", proxy.cuts.Load(), retries.Load(), res.Batches)
+	if retries.Load() == 0 {
+		t.Fatalf("no transaction was retried: the cuts never landed inside a transaction (%d cuts)", proxy.cuts.Load())
+	}
+	w := openSink(t, upstream)
+	got := readSinkTotals(t, w, job)
+	if got.Events != exp.Events || got.Amount != exp.Amount {
+		t.Fatalf("sink holds events=%d amount=%d, want %d %d", got.Events, got.Amount, exp.Events, exp.Amount)
+	}
+	checkPerKey(t, readPerKey(t, w, job), expectedPerKey(integrationSeed, 0, events))
+	checkOffsets(t, w, brokers, job, topic)
+}
+
+// cutProxy forwards TCP connections to a server and can cut them all.
+type cutProxy struct {
+	addr string
+	cuts atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		p.cutAll()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[s] = true, true
+			p.mu.Unlock()
+			wg.Add(2)
+			pipe := func(dst, src net.Conn) {
+				defer wg.Done()
+				_, _ = io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) cutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+	p.cuts.Add(1)
+}
