@@ -1,6 +1,9 @@
 package batch
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrDataLoss means a partition's stored offset is below the first
@@ -13,3 +16,27 @@ var (
 	// topic was recreated or the job points at another cluster. Stop.
 	ErrOffsetAhead = errors.New("batch: stored offset is past the end of the partition")
 )
+
+// ErrSourceClosed means a partition consumer stopped delivering (sarama
+// closes it when its offset went out of range). The range can be read
+// again from a fresh consumer.
+var ErrSourceClosed = errors.New("batch: partition consumer closed")
+
+// ReadError is a failure reported by a partition consumer while reading
+// Range. Nothing of the range has been committed; reading it again (which
+// re-seeks) is safe, so callers may retry it a bounded number of times.
+type ReadError struct {
+	Range Range
+	Err   error
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("reading %s: %v", e.Range, e.Err) }
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// IsRetryable reports whether err is a read failure that a new attempt at
+// the same range may not meet: partition consumer errors and a closed
+// consumer. Data loss and offsets past the end are not retryable.
+func IsRetryable(err error) bool {
+	var re *ReadError
+	return errors.As(err, &re) || errors.Is(err, ErrSourceClosed)
+}

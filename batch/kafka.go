@@ -34,6 +34,7 @@ type KafkaSource struct {
 
 	mu      sync.Mutex
 	readers map[int32]*partitionReader
+	closed  bool
 }
 
 type partitionReader struct {
@@ -130,7 +131,8 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 	}
 	resp, err := b.GetAvailableOffsets(req)
 	if err != nil {
-		_ = b.Close()
+		// The broker connection is shared with the partition consumers:
+		// leave it to the client to repair rather than closing it here.
 		return nil, fmt.Errorf("listing offsets on broker %s: %w", b.Addr(), err)
 	}
 	out := make(map[int32]int64, len(parts))
@@ -165,6 +167,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 		rec.Offset, rec.Key, rec.Value, rec.Timestamp = m.Offset, m.Key, m.Value, m.Timestamp
 		return fn(rec)
 	}
+	seen := r.From - 1 // last offset delivered
 	if m := pr.pending; m != nil {
 		if m.Offset >= r.To {
 			pr.next = r.To
@@ -174,6 +177,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 		if err := deliver(m); err != nil {
 			return err
 		}
+		seen = m.Offset
 		if m.Offset == r.To-1 {
 			pr.next = r.To
 			return nil
@@ -181,14 +185,22 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 	}
 	quiet := time.NewTimer(tailQuiet)
 	defer quiet.Stop()
-	seen := r.From - 1
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case cerr := <-pr.pc.Errors():
-			return fmt.Errorf("reading %s: %w", r, cerr.Err)
-		case m := <-pr.pc.Messages():
+		case cerr, ok := <-pr.pc.Errors():
+			// sarama may have recovered by itself, or not (offset out of
+			// range closes the consumer): either way this reader's
+			// position is unknown, and a retry of the range re-seeks.
+			if !ok {
+				return fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
+			}
+			return &ReadError{Range: r, Err: cerr.Err}
+		case m, ok := <-pr.pc.Messages():
+			if !ok {
+				return fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
+			}
 			if m.Offset < r.From {
 				continue
 			}
@@ -306,10 +318,15 @@ func (s *KafkaSource) reader(r Range) (*partitionReader, error) {
 	return pr, nil
 }
 
-// Close stops the partition consumers. The client is the caller's.
+// Close stops the partition consumers; safe to call twice. The client is
+// the caller's.
 func (s *KafkaSource) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
 	for p, pr := range s.readers {
 		_ = pr.pc.Close()
 		delete(s.readers, p)

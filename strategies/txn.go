@@ -45,11 +45,18 @@ func (t *txnTask) run(ctx context.Context, b batch.Info, r batch.Range) (batch.T
 			return res, nil
 		}
 		// A commit whose reply was lost may have landed: the offset row
-		// tells. Only our own commit can have moved it to adv.To.
-		if landed, lerr := offsets.Landed(ctx, t.w.DB(), adv); lerr == nil && landed {
+		// tells. Only our own commit can have moved it to adv.To. (A retry
+		// after such a commit fails with offsets.ErrConflict and lands here
+		// again, so it settles as success too.)
+		landed, lerr := offsets.Landed(ctx, t.w.DB(), adv)
+		if lerr == nil && landed {
 			return res, nil
 		}
-		if !writers.IsRetryable(err) || attempt >= maxAttempts {
+		// If the row can't be read, whether the commit landed is unknown:
+		// that is a reason to try again, never to give up with the error
+		// of an attempt that may have succeeded.
+		retryable := lerr != nil || writers.IsRetryable(err) || batch.IsRetryable(err)
+		if !retryable || attempt >= maxAttempts {
 			return res, err
 		}
 		t.log.Warn("retrying partition transaction", "batch", b.ID, "range", r.String(), "attempt", attempt, "err", err)
