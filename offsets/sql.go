@@ -103,14 +103,20 @@ type Claim struct {
 	Positions map[int32]Position
 }
 
+// StartFunc gives the offset a partition without a row starts at. newJob
+// says whether the job had no rows at all for the topic: a start-from
+// policy such as "latest" should apply only then, so that partitions
+// added to a running job's topic are read from their beginning.
+type StartFunc func(partition int32, newJob bool) (int64, error)
+
 // Init claims the job for a new instance, in one transaction of tx: it takes
 // epoch = 1 + the highest epoch stored for the job, stamps it on every
 // existing row of the job, whatever the topic (so that an older instance
-// still running is fenced at its next commit), and creates the rows of partitions that have none,
-// at the offset start(partition) returns. Recording the start offset before
-// the first batch makes "latest" deterministic across restarts.
-func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partitions []int32,
-	start func(partition int32) (int64, error)) (Claim, error) {
+// still running is fenced at its next commit), and creates the rows of
+// partitions that have none, at the offset start returns. Recording the
+// start offset before the first batch makes "latest" deterministic across
+// restarts.
+func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partitions []int32, start StartFunc) (Claim, error) {
 	lock := ""
 	if d == MySQL {
 		lock = " FOR UPDATE"
@@ -130,11 +136,12 @@ func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partiti
 	if err != nil {
 		return Claim{}, err
 	}
+	newJob := len(existing) == 0
 	for _, p := range partitions {
 		if _, ok := existing[p]; ok {
 			continue
 		}
-		off, err := start(p)
+		off, err := start(p, newJob)
 		if err != nil {
 			return Claim{}, err
 		}

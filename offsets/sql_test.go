@@ -100,8 +100,8 @@ func uniqueJob(t *testing.T) string {
 	return fmt.Sprintf("%s-%x", name, n)
 }
 
-func fixedStart(m map[int32]int64) func(int32) (int64, error) {
-	return func(p int32) (int64, error) {
+func fixedStart(m map[int32]int64) StartFunc {
+	return func(p int32, _ bool) (int64, error) {
 		v, ok := m[p]
 		if !ok {
 			return 0, fmt.Errorf("no start offset for partition %d", p)
@@ -237,7 +237,7 @@ func TestInitStartError(t *testing.T) {
 		errStart := errors.New("listing offsets failed")
 		err := withTx(t, db, func(tx *sql.Tx) error {
 			_, err := Init(t.Context(), tx, db.d, job, "events", []int32{0, 1},
-				func(p int32) (int64, error) {
+				func(p int32, _ bool) (int64, error) {
 					if p == 1 {
 						return 0, errStart
 					}
@@ -487,6 +487,38 @@ func TestZombieConcurrentCommit(t *testing.T) {
 		}
 		if err := apply(t, db, Advance{job, "events", 0, 10, 20, 1, 2}); !errors.Is(err, ErrFenced) {
 			t.Fatalf("A's next Apply = %v, want ErrFenced", err)
+		}
+	})
+}
+
+// TestInitNewJob: start is told the job is new only while it has no rows
+// for the topic, so "latest" can't skip what arrived in a partition added
+// to a running job.
+func TestInitNewJob(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		job := uniqueJob(t)
+		calls := map[int32]bool{}
+		start := func(p int32, newJob bool) (int64, error) {
+			calls[p] = newJob
+			return 100, nil
+		}
+		for _, parts := range [][]int32{{0, 1}, {0, 1, 2}} {
+			err := withTx(t, db, func(tx *sql.Tx) error {
+				_, err := Init(t.Context(), tx, db.d, job, "events", parts, start)
+				return err
+			})
+			if err != nil {
+				t.Fatalf("Init(%v): %v", parts, err)
+			}
+		}
+		want := map[int32]bool{0: true, 1: true, 2: false}
+		if len(calls) != len(want) {
+			t.Fatalf("start called for %v, want %v", calls, want)
+		}
+		for p, nj := range want {
+			if calls[p] != nj {
+				t.Errorf("partition %d: newJob=%v, want %v", p, calls[p], nj)
+			}
 		}
 	})
 }

@@ -94,12 +94,15 @@ func claimJob(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg C
 	if err != nil {
 		return offsets.Claim{}, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
 	}
-	start := func(p int32) (int64, error) {
+	// start-from applies to a new job; a partition that appears later is
+	// read from its beginning, or what was written to it before this run
+	// would be skipped.
+	start := func(p int32, newJob bool) (int64, error) {
 		b, ok := bounds[p]
 		if !ok {
 			return 0, fmt.Errorf("no offsets for %s/%d", cfg.Topic, p)
 		}
-		if cfg.StartFrom == StartLatest {
+		if cfg.StartFrom == StartLatest && newJob {
 			return b.End, nil
 		}
 		return b.Start, nil

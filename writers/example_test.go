@@ -34,7 +34,7 @@ func ExampleSQLTx() {
 	// source "orders.csv", starting at line 0.
 	tx, _ := w.DB().BeginTxx(ctx, nil)
 	claim, err := offsets.Init(ctx, tx, w.Dialect(), "nightly", "orders.csv", []int32{0},
-		func(int32) (int64, error) { return 0, nil })
+		func(int32, bool) (int64, error) { return 0, nil })
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -459,7 +459,7 @@ func initOffsets(t *testing.T, w *SQL, job string, parts []int32, from int64) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	c, err := offsets.Init(t.Context(), tx, w.Dialect(), job, "events", parts, func(int32) (int64, error) { return from, nil })
+	c, err := offsets.Init(t.Context(), tx, w.Dialect(), job, "events", parts, func(int32, bool) (int64, error) { return from, nil })
 	if err != nil {
 		t.Fatalf("offsets.Init: %v", err)
 	}
