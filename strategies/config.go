@@ -37,6 +37,9 @@ const (
 	DefaultJob             = "default"
 	DefaultInterval        = time.Second
 	DefaultMaxBatchRecords = 100_000
+	// MaxBatchRecordsLimit keeps a batch's per-key sums inside int64 (with
+	// event.MaxAbsAmount) and its retry cost bounded.
+	MaxBatchRecordsLimit = 1_000_000
 )
 
 // Config is one run of a job.
@@ -111,8 +114,8 @@ func (c Config) Validate() error {
 		return bad("interval %s is negative", c.Interval)
 	case c.Parallelism < 0:
 		return bad("parallelism %d is negative", c.Parallelism)
-	case c.MaxBatchRecords < 0:
-		return bad("max-batch-records %d is negative", c.MaxBatchRecords)
+	case c.MaxBatchRecords < 0 || c.MaxBatchRecords > MaxBatchRecordsLimit:
+		return bad("max-batch-records %d is outside 1..%d", c.MaxBatchRecords, MaxBatchRecordsLimit)
 	case c.UntilIdle < 0:
 		return bad("until-idle %s is negative", c.UntilIdle)
 	}

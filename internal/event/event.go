@@ -32,6 +32,11 @@ const (
 	MaxRecordBytes = 64 << 10
 	// MaxKeyBytes matches the width of mb_totals.k.
 	MaxKeyBytes = 255
+	// MaxAbsAmount bounds |amount| so that sums can't overflow int64: a
+	// batch of a million such events, or a key's total over millions of
+	// them, stays far inside BIGINT. A total that overflowed would fail its
+	// transaction on every retry and stop the pipeline.
+	MaxAbsAmount = 1_000_000_000_000
 )
 
 // DecodeError says why a record is not a valid event. Its message is what
@@ -62,10 +67,15 @@ func Decode(data []byte, ev *Event) error {
 	case len(data) > MaxRecordBytes:
 		return reject("record is %d bytes, more than the %d-byte limit", len(data), MaxRecordBytes)
 	}
-	if decodeFast(data, ev) {
-		return nil
+	if !decodeFast(data, ev) {
+		if err := decodeSlow(data, ev); err != nil {
+			return err
+		}
 	}
-	return decodeSlow(data, ev)
+	if ev.Amount > MaxAbsAmount || ev.Amount < -MaxAbsAmount {
+		return reject("field \"amount\": %d is outside ±%d", ev.Amount, int64(MaxAbsAmount))
+	}
+	return nil
 }
 
 // decodeSlow is the authority on validity: a JSON object with all four

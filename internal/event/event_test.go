@@ -51,7 +51,7 @@ var validCases = []validCase{
 	{"canonical key first", `{"key":"user-42","id":7,"ts":9,"amount":0}`, want{7, "user-42", 0, 9}, true},
 	{"negative values", `{"id":-5,"key":"a","amount":-100,"ts":0}`, want{-5, "a", -100, 0}, true},
 	{"minus zero", `{"id":-0,"key":"a","amount":0,"ts":0}`, want{0, "a", 0, 0}, true},
-	{"18 digits fast", `{"id":999999999999999999,"key":"a","amount":-999999999999999999,"ts":1}`, want{999999999999999999, "a", -999999999999999999, 1}, true},
+	{"18 digits fast", `{"id":999999999999999999,"key":"a","amount":-999999999999,"ts":-999999999999999999}`, want{999999999999999999, "a", -999999999999, -999999999999999999}, true},
 	{"key with punctuation and DEL-free ASCII", `{"id":1,"key":"a b/c:{}[],~","amount":2,"ts":3}`, want{1, "a b/c:{}[],~", 2, 3}, true},
 	{"key of MaxKeyBytes", `{"id":1,"key":"` + key255 + `","amount":2,"ts":3}`, want{1, key255, 2, 3}, true},
 	{"whitespace", "{ \"id\" : 1 ,\n\t\"key\" : \"a\" , \"amount\" : 2 , \"ts\" : 3 }", want{1, "a", 2, 3}, false},
@@ -62,7 +62,7 @@ var validCases = []validCase{
 	{"multi-byte key of MaxKeyBytes", `{"id":1,"key":"` + key255mb + `","amount":2,"ts":3}`, want{1, key255mb, 2, 3}, false},
 	{"extra unknown fields", `{"id":1,"v":2,"key":"a","meta":{"x":[1,2,{"y":null}]},"amount":2,"ts":3,"z":"s"}`, want{1, "a", 2, 3}, false},
 	{"max int64", `{"id":9223372036854775807,"key":"a","amount":2,"ts":3}`, want{math.MaxInt64, "a", 2, 3}, false},
-	{"min int64", `{"id":1,"key":"a","amount":-9223372036854775808,"ts":3}`, want{1, "a", math.MinInt64, 3}, false},
+	{"min int64", `{"id":1,"key":"a","amount":2,"ts":-9223372036854775808}`, want{1, "a", 2, math.MinInt64}, false},
 }
 
 type rejectCase struct {
@@ -283,7 +283,8 @@ func TestDecodeFastAgreesWithSlow(t *testing.T) {
 			}
 		}
 		var ev Event
-		if err := Decode(rec, &ev); (err == nil) != (len(w.Key) <= MaxKeyBytes) || (err == nil && !w.match(&ev)) {
+		valid := len(w.Key) <= MaxKeyBytes && w.Amount <= MaxAbsAmount && w.Amount >= -MaxAbsAmount
+		if err := Decode(rec, &ev); (err == nil) != valid || (err == nil && !w.match(&ev)) {
 			t.Fatalf("Decode(%q) = %s, %v; want %+v", rec, show(&ev), err, w)
 		}
 
@@ -350,7 +351,7 @@ func FuzzDecode(f *testing.F) {
 		if !decodeFast(data, &fev) {
 			return
 		}
-		if err != nil {
+		if err != nil && fev.Amount <= MaxAbsAmount && fev.Amount >= -MaxAbsAmount {
 			t.Fatalf("decodeFast accepted %q but Decode rejected it: %v", data, err)
 		}
 		var sev Event
@@ -436,7 +437,8 @@ func TestAppendRoundTripAnyKey(t *testing.T) {
 		name string
 		w    want
 	}{
-		{"extreme ints", want{math.MinInt64, "a", math.MaxInt64, math.MinInt64}},
+		{"extreme ints", want{math.MinInt64, "a", MaxAbsAmount, math.MinInt64}},
+		{"lowest amount", want{math.MaxInt64, "a", -MaxAbsAmount, math.MaxInt64}},
 		{"quote and backslash", want{1, `a"b\c`, 2, 3}},
 		{"unicode", want{1, "ключ-🔑", 2, 3}},
 		{"tab and newline", want{1, "a\tb\nc", 2, 3}},
@@ -682,4 +684,25 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/event")
+}
+
+// TestDecodeAmountRange: amounts beyond ±MaxAbsAmount are rejected on both
+// paths, so that sums can't overflow the totals' BIGINT and stop the job.
+func TestDecodeAmountRange(t *testing.T) {
+	for _, amount := range []int64{MaxAbsAmount + 1, -MaxAbsAmount - 1, math.MaxInt64, math.MinInt64} {
+		for _, rec := range []string{
+			fmt.Sprintf(`{"id":1,"key":"k","amount":%d,"ts":2}`, amount),
+			fmt.Sprintf(`{ "id": 1, "key": "k", "amount": %d, "ts": 2 }`, amount),
+		} {
+			var ev Event
+			err := Decode([]byte(rec), &ev)
+			if err == nil || !strings.Contains(err.Error(), `"amount"`) {
+				t.Errorf("Decode(%s) = %v, want a rejection naming amount", rec, err)
+			}
+		}
+	}
+	var ev Event
+	if err := Decode([]byte(fmt.Sprintf(`{"id":1,"key":"k","amount":%d,"ts":2}`, -MaxAbsAmount)), &ev); err != nil || ev.Amount != -MaxAbsAmount {
+		t.Errorf("Decode at the bound: %v, amount %d", err, ev.Amount)
+	}
 }
