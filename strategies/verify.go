@@ -15,12 +15,10 @@ type SinkTotals struct {
 	DeadLetters int64
 }
 
-// ReadSinkTotals sums mb_totals and counts mb_dead_letters for job.
+// ReadSinkTotals sums mb_totals and counts mb_dead_letters for job. It
+// only reads: a sink no job has written to is an error, not zeros.
 func ReadSinkTotals(ctx context.Context, w *writers.SQL, job string) (SinkTotals, error) {
 	var t SinkTotals
-	if err := w.CreateTables(ctx); err != nil {
-		return t, err
-	}
 	err := w.DB().QueryRowContext(ctx,
 		`SELECT COALESCE(SUM(events), 0), COALESCE(SUM(amount), 0), COUNT(*) FROM mb_totals WHERE job = ?`, job).
 		Scan(&t.Events, &t.Amount, &t.Keys)

@@ -22,6 +22,8 @@ type SQLTarget struct {
 	// Display is the address with any password replaced by "xxxxx", for
 	// logs and errors.
 	Display string
+	// File is the database file of a SQLite sink.
+	File string
 }
 
 // schemeRE recognises a URL-shaped DSN; anything else (even with "://" in a
@@ -53,7 +55,7 @@ func ParseSQLDSN(dsn string) (SQLTarget, error) {
 		// The path is escaped: in a SQLite URI "#" and "%" would silently
 		// name another file.
 		src := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
-		return SQLTarget{Dialect: offsets.SQLite, DriverName: "sqlite", DataSource: src, Display: dsn}, nil
+		return SQLTarget{Dialect: offsets.SQLite, DriverName: "sqlite", DataSource: src, Display: dsn, File: path}, nil
 	case strings.HasPrefix(dsn, "mysql://"):
 		cfg, err := mysqlURL(dsn)
 		if err != nil {
@@ -83,7 +85,7 @@ func mysqlURL(dsn string) (*mysql.Config, error) {
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if u.Host == "" || db == "" || strings.Contains(db, "/") {
-		return nil, fmt.Errorf("%w: %q: want mysql://user:pass@host:port/db", ErrBadDSN, u.Redacted())
+		return nil, fmt.Errorf("%w: %q: want mysql://user:pass@host:port/db", ErrBadDSN, redactURL(dsn))
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net = "tcp"
@@ -101,7 +103,7 @@ func mysqlURL(dsn string) (*mysql.Config, error) {
 		// Reuse the driver's own parameter parsing.
 		parsed, err := mysql.ParseDSN("/?" + u.RawQuery)
 		if err != nil {
-			return nil, fmt.Errorf("%w: parameters of %q: %v", ErrBadDSN, u.Redacted(), err)
+			return nil, fmt.Errorf("%w: parameters of %q: %v", ErrBadDSN, redactURL(dsn), err)
 		}
 		parsed.User, parsed.Passwd, parsed.Net, parsed.Addr, parsed.DBName = cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName
 		cfg = parsed
@@ -140,15 +142,14 @@ func userAt(user, pass string) string {
 	}
 }
 
-// redactURL hides the password of a URL-shaped DSN that failed to parse.
+// redactURL hides the credentials of a URL-shaped DSN, by text alone:
+// everything between "://" and the last "@". (url.URL.Redacted can't hide a
+// password that url.Parse did not recognise as one, e.g. one with a "/".)
 func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+	i := strings.Index(s, "://")
+	at := strings.LastIndexByte(s, '@')
+	if i < 0 || at < i {
+		return s
 	}
-	if at := strings.LastIndexByte(s, '@'); at >= 0 {
-		if i := strings.Index(s, "://"); i >= 0 && i < at {
-			return s[:i+3] + "xxxxx" + s[at:]
-		}
-	}
-	return s
+	return s[:i+3] + "xxxxx" + s[at:]
 }

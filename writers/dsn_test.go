@@ -250,3 +250,25 @@ func FuzzParseSQLDSN(f *testing.F) {
 		}
 	})
 }
+
+// TestParseSQLDSNErrorsHidePasswords: passwords that url.Parse does not see
+// as passwords (a "/" in them) must not reach error messages either.
+func TestParseSQLDSNErrorsHidePasswords(t *testing.T) {
+	for _, dsn := range []string{
+		"mysql://app:123/45@db1/db",
+		"mysql://app:pa/ss@db1:3306/db/extra",
+		"mysql://app:s3cr%zz@db1/db",
+		"mysql://app:pw@db1/db?badparam=%zz",
+	} {
+		_, err := ParseSQLDSN(dsn)
+		if err == nil {
+			t.Errorf("ParseSQLDSN(%q) accepted it", dsn)
+			continue
+		}
+		for _, secret := range []string{"123/45", "pa/ss", "s3cr", ":pw@"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("ParseSQLDSN(%q) error %q shows %q", dsn, err, secret)
+			}
+		}
+	}
+}

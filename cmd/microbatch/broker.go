@@ -26,17 +26,14 @@ func brokerCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		parts, err := s.int64("partitions")
+		parts, err := s.partitions("partitions")
 		if err != nil {
 			return err
 		}
-		if parts < 1 || parts > 10000 {
-			return badConfig("partitions: %d is out of range 1..10000", parts)
-		}
 		b, err := devbroker.Start(devbroker.Options{
 			Listen:     s.str("listen"),
-			Topics:     s.v.GetStringSlice("topic"),
-			Partitions: int32(parts),
+			Topics:     s.list("topic"),
+			Partitions: parts,
 			DataDir:    s.str("data-dir"),
 		})
 		if err != nil {

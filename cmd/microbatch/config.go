@@ -97,6 +97,41 @@ func (s *settings) int64(name string) (int64, error) {
 	return n, nil
 }
 
+func (s *settings) uint64(name string) (uint64, error) {
+	raw := s.str(name)
+	n, err := strconv.ParseUint(strings.ReplaceAll(raw, "_", ""), 10, 64)
+	if err != nil {
+		return 0, badConfig("%s: %q is not a non-negative whole number", name, raw)
+	}
+	return n, nil
+}
+
+// list reads a list setting given as repeated flags, a comma list, or an
+// env var / config value with commas (viper splits env lists on spaces).
+func (s *settings) list(name string) []string {
+	var out []string
+	for _, item := range s.v.GetStringSlice(name) {
+		for _, part := range strings.Split(item, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	}
+	return out
+}
+
+// partitions reads a partition count, 1..10000.
+func (s *settings) partitions(name string) (int32, error) {
+	n, err := s.int64(name)
+	if err != nil {
+		return 0, err
+	}
+	if n < 1 || n > 10000 {
+		return 0, badConfig("%s: %d is outside 1..10000", name, n)
+	}
+	return int32(n), nil
+}
+
 func (s *settings) float(name string) (float64, error) {
 	raw := s.str(name)
 	f, err := strconv.ParseFloat(raw, 64)

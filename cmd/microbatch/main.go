@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -36,10 +37,10 @@ func run(args []string) int {
 	case errors.Is(err, errDiffers):
 		return exitFailure
 	case isConfigError(err) || isUsageError(err):
-		fmt.Fprintln(os.Stderr, "microbatch:", err)
+		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitConfig
 	default:
-		fmt.Fprintln(os.Stderr, "microbatch:", err)
+		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitFailure
 	}
 }
@@ -82,4 +83,10 @@ func isUsageError(err error) bool {
 		}
 	}
 	return false
+}
+
+// oneLine keeps an error on one line: joined errors (sarama joins one per
+// broker) are separated by "; ".
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }

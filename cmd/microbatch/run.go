@@ -86,6 +86,13 @@ func runJob(ctx context.Context, s *settings) error {
 	if cfg.MaxBatchRecords, err = s.int64("max-batch-records"); err != nil {
 		return err
 	}
+	// Zero would silently mean "the default" to the library: refuse it.
+	if cfg.Interval == 0 {
+		return badConfig("interval: must be positive (e.g. 1s)")
+	}
+	if cfg.MaxBatchRecords == 0 {
+		return badConfig("max-batch-records: must be positive")
+	}
 	par, err := s.int64("parallelism")
 	if err != nil {
 		return err
@@ -161,7 +168,10 @@ func runJob(ctx context.Context, s *settings) error {
 		return err
 	}
 	if demo != nil {
-		return demo.report(ctx, cfg)
+		// Also after Ctrl-C: the stop was graceful, the report still due.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return demo.report(rctx, cfg)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,8 +42,15 @@ func verifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if _, err := writers.ParseSQLDSN(s.str("sink")); err != nil {
+		target, err := writers.ParseSQLDSN(s.str("sink"))
+		if err != nil {
 			return configError{err}
+		}
+		// Opening a missing SQLite file would create an empty one.
+		if target.File != "" {
+			if _, err := os.Stat(target.File); err != nil {
+				return fmt.Errorf("sink %s: %w", target.Display, err)
+			}
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 		defer cancel()
