@@ -1,8 +1,11 @@
 package main_test
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -249,5 +252,42 @@ func TestCLIDemo(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") || !want.MatchString(r.stdout) {
 			t.Fatalf("demo run with %d events: want exit 0, %d events and \"OK: exactly once\"\n%s", events, events, r)
 		}
+	}
+}
+
+// TestCLIDemoInterrupt: Ctrl-C during the demo is a graceful stop: exit 0,
+// a report of where the job stands, and a second run finishes exactly.
+func TestCLIDemoInterrupt(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "run", "--demo-events", "200000", "--demo-rate", "20000", "--interval", "200ms")
+	cmd.Dir = dir
+	cmd.Env = cmdEnv()
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `msg="batch committed"`) {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, stderr)
+	err = cmd.Wait()
+	if cmd.ProcessState.ExitCode() != 0 || !strings.Contains(stdout.String(), "run again to continue") {
+		t.Fatalf("interrupted demo: exit %v, stdout:\n%s", err, stdout.String())
+	}
+	r := runBin(t, dir, nil, 2*time.Minute, "run", "--demo-events", "200000", "--demo-rate", "0", "--until-idle", "1s")
+	if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") {
+		t.Fatalf("demo after the interrupt: %s", r)
 	}
 }
