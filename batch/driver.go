@@ -128,10 +128,7 @@ type Driver struct {
 // running batch finished) or after UntilIdle of idleness, and an error when
 // a task fails for good or the source can't be read.
 func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
-	clock := d.Clock
-	if clock == nil {
-		clock = realClock{}
-	}
+	clock := d.clock()
 	next := maps.Clone(d.Next)
 	sum.Next = next
 	began := clock.Now()
@@ -202,7 +199,7 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 // get a context that the caller's stop request does not cancel, so a batch
 // in flight finishes; a failing task cancels its siblings, which roll back.
 func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[int32]int64) (Progress, error) {
-	start := d.clockNow()
+	start := d.clock().Now()
 	results := make([]TaskResult, len(ranges))
 	committed := make([]bool, len(ranges))
 	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
@@ -241,16 +238,16 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 	if err != nil {
 		return p, err
 	}
-	p.Duration = d.clockNow().Sub(start)
+	p.Duration = d.clock().Now().Sub(start)
 	if s := p.Duration.Seconds(); s > 0 {
 		p.RecordsPerSec = float64(p.Records+p.DeadLetters) / s
 	}
 	return p, nil
 }
 
-func (d *Driver) clockNow() time.Time {
+func (d *Driver) clock() Clock {
 	if d.Clock == nil {
-		return time.Now()
+		return realClock{}
 	}
-	return d.Clock.Now()
+	return d.Clock
 }

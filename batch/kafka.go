@@ -65,9 +65,6 @@ func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
 	return &KafkaSource{client: client, consumer: consumer, topic: topic, parts: parts, readers: make(map[int32]*partitionReader)}, nil
 }
 
-// Topic is the topic read.
-func (s *KafkaSource) Topic() string { return s.topic }
-
 // Partitions lists the topic's partitions, sorted.
 func (s *KafkaSource) Partitions() []int32 { return slices.Clone(s.parts) }
 

@@ -3,6 +3,7 @@ package strategies
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -70,17 +71,20 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 	agg := event.NewAggregator()
 	var dls []writers.DeadLetter
 	dlBytes := 0
+	// The transaction opens only when there is something to write, so
+	// that reading (the slow part) holds no database connection.
 	var tx *writers.SQLTx
 	begin := func() error {
 		if tx != nil {
 			return nil
 		}
-		tx, err = t.w.Begin(ctx)
-		return err
+		var berr error
+		tx, berr = t.w.Begin(ctx)
+		return berr
 	}
 	defer func() {
-		if tx != nil && err != nil {
-			tx.Rollback()
+		if tx != nil {
+			tx.Rollback() // no-op after Commit
 		}
 	}()
 
@@ -144,7 +148,8 @@ func totalsRows(job string, totals []event.Total) [][]any {
 
 func deadLetter(job, topic string, rec *batch.Record, err error) writers.DeadLetter {
 	reason := err.Error()
-	if de, ok := err.(*event.DecodeError); ok {
+	var de *event.DecodeError
+	if errors.As(err, &de) {
 		reason = de.Reason
 	}
 	return writers.DeadLetter{
