@@ -14,6 +14,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 )
 
@@ -78,7 +79,7 @@ func ensureData(b *testing.B, brokers []string, topic string, events int64) {
 	if err := kafkautil.EnsureTopic(brokers, topic, benchPartitions); err != nil {
 		b.Fatal(err)
 	}
-	have := endOffsets(b, brokers, topic)
+	have := testutil.EndOffsets(b, brokers, topic)
 	var n int64
 	for _, e := range have {
 		n += e
@@ -96,20 +97,11 @@ func ensureData(b *testing.B, brokers []string, topic string, events int64) {
 	b.Logf("produced %d events into %s in %v", events-n, topic, time.Since(start).Round(time.Millisecond))
 }
 
-func endOffsets(b *testing.B, brokers []string, topic string) map[int32]int64 {
-	b.Helper()
-	ends, err := kafkautil.EndOffsets(brokers, topic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return ends
-}
-
 // rawConsume reads every partition from the start to its end offset with
 // the same sarama settings the job uses, touching nothing but the offset.
 func rawConsume(b *testing.B, brokers []string, topic string) time.Duration {
 	b.Helper()
-	ends := endOffsets(b, brokers, topic)
+	ends := testutil.EndOffsets(b, brokers, topic)
 	start := time.Now()
 	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench-raw"))
 	if err != nil {

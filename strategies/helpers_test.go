@@ -10,17 +10,14 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -46,42 +43,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	// Checked after failures too: a failing test must not hide a leak.
 	if !testing.Short() {
-		if leaked := leakedGoroutines(10 * time.Second); leaked != "" {
+		if leaked := testutil.LeakedGoroutines(10 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n%s\n", leaked)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-// leakedGoroutines waits up to wait for goroutines started by Kafka, SQL or
-// microbatch code to end, and returns the stacks of those still running.
-func leakedGoroutines(wait time.Duration) string {
-	deadline := time.Now().Add(wait)
-	for {
-		buf := make([]byte, 8<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		// The first goroutine listed is this one.
-		for _, g := range strings.Split(string(buf), "\n\n")[1:] {
-			if strings.Contains(g, "rcrowley/go-metrics") { // sarama's global meter ticker
-				continue
-			}
-			for _, mark := range []string{"IBM/sarama", "twmb/franz-go", "microbatch/microbatch", "database/sql", "go-sql-driver", "modernc.org/sqlite"} {
-				if strings.Contains(g, mark) {
-					leaked = append(leaked, g)
-					break
-				}
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // needServer returns the value of the environment variable env, skipping
@@ -310,55 +277,10 @@ func checkPerKey(t testing.TB, got, want keyTotals) {
 	}
 }
 
-// readOffsets reads the job's mb_offsets rows for topic.
-func readOffsets(t testing.TB, w *writers.SQL, job, topic string) map[int32]int64 {
-	t.Helper()
-	rows, err := w.DB().Query(`SELECT part, next_offset FROM mb_offsets WHERE job = ? AND topic = ?`, job, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var off int64
-		if err := rows.Scan(&p, &off); err != nil {
-			t.Fatal(err)
-		}
-		out[p] = off
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// endOffsets asks the broker for each partition's end. The tests write no
-// transactions, so the high-water mark is the last stable offset.
-func endOffsets(t testing.TB, brokers []string, topic string) map[int32]int64 {
-	t.Helper()
-	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-test-offsets"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	parts, err := client.Partitions(topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int32]int64{}
-	for _, p := range parts {
-		if out[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
-
 // checkOffsets asserts the job's stored offsets are the partitions' ends.
 func checkOffsets(t testing.TB, w *writers.SQL, brokers []string, job, topic string) {
 	t.Helper()
-	got, want := readOffsets(t, w, job, topic), endOffsets(t, brokers, topic)
+	got, want := testutil.StoredOffsets(t, w.DB(), job, topic), testutil.EndOffsets(t, brokers, topic)
 	if len(got) != len(want) {
 		t.Errorf("mb_offsets has %d rows for %s, topic has %d partitions", len(got), topic, len(want))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 )
 
@@ -88,7 +89,7 @@ func testTxnPipeline(t *testing.T, brokers []string, dsn string) {
 func testStartFromLatest(t *testing.T, brokers []string, dsn, topic string, present int64) {
 	job := uniqueName(t, "latest")
 	w := openSink(t, dsn)
-	before := endOffsets(t, brokers, topic)
+	before := testutil.EndOffsets(t, brokers, topic)
 	cfg := baseConfig(t, brokers, topic, job, dsn)
 	cfg.StartFrom = strategies.StartLatest
 	type outcome struct {
@@ -106,7 +107,7 @@ func testStartFromLatest(t *testing.T, brokers []string, dsn, topic string, pres
 	// The job has claimed its start once its offset rows exist; they must
 	// hold the ends of the partitions as they were before.
 	deadline := time.Now().Add(30 * time.Second)
-	for len(readOffsets(t, w, job, topic)) < testPartitions {
+	for len(testutil.StoredOffsets(t, w.DB(), job, topic)) < testPartitions {
 		select {
 		case o := <-done:
 			t.Fatalf("run ended before claiming the job: %v", o.err)
@@ -119,7 +120,7 @@ func testStartFromLatest(t *testing.T, brokers []string, dsn, topic string, pres
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := readOffsets(t, w, job, topic); fmt.Sprint(got) != fmt.Sprint(before) {
+	if got := testutil.StoredOffsets(t, w.DB(), job, topic); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Errorf("start-from latest stored %v, want the partition ends %v", got, before)
 	}
 

@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -95,7 +94,7 @@ func testCrashRecovery(t *testing.T, brokers, sink string) {
 		// Give the run more work than it can finish before the kill.
 		maxBatches := int64(delay/crashInterval) + 3
 		need := maxBatches * crashMaxBatch * crashPartitions
-		if lag := sum(endOffsets(t, brokers, topic)) - sum(readOffsets(t, w, job, topic)); lag < need {
+		if lag := sum(testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic)) - sum(testutil.StoredOffsets(t, w.DB(), job, topic)); lag < need {
 			ev, am := produceCLI(t, brokers, topic, crashSeed, produced, need-lag)
 			produced += ev
 			expAmount += am
@@ -143,7 +142,7 @@ func testCrashRecovery(t *testing.T, brokers, sink string) {
 		t.Errorf("sink totals %+v, want events=%d amount=%d and no dead letters", got, produced, expAmount)
 	}
 	checkCrashPerKey(t, w, job, produced)
-	end, stored := endOffsets(t, brokers, topic), readOffsets(t, w, job, topic)
+	end, stored := testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic), testutil.StoredOffsets(t, w.DB(), job, topic)
 	if fmt.Sprint(end) != fmt.Sprint(stored) {
 		t.Errorf("mb_offsets %v, partition ends %v", stored, end)
 	}
@@ -331,48 +330,6 @@ func TestParseBatchLog(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
 		}
 	}
-}
-
-func readOffsets(t testing.TB, w *writers.SQL, job, topic string) map[int32]int64 {
-	t.Helper()
-	rows, err := w.DB().Query(`SELECT part, next_offset FROM mb_offsets WHERE job = ? AND topic = ?`, job, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var off int64
-		if err := rows.Scan(&p, &off); err != nil {
-			t.Fatal(err)
-		}
-		out[p] = off
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func endOffsets(t testing.TB, brokers, topic string) map[int32]int64 {
-	t.Helper()
-	client, err := sarama.NewClient(kafkautil.SplitBrokers(brokers), kafkautil.Config("microbatch-crash-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	parts, err := client.Partitions(topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int32]int64{}
-	for _, p := range parts {
-		if out[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
 }
 
 func sum(m map[int32]int64) int64 {

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -44,42 +44,12 @@ func TestMain(m *testing.M) {
 	}
 	// Checked after failures too: a failing test must not hide a leak.
 	if !testing.Short() {
-		if leaked := leakedGoroutines(10 * time.Second); leaked != "" {
+		if leaked := testutil.LeakedGoroutines(10 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n%s\n", leaked)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-// leakedGoroutines waits up to wait for goroutines started by Kafka, SQL or
-// microbatch code to end, and returns the stacks of those still running.
-func leakedGoroutines(wait time.Duration) string {
-	deadline := time.Now().Add(wait)
-	for {
-		buf := make([]byte, 8<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		// The first goroutine listed is this one.
-		for _, g := range strings.Split(string(buf), "\n\n")[1:] {
-			if strings.Contains(g, "rcrowley/go-metrics") { // sarama's global meter ticker
-				continue
-			}
-			for _, mark := range []string{"IBM/sarama", "twmb/franz-go", "microbatch/microbatch", "database/sql", "go-sql-driver", "modernc.org/sqlite", "os/exec"} {
-				if strings.Contains(g, mark) {
-					leaked = append(leaked, g)
-					break
-				}
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // binary builds ./cmd/microbatch once per test process and returns its
