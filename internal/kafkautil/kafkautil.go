@@ -181,6 +181,11 @@ func topicReady(client sarama.Client, topic string) error {
 		if _, err := client.Leader(topic, p); err != nil {
 			return err
 		}
+		// Metadata can name a leader before it serves the partition
+		// (Apache Kafka answers NOT_LEADER_OR_FOLLOWER for a moment): ask it.
+		if _, err := client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			return err
+		}
 	}
 	return nil
 }
