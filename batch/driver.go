@@ -122,6 +122,19 @@ type Driver struct {
 	// run; OnProgress after it committed.
 	OnStart    func(Info, []Range)
 	OnProgress func(Progress)
+
+	// Commit, when set, makes a whole batch durable at once after all its
+	// tasks returned (the `single` strategy: one transaction for every
+	// partition). Tasks then only compute; no partition's offset moves
+	// unless Commit succeeds. It gets a context the stop request does not
+	// cancel, and reports its retries.
+	Commit func(ctx context.Context, b Info, ranges []Range) (CommitResult, error)
+}
+
+// CommitResult is what a batch-level Commit reports.
+type CommitResult struct {
+	Duration time.Duration
+	Attempts int
 }
 
 // Run drives batches. It returns nil when ctx is cancelled (after the
@@ -219,6 +232,24 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 	}
 	err := g.Wait()
 	p := Progress{BatchID: b.ID, Partitions: len(ranges)}
+	if d.Commit != nil {
+		// Tasks only computed: the batch is durable when Commit says so,
+		// and then for every partition at once.
+		if err == nil {
+			var cr CommitResult
+			cr, err = d.Commit(context.WithoutCancel(ctx), b, ranges)
+			p.MaxCommit = cr.Duration
+			if cr.Attempts > 1 {
+				p.Retries += cr.Attempts - 1
+			}
+			if err != nil {
+				err = fmt.Errorf("batch %d: %w", b.ID, err)
+			}
+		}
+		if err != nil {
+			clear(committed)
+		}
+	}
 	for i, r := range ranges {
 		// A task that failed rolled back: its records count for nothing,
 		// and its partition's offset stays where it was.
