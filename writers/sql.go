@@ -260,6 +260,17 @@ func (w *SQL) Begin(ctx context.Context) (*SQLTx, error) {
 
 // Upsert writes rows (each: key values then value values, in column order).
 func (t *SQLTx) Upsert(ctx context.Context, u Upsert, rows [][]any) error {
+	return t.w.upsert(ctx, t.tx, u, rows)
+}
+
+// Upsert writes rows outside any transaction: each statement (of up to
+// maxParams values) commits on its own. For at-least-once style sinks that
+// accept a partly written batch.
+func (w *SQL) Upsert(ctx context.Context, u Upsert, rows [][]any) error {
+	return w.upsert(ctx, w.db, u, rows)
+}
+
+func (w *SQL) upsert(ctx context.Context, ex sqlx.ExecerContext, u Upsert, rows [][]any) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -278,7 +289,7 @@ func (t *SQLTx) Upsert(ctx context.Context, u Upsert, rows [][]any) error {
 			}
 			args = append(args, r...)
 		}
-		if _, err := t.tx.ExecContext(ctx, t.w.upsertSQL(u, len(chunk)), args...); err != nil {
+		if _, err := ex.ExecContext(ctx, w.upsertSQL(u, len(chunk)), args...); err != nil {
 			return fmt.Errorf("upserting into %s: %w", u.Table, err)
 		}
 	}
@@ -302,6 +313,15 @@ const deadLetterChunkBytes = 4 << 20
 // DeadLetters inserts dls. A record already dead-lettered (same job, topic,
 // partition, offset) is left as it is, so replays are harmless.
 func (t *SQLTx) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+	return t.w.deadLetters(ctx, t.tx, dls)
+}
+
+// DeadLetters inserts dls outside any transaction (see SQL.Upsert).
+func (w *SQL) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+	return w.deadLetters(ctx, w.db, dls)
+}
+
+func (w *SQL) deadLetters(ctx context.Context, ex sqlx.ExecerContext, dls []DeadLetter) error {
 	now := time.Now().UTC()
 	for len(dls) > 0 {
 		n, size := 0, 0
@@ -312,7 +332,7 @@ func (t *SQLTx) DeadLetters(ctx context.Context, dls []DeadLetter) error {
 		chunk := dls[:n]
 		dls = dls[n:]
 		var b strings.Builder
-		if t.w.dialect == offsets.MySQL {
+		if w.dialect == offsets.MySQL {
 			b.WriteString("INSERT IGNORE INTO mb_dead_letters (job, topic, part, off, reason, payload, at) VALUES ")
 		} else {
 			b.WriteString("INSERT OR IGNORE INTO mb_dead_letters (job, topic, part, off, reason, payload, at) VALUES ")
@@ -330,7 +350,7 @@ func (t *SQLTx) DeadLetters(ctx context.Context, dls []DeadLetter) error {
 			}
 			args = append(args, d.Job, d.Topic, d.Partition, d.Offset, truncate(reason, MaxReasonBytes), payload, now)
 		}
-		if _, err := t.tx.ExecContext(ctx, b.String(), args...); err != nil {
+		if _, err := ex.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("inserting dead letters: %w", err)
 		}
 	}
