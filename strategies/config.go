@@ -19,11 +19,50 @@ import (
 
 // Strategy names accepted by Config.Strategy.
 const (
-	StrategyTxn = "txn"
+	StrategyTxn         = "txn"
+	StrategySingle      = "single"
+	StrategyAtLeastOnce = "at-least-once"
+	StrategyAtMostOnce  = "at-most-once"
 )
 
 // Strategies lists the implemented strategies.
-var Strategies = []string{StrategyTxn}
+var Strategies = []string{StrategyTxn, StrategySingle, StrategyAtLeastOnce, StrategyAtMostOnce}
+
+// Guarantee is what a strategy promises about the sink after crashes.
+type Guarantee string
+
+// Guarantees.
+const (
+	ExactlyOnce Guarantee = "exactly-once"
+	AtLeastOnce Guarantee = "at-least-once" // no loss, duplicates possible
+	AtMostOnce  Guarantee = "at-most-once"  // no duplicates, loss possible
+)
+
+// GuaranteeOf returns the promise of a strategy ("" if unknown).
+func GuaranteeOf(strategy string) Guarantee {
+	switch strategy {
+	case StrategyTxn, StrategySingle:
+		return ExactlyOnce
+	case StrategyAtLeastOnce:
+		return AtLeastOnce
+	case StrategyAtMostOnce:
+		return AtMostOnce
+	}
+	return ""
+}
+
+// Crash points: named moments at which Config.CrashPoint is called, so that
+// tests and benchmarks can kill the process exactly there. Each strategy
+// reaches the points it has, in its own order (README, "Crash points").
+const (
+	CrashAfterPlan               = "after-plan"                 // batch planned, nothing read
+	CrashMidWrite                = "mid-write"                  // some results written, not all
+	CrashAfterWriteBeforeOffsets = "after-write-before-offsets" // results written, offsets not
+	CrashAfterOffsetsBeforeWrite = "after-offsets-before-write" // offsets stored, results not (all) written
+)
+
+// CrashPoints lists the crash points.
+var CrashPoints = []string{CrashAfterPlan, CrashMidWrite, CrashAfterWriteBeforeOffsets, CrashAfterOffsetsBeforeWrite}
 
 // Start-from values for partitions without a stored offset.
 const (
@@ -58,6 +97,9 @@ type Config struct {
 	Logger       *slog.Logger
 	OnBatchStart func(batch.Info, []batch.Range)
 	OnProgress   func(batch.Progress)
+	// CrashPoint, when set, is called at each crash point (see
+	// CrashPoints), possibly from several partition tasks at once.
+	CrashPoint func(point string)
 }
 
 var (

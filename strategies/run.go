@@ -20,8 +20,9 @@ const connectTimeout = 30 * time.Second
 // Result is what a finished run reports.
 type Result struct {
 	batch.Summary
-	Epoch int64
-	Sink  string // sink address without password
+	Started bool   // the job got past start-up (claimed its offsets)
+	Epoch   int64  // the epoch it committed with (exactly-once SQL strategies)
+	Sink    string // sink address without password
 }
 
 // Run runs the configured job until ctx is cancelled (graceful: the batch
@@ -56,33 +57,55 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer src.Close()
 
-	claim, err := claimJob(ctx, w, src, cfg)
-	if err != nil {
-		return Result{}, err
+	crash := func(string) {}
+	if cfg.CrashPoint != nil {
+		crash = cfg.CrashPoint
 	}
-	res := Result{Epoch: claim.Epoch, Sink: w.String()}
-	log.Info("job claimed", "job", cfg.Job, "strategy", cfg.Strategy, "topic", cfg.Topic,
-		"partitions", len(claim.Positions), "epoch", claim.Epoch, "sink", w.String())
-
-	next := make(map[int32]int64, len(claim.Positions))
-	for p, pos := range claim.Positions {
-		next[p] = pos.NextOffset
-	}
-	t := &txnTask{src: src, w: w, job: cfg.Job, log: log}
 	d := &batch.Driver{
 		Source:      src,
-		Task:        t.run,
 		Topic:       cfg.Topic,
-		Next:        next,
-		LastBatch:   claim.LastBatch,
-		Epoch:       claim.Epoch,
 		Interval:    cfg.Interval,
 		MaxRecords:  cfg.MaxBatchRecords,
 		Parallelism: cfg.Parallelism,
 		UntilIdle:   cfg.UntilIdle,
-		OnStart:     cfg.OnBatchStart,
 		OnProgress:  cfg.OnProgress,
+		OnStart: func(b batch.Info, ranges []batch.Range) {
+			if cfg.OnBatchStart != nil {
+				cfg.OnBatchStart(b, ranges)
+			}
+			crash(CrashAfterPlan)
+		},
 	}
+	res := Result{Sink: w.String()}
+	switch cfg.Strategy {
+	case StrategyTxn, StrategySingle:
+		claim, err := claimJob(ctx, w, src, cfg)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Epoch = claim.Epoch
+		d.Next = make(map[int32]int64, len(claim.Positions))
+		for p, pos := range claim.Positions {
+			d.Next[p] = pos.NextOffset
+		}
+		d.LastBatch, d.Epoch = claim.LastBatch, claim.Epoch
+		if cfg.Strategy == StrategyTxn {
+			d.Task = (&txnTask{src: src, w: w, job: cfg.Job, log: log, crash: crash}).run
+		} else {
+			s := newSingle(src, w, cfg.Job, log, crash)
+			d.Task, d.Commit = s.compute, s.commit
+		}
+	case StrategyAtLeastOnce, StrategyAtMostOnce:
+		group := offsets.NewKafkaGroup(client, cfg.Job, cfg.Topic)
+		if d.Next, err = groupStart(ctx, group, src, cfg); err != nil {
+			return Result{}, err
+		}
+		c := &control{src: src, w: w, group: group, job: cfg.Job, log: log, crash: crash, atMostOnce: cfg.Strategy == StrategyAtMostOnce}
+		d.Task = c.run
+	}
+	res.Started = true
+	log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
+		"topic", cfg.Topic, "partitions", len(d.Next), "epoch", res.Epoch, "sink", w.String())
 	res.Summary, err = d.Run(ctx)
 	return res, err
 }
@@ -127,4 +150,31 @@ func claimJob(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg C
 			return offsets.Claim{}, err
 		}
 	}
+}
+
+// groupStart reads where the controls start: the consumer group's
+// committed offsets; start-from for a group that has none at all, earliest
+// for a partition that appeared later.
+func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSource, cfg Config) (map[int32]int64, error) {
+	parts := src.Partitions()
+	committed, err := g.Load(ctx, parts)
+	if err != nil {
+		return nil, err
+	}
+	bounds, err := src.Bounds(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
+	}
+	next := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		switch off, ok := committed[p]; {
+		case ok:
+			next[p] = off
+		case cfg.StartFrom == StartLatest && len(committed) == 0:
+			next[p] = bounds[p].End
+		default:
+			next[p] = bounds[p].Start
+		}
+	}
+	return next, nil
 }

@@ -1,13 +1,9 @@
 package strategies
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
@@ -31,40 +27,44 @@ const deadLetterSpillBytes = 8 << 20
 // range, then in ONE transaction add the per-key totals, insert the dead
 // letters and advance the partition's offset row.
 type txnTask struct {
-	src batch.Source
-	w   *writers.SQL
-	job string
-	log *slog.Logger
+	src   batch.Source
+	w     *writers.SQL
+	job   string
+	log   *slog.Logger
+	crash func(point string)
 }
 
 func (t *txnTask) run(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
 	adv := offsets.Advance{Job: t.job, Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To, Epoch: b.Epoch, BatchID: b.ID}
-	for attempt := 1; ; attempt++ {
-		res, err := t.once(ctx, adv, r)
-		res.Attempts = attempt
-		if err == nil {
-			return res, nil
+	var res batch.TaskResult
+	attempts, err := withRetry(ctx, t.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
+		var err error
+		if res, err = t.once(ctx, adv, r); err == nil {
+			return nil
 		}
-		// A commit whose reply was lost may have landed: the offset row
-		// tells. Only our own commit can have moved it to adv.To. (A retry
-		// after such a commit fails with offsets.ErrConflict and lands here
-		// again, so it settles as success too.)
-		landed, lerr := offsets.Landed(ctx, t.w.DB(), adv)
-		if lerr == nil && landed {
-			return res, nil
+		return settle(ctx, t.w, err, adv)
+	})
+	res.Attempts = attempts
+	return res, err
+}
+
+// settle decides what a failed commit attempt means. A commit whose reply
+// was lost may have landed: the offset rows tell, since only our own commit
+// can have moved them to their ends. (A retry after such a commit fails
+// with offsets.ErrConflict and is settled here as success too.) If the rows
+// can't be read, the outcome is unknown, which calls for another attempt,
+// never for giving up with the error of an attempt that may have succeeded.
+func settle(ctx context.Context, w *writers.SQL, err error, advs ...offsets.Advance) error {
+	for _, a := range advs {
+		landed, lerr := offsets.Landed(ctx, w.DB(), a)
+		if lerr != nil {
+			return unknownOutcome{err}
 		}
-		// If the row can't be read, whether the commit landed is unknown:
-		// that is a reason to try again, never to give up with the error
-		// of an attempt that may have succeeded.
-		retryable := lerr != nil || writers.IsRetryable(err) || batch.IsRetryable(err)
-		if !retryable || attempt >= maxAttempts {
-			return res, err
-		}
-		t.log.Warn("retrying partition transaction", "batch", b.ID, "range", r.String(), "attempt", attempt, "err", err)
-		if err := sleepBackoff(ctx, attempt); err != nil {
-			return res, err
+		if !landed {
+			return err
 		}
 	}
+	return nil
 }
 
 func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) (res batch.TaskResult, err error) {
@@ -88,27 +88,22 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 		}
 	}()
 
-	var ev event.Event
-	err = t.src.Read(ctx, r, func(rec *batch.Record) error {
-		if derr := event.Decode(rec.Value, &ev); derr != nil {
-			dls = append(dls, deadLetter(t.job, r.Topic, rec, derr))
-			dlBytes += len(rec.Value)
-			res.DeadLetters++
-			if dlBytes >= deadLetterSpillBytes {
-				if err := begin(); err != nil {
-					return err
-				}
-				if err := tx.DeadLetters(ctx, dls); err != nil {
-					return err
-				}
-				dls, dlBytes = dls[:0], 0
-			}
+	counts, err := process(ctx, t.src, t.job, r, agg, func(dl writers.DeadLetter) error {
+		dls = append(dls, dl)
+		dlBytes += len(dl.Payload)
+		if dlBytes < deadLetterSpillBytes {
 			return nil
 		}
-		agg.Add(&ev)
-		res.Records++
+		if err := begin(); err != nil {
+			return err
+		}
+		if err := tx.DeadLetters(ctx, dls); err != nil {
+			return err
+		}
+		dls, dlBytes = dls[:0], 0
 		return nil
 	})
+	res.Records, res.DeadLetters = counts.records, counts.deadLetters
 	if err != nil {
 		return res, err
 	}
@@ -119,43 +114,20 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 	if err = tx.Upsert(ctx, writers.Totals, totalsRows(t.job, agg.Totals())); err != nil {
 		return res, err
 	}
+	t.crash(CrashMidWrite)
 	if err = tx.DeadLetters(ctx, dls); err != nil {
 		return res, err
 	}
+	t.crash(CrashAfterWriteBeforeOffsets)
 	if err = tx.Advance(ctx, adv); err != nil {
 		return res, err
 	}
+	t.crash(CrashAfterOffsetsBeforeWrite) // in the open transaction: nothing is durable yet
 	if err = tx.Commit(); err != nil {
 		return res, err
 	}
 	res.Commit = time.Since(commitStart)
 	return res, nil
-}
-
-// totalsRows sorts by key so that concurrent partition transactions lock
-// mb_totals rows in the same order and don't deadlock each other.
-func totalsRows(job string, totals []event.Total) [][]any {
-	slices.SortFunc(totals, func(a, b event.Total) int { return strings.Compare(a.Key, b.Key) })
-	rows := make([][]any, len(totals))
-	flat := make([]any, 4*len(totals))
-	for i, tt := range totals {
-		row := flat[4*i : 4*i+4 : 4*i+4]
-		row[0], row[1], row[2], row[3] = job, tt.Key, tt.Events, tt.Amount
-		rows[i] = row
-	}
-	return rows
-}
-
-func deadLetter(job, topic string, rec *batch.Record, err error) writers.DeadLetter {
-	reason := err.Error()
-	var de *event.DecodeError
-	if errors.As(err, &de) {
-		reason = de.Reason
-	}
-	return writers.DeadLetter{
-		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
-		Reason: reason, Payload: bytes.Clone(rec.Value),
-	}
 }
 
 func sleepBackoff(ctx context.Context, attempt int) error {

@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -160,22 +161,32 @@ func TestCLIVerify(t *testing.T) {
 	w.Close()
 	for _, c := range []struct {
 		name           string
+		strategy       string
 		job            string
 		events, amount int64
 		code           int
 		verdict        string
 	}{
-		{"match", "vjob", 5, 42, 0, "OK: exactly once"},
-		{"losses", "vjob", 6, 50, 1, "DIFFERS: 1 events missing (losses)"},
-		{"duplicates", "vjob", 4, 40, 1, "DIFFERS: 1 events too many (duplicates)"},
-		{"amount differs", "vjob", 5, 43, 1, "DIFFERS: same event count, different amount"},
-		{"unknown job", "nojob", 5, 42, 1, "DIFFERS: 5 events missing"},
+		{"match", "txn", "vjob", 5, 42, 0, "OK: exactly once"},
+		{"losses", "txn", "vjob", 6, 50, 1, "FAIL: the sink breaks the exactly-once promise"},
+		{"duplicates", "single", "vjob", 4, 40, 1, "FAIL: the sink breaks the exactly-once promise"},
+		{"amount differs", "txn", "vjob", 5, 43, 1, "FAIL"},
+		{"unknown job", "txn", "nojob", 5, 42, 1, "FAIL"},
+		{"at-least-once with duplicates", "at-least-once", "vjob", 4, 40, 0, "OK for at-least-once: 1 duplicates, 0 losses"},
+		{"at-least-once with losses", "at-least-once", "vjob", 6, 50, 1, "FAIL: the sink breaks the at-least-once promise"},
+		{"at-most-once with losses", "at-most-once", "vjob", 6, 50, 0, "OK for at-most-once: 0 duplicates, 1 losses"},
+		{"at-most-once with duplicates", "at-most-once", "vjob", 4, 40, 1, "FAIL: the sink breaks the at-most-once promise"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", c.job,
+			r := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", c.job, "--strategy", c.strategy,
 				"--expect-events", strconv.FormatInt(c.events, 10), "--expect-amount", strconv.FormatInt(c.amount, 10))
 			if r.code != c.code || !strings.Contains(r.stdout, c.verdict) {
 				t.Errorf("want exit %d and %q\n%s", c.code, c.verdict, r)
+			}
+			dups, losses := max(5-c.events, 0), max(c.events-5, 0) // the sink holds 5 events
+			shown := regexp.MustCompile(fmt.Sprintf(`duplicates\s+%d\n\s+losses\s+%d\n`, dups, losses))
+			if c.job == "vjob" && !shown.MatchString(r.stdout) {
+				t.Errorf("want duplicates %d and losses %d shown\n%s", dups, losses, r)
 			}
 		})
 	}

@@ -6,6 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,7 +47,7 @@ works on a machine with nothing installed.`,
 	}
 	fs := cmd.Flags()
 	addConfigFlag(fs)
-	fs.String("strategy", strategies.StrategyTxn, "delivery strategy: txn")
+	fs.String("strategy", strategies.StrategyTxn, "delivery strategy: "+strings.Join(strategies.Strategies, ", "))
 	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (empty: embedded demo broker)")
 	fs.String("topic", strategies.DefaultTopic, "topic to read")
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
@@ -136,6 +141,10 @@ func runJob(ctx context.Context, s *settings) error {
 			"duration", p.Duration.Round(time.Millisecond), "commit", p.MaxCommit.Round(time.Millisecond), "retries", p.Retries)
 	}
 
+	if cfg.CrashPoint, err = crashPointFromEnv(); err != nil {
+		return err
+	}
+
 	var demo *demoRun
 	if len(cfg.Brokers) == 0 {
 		// Refuse a bad configuration before the demo creates anything.
@@ -155,7 +164,7 @@ func runJob(ctx context.Context, s *settings) error {
 	if errors.Is(err, strategies.ErrConfig) || errors.Is(err, writers.ErrBadDSN) {
 		return configError{err}
 	}
-	if res.Epoch > 0 { // the job got as far as claiming its offsets
+	if res.Started {
 		rate := 0.0
 		if res.Elapsed > 0 {
 			rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
@@ -248,6 +257,31 @@ func (d *demoRun) report(ctx context.Context, cfg strategies.Config, interrupted
 			cfg.Job, w, got.Events, d.expected.Events)
 		return nil
 	}
-	printComparison(os.Stdout, w.String(), cfg.Job, got, d.expected.Events, d.expected.Amount)
+	printComparison(os.Stdout, w.String(), cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, d.expected.Amount)
 	return nil
+}
+
+// crashEnv names the variable that arms a crash point: <point>:<n> makes
+// the process SIGKILL itself the n-th time it reaches point. For tests and
+// benchmarks; nothing happens unless it is set.
+const crashEnv = "MICROBATCH_CRASH_AT"
+
+func crashPointFromEnv() (func(string), error) {
+	spec := os.Getenv(crashEnv)
+	if spec == "" {
+		return nil, nil
+	}
+	point, nstr, ok := strings.Cut(spec, ":")
+	n, err := strconv.ParseInt(nstr, 10, 64)
+	if !ok || err != nil || n < 1 || !slices.Contains(strategies.CrashPoints, point) {
+		return nil, badConfig("%s=%q: want <point>:<n>, n ≥ 1, point one of %s", crashEnv, spec, strings.Join(strategies.CrashPoints, ", "))
+	}
+	var reached atomic.Int64
+	return func(p string) {
+		if p == point && reached.Add(1) == n {
+			// No cleanup, no deferred calls: a crash, not a stop.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}, nil
 }

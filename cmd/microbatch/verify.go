@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +28,7 @@ func verifyCmd() *cobra.Command {
 	addConfigFlag(fs)
 	fs.String("sink", "sqlite://microbatch.db", "sink DSN (mysql://user:pass@host:port/db or sqlite://path)")
 	fs.String("job", "default", "job name")
+	fs.String("strategy", strategies.StrategyTxn, "strategy the job ran with; verify judges by its promise: "+strings.Join(strategies.Strategies, ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
 	fs.Int64("expect-amount", 0, "sum of amount the sink should hold")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -34,6 +36,11 @@ func verifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		strategy, err := s.oneOf("strategy", strategies.Strategies...)
+		if err != nil {
+			return err
+		}
+		guarantee := strategies.GuaranteeOf(strategy)
 		events, err := s.int64("expect-events")
 		if err != nil {
 			return err
@@ -63,7 +70,7 @@ func verifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if !printComparison(cmd.OutOrStdout(), w.String(), s.str("job"), got, events, amount) {
+		if !printComparison(cmd.OutOrStdout(), w.String(), s.str("job"), guarantee, got, events, amount) {
 			return errDiffers
 		}
 		return nil
@@ -71,26 +78,36 @@ func verifyCmd() *cobra.Command {
 	return cmd
 }
 
-// printComparison writes the sink's totals next to the expected ones and
-// reports whether they match.
-func printComparison(out io.Writer, sink, job string, got strategies.SinkTotals, events, amount int64) bool {
-	ok := got.Events == events && got.Amount == amount
-	verdict := "OK: exactly once"
-	switch {
-	case ok:
-	case got.Events > events:
-		verdict = fmt.Sprintf("DIFFERS: %d events too many (duplicates)", got.Events-events)
-	case got.Events < events:
-		verdict = fmt.Sprintf("DIFFERS: %d events missing (losses)", events-got.Events)
+// printComparison writes what the sink holds next to what was expected,
+// with the duplicates and losses the difference shows, and judges it by
+// the strategy's promise: exactly-once needs both to match, at-least-once
+// allows duplicates, at-most-once allows losses.
+func printComparison(out io.Writer, sink, job string, g strategies.Guarantee, got strategies.SinkTotals, events, amount int64) bool {
+	dups, losses := max(got.Events-events, 0), max(events-got.Events, 0)
+	var ok bool
+	switch g {
+	case strategies.AtLeastOnce:
+		ok = got.Events >= events && (dups > 0 || got.Amount == amount)
+	case strategies.AtMostOnce:
+		ok = got.Events <= events && (losses > 0 || got.Amount == amount)
 	default:
-		verdict = "DIFFERS: same event count, different amount"
+		ok = got.Events == events && got.Amount == amount
 	}
-	fmt.Fprintf(out, "job %s in %s\n", job, sink)
-	fmt.Fprintf(out, "  %-13s %15s %15s\n", "", "sink", "expected")
+	fmt.Fprintf(out, "job %s in %s (promise: %s)\n", job, sink, g)
+	fmt.Fprintf(out, "  %-13s %15s %15s\n", "", "found", "expected")
 	fmt.Fprintf(out, "  %-13s %15d %15d\n", "events", got.Events, events)
 	fmt.Fprintf(out, "  %-13s %15d %15d\n", "amount", got.Amount, amount)
+	fmt.Fprintf(out, "  %-13s %15d\n", "duplicates", dups)
+	fmt.Fprintf(out, "  %-13s %15d\n", "losses", losses)
 	fmt.Fprintf(out, "  %-13s %15d\n", "keys", got.Keys)
 	fmt.Fprintf(out, "  %-13s %15d\n", "dead letters", got.DeadLetters)
-	fmt.Fprintf(out, "%s\n", verdict)
+	switch {
+	case !ok:
+		fmt.Fprintf(out, "FAIL: the sink breaks the %s promise\n", g)
+	case dups == 0 && losses == 0 && got.Amount == amount:
+		fmt.Fprintf(out, "OK: exactly once\n")
+	default:
+		fmt.Fprintf(out, "OK for %s: %d duplicates, %d losses\n", g, dups, losses)
+	}
 	return ok
 }

@@ -46,3 +46,16 @@ func (a *Aggregator) Reset() {
 	clear(a.index)
 	a.totals = a.totals[:0]
 }
+
+// AddTotal merges a sum computed elsewhere (another partition's) into t's
+// key.
+func (a *Aggregator) AddTotal(t Total) {
+	i, ok := a.index[t.Key]
+	if !ok {
+		i = len(a.totals)
+		a.index[t.Key] = i
+		a.totals = append(a.totals, Total{Key: t.Key})
+	}
+	a.totals[i].Events += t.Events
+	a.totals[i].Amount += t.Amount
+}

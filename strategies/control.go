@@ -1,0 +1,87 @@
+package strategies
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// control is the task of the two negative controls. Results go to the SQL
+// sink as plain autocommit upserts; offsets go to the Kafka consumer group,
+// as a hand-written consumer would keep them. Nothing ties the two:
+//
+//   - at-least-once writes, then commits the offset: a crash in between
+//     replays the batch, and its totals are counted twice;
+//   - at-most-once commits the offset, then writes: a crash in between
+//     loses the batch's results.
+type control struct {
+	src        batch.Source
+	w          *writers.SQL
+	group      *offsets.KafkaGroup
+	job        string
+	log        *slog.Logger
+	crash      func(point string)
+	atMostOnce bool
+}
+
+func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
+	what := fmt.Sprintf("batch %d %s", b.ID, r)
+	var res batch.TaskResult
+	agg := event.NewAggregator()
+	var dls []writers.DeadLetter
+	attempts, err := withRetry(ctx, c.log, what, func() error {
+		agg.Reset()
+		dls = dls[:0]
+		n, err := process(ctx, c.src, c.job, r, agg, func(dl writers.DeadLetter) error {
+			dls = append(dls, dl)
+			return nil
+		})
+		res.Records, res.DeadLetters = n.records, n.deadLetters
+		return err
+	})
+	res.Attempts = attempts
+	if err != nil {
+		return res, err
+	}
+	rows := totalsRows(c.job, agg.Totals())
+	half := len(rows) / 2
+	start := time.Now()
+	commitOffset := func() error {
+		_, err := withRetry(ctx, c.log, what+" offset", func() error { return c.group.Commit(ctx, r.Partition, r.To) })
+		return err
+	}
+	// at-least-once retries a failed write (a write that landed before
+	// its error is then counted twice: allowed). at-most-once never
+	// retries one, since that could count it twice.
+	write := func(f func() error) error {
+		if c.atMostOnce {
+			return f()
+		}
+		_, err := withRetry(ctx, c.log, what+" write", f)
+		return err
+	}
+	steps := []func() error{
+		func() error { return write(func() error { return c.w.Upsert(ctx, writers.Totals, rows[:half]) }) },
+		func() error { c.crash(CrashMidWrite); return nil },
+		func() error { return write(func() error { return c.w.Upsert(ctx, writers.Totals, rows[half:]) }) },
+		func() error { return write(func() error { return c.w.DeadLetters(ctx, dls) }) },
+	}
+	if c.atMostOnce {
+		steps = append([]func() error{commitOffset, func() error { c.crash(CrashAfterOffsetsBeforeWrite); return nil }}, steps...)
+	} else {
+		steps = append(steps, func() error { c.crash(CrashAfterWriteBeforeOffsets); return nil }, commitOffset)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return res, err
+		}
+	}
+	res.Commit = time.Since(start)
+	return res, nil
+}

@@ -1,0 +1,98 @@
+package strategies
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// The built-in job, shared by every strategy: read a range, sum valid
+// events per key, hand undecodable records to a dead-letter callback.
+
+type counts struct{ records, deadLetters int64 }
+
+// process reads r from src, adding each valid event to agg and passing each
+// bad record to dead (which may write it somewhere). It writes nothing
+// itself.
+func process(ctx context.Context, src batch.Source, job string, r batch.Range, agg *event.Aggregator,
+	dead func(writers.DeadLetter) error) (counts, error) {
+	var c counts
+	var ev event.Event
+	err := src.Read(ctx, r, func(rec *batch.Record) error {
+		if derr := event.Decode(rec.Value, &ev); derr != nil {
+			c.deadLetters++
+			return dead(deadLetter(job, r.Topic, rec, derr))
+		}
+		agg.Add(&ev)
+		c.records++
+		return nil
+	})
+	return c, err
+}
+
+// totalsRows sorts by key so that concurrent partition transactions lock
+// mb_totals rows in the same order and don't deadlock each other.
+func totalsRows(job string, totals []event.Total) [][]any {
+	slices.SortFunc(totals, func(a, b event.Total) int { return strings.Compare(a.Key, b.Key) })
+	rows := make([][]any, len(totals))
+	flat := make([]any, 4*len(totals))
+	for i, tt := range totals {
+		row := flat[4*i : 4*i+4 : 4*i+4]
+		row[0], row[1], row[2], row[3] = job, tt.Key, tt.Events, tt.Amount
+		rows[i] = row
+	}
+	return rows
+}
+
+func deadLetter(job, topic string, rec *batch.Record, err error) writers.DeadLetter {
+	reason := err.Error()
+	var de *event.DecodeError
+	if errors.As(err, &de) {
+		reason = de.Reason
+	}
+	return writers.DeadLetter{
+		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
+		Reason: reason, Payload: bytes.Clone(rec.Value),
+	}
+}
+
+// unknownOutcome marks a failed attempt whose commit may have landed (its
+// offsets couldn't be read back): only another attempt can tell.
+type unknownOutcome struct{ err error }
+
+func (u unknownOutcome) Error() string { return u.err.Error() }
+func (u unknownOutcome) Unwrap() error { return u.err }
+
+// isRetryable: lost connections, deadlocks, Kafka read errors and unknown
+// outcomes may succeed on another attempt; fencing, conflicts and bad
+// configuration never do.
+func isRetryable(err error) bool {
+	var u unknownOutcome
+	return errors.As(err, &u) || writers.IsRetryable(err) || batch.IsRetryable(err)
+}
+
+// withRetry runs attempt until it succeeds, fails for good, or has been
+// tried maxAttempts times, backing off between tries. It returns how many
+// attempts it made.
+func withRetry(ctx context.Context, log *slog.Logger, what string, attempt func() error) (int, error) {
+	for n := 1; ; n++ {
+		err := attempt()
+		if err == nil {
+			return n, nil
+		}
+		if !isRetryable(err) || n >= maxAttempts {
+			return n, err
+		}
+		log.Warn("retrying", "what", what, "attempt", n, "err", err)
+		if err := sleepBackoff(ctx, n); err != nil {
+			return n, err
+		}
+	}
+}

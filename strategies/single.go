@@ -1,0 +1,125 @@
+package strategies
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// single is the `single` strategy ("repartition to one"): partition tasks
+// decode and aggregate in parallel, then their results are merged and ONE
+// transaction writes every partition's totals, dead letters and offset
+// rows. The batch is all-or-nothing across partitions, at the cost of one
+// writer per batch; dead letters are held in memory until the commit.
+type single struct {
+	src   batch.Source
+	w     *writers.SQL
+	job   string
+	log   *slog.Logger
+	crash func(point string)
+
+	mu      sync.Mutex
+	results map[int32]partial // of the batch being computed, by partition
+}
+
+// partial is one partition's computed share of a batch.
+type partial struct {
+	totals []event.Total
+	dls    []writers.DeadLetter
+}
+
+func newSingle(src batch.Source, w *writers.SQL, job string, log *slog.Logger, crash func(string)) *single {
+	return &single{src: src, w: w, job: job, log: log, crash: crash, results: map[int32]partial{}}
+}
+
+// compute is the partition task: read and aggregate, write nothing.
+func (s *single) compute(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
+	var res batch.TaskResult
+	var p partial
+	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
+		agg := event.NewAggregator()
+		p = partial{}
+		c, err := process(ctx, s.src, s.job, r, agg, func(dl writers.DeadLetter) error {
+			p.dls = append(p.dls, dl)
+			return nil
+		})
+		res.Records, res.DeadLetters = c.records, c.deadLetters
+		p.totals = agg.Totals()
+		return err
+	})
+	res.Attempts = attempts
+	if err != nil {
+		return res, err
+	}
+	s.mu.Lock()
+	s.results[r.Partition] = p
+	s.mu.Unlock()
+	return res, nil
+}
+
+// commit merges the partitions' results into one result set and writes it,
+// with all offsets, in one transaction.
+func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range) (batch.CommitResult, error) {
+	s.mu.Lock()
+	results := s.results
+	s.results = map[int32]partial{}
+	s.mu.Unlock()
+
+	merged := event.NewAggregator()
+	var dls []writers.DeadLetter
+	advs := make([]offsets.Advance, len(ranges))
+	for i, r := range ranges {
+		p, ok := results[r.Partition]
+		if !ok {
+			return batch.CommitResult{}, fmt.Errorf("committing batch %d: no result for %s", b.ID, r)
+		}
+		for _, t := range p.totals {
+			merged.AddTotal(t)
+		}
+		dls = append(dls, p.dls...)
+		advs[i] = offsets.Advance{Job: s.job, Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To, Epoch: b.Epoch, BatchID: b.ID}
+	}
+	rows := totalsRows(s.job, merged.Totals())
+	start := time.Now()
+	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d commit", b.ID), func() error {
+		if err := s.once(ctx, rows, dls, advs); err != nil {
+			return settle(ctx, s.w, err, advs...)
+		}
+		return nil
+	})
+	return batch.CommitResult{Duration: time.Since(start), Attempts: attempts}, err
+}
+
+func (s *single) once(ctx context.Context, rows [][]any, dls []writers.DeadLetter, advs []offsets.Advance) error {
+	tx, err := s.w.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // no-op after Commit
+	half := len(rows) / 2
+	if err := tx.Upsert(ctx, writers.Totals, rows[:half]); err != nil {
+		return err
+	}
+	s.crash(CrashMidWrite)
+	if err := tx.Upsert(ctx, writers.Totals, rows[half:]); err != nil {
+		return err
+	}
+	if err := tx.DeadLetters(ctx, dls); err != nil {
+		return err
+	}
+	s.crash(CrashAfterWriteBeforeOffsets)
+	for _, a := range advs {
+		if err := tx.Advance(ctx, a); err != nil {
+			return err
+		}
+	}
+	s.crash(CrashAfterOffsetsBeforeWrite) // in the open transaction: nothing is durable yet
+	return tx.Commit()
+}
