@@ -1,0 +1,120 @@
+package main_test
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/microbatch/microbatch/strategies"
+)
+
+// What a targeted crash must leave behind, judged after a restart drains.
+type crashOutcome int
+
+const (
+	stayExact     crashOutcome = iota // exactly-once strategies, everywhere
+	keepPromise                       // a control where its gap isn't open
+	mustDuplicate                     // at-least-once inside its gap
+	mustLose                          // at-most-once inside its gap
+)
+
+// TestCrashPoints kills `microbatch run` at each named crash point of each
+// strategy (MICROBATCH_CRASH_AT), restarts it until idle, and judges the
+// sink. The controls prove the crash landed: at-least-once must show
+// duplicates and at-most-once a loss at their gap; if they come out clean,
+// the kill missed its window and the test fails.
+func TestCrashPoints(t *testing.T) {
+	type tc struct {
+		strategy, point string
+		want            crashOutcome
+	}
+	var cases []tc
+	for _, s := range []string{strategies.StrategyTxn, strategies.StrategySingle} {
+		for _, p := range strategies.CrashPoints {
+			cases = append(cases, tc{s, p, stayExact})
+		}
+	}
+	cases = append(cases,
+		tc{strategies.StrategyAtLeastOnce, strategies.CrashAfterPlan, keepPromise},
+		tc{strategies.StrategyAtLeastOnce, strategies.CrashMidWrite, mustDuplicate},
+		tc{strategies.StrategyAtLeastOnce, strategies.CrashAfterWriteBeforeOffsets, mustDuplicate},
+		tc{strategies.StrategyAtMostOnce, strategies.CrashAfterPlan, keepPromise},
+		tc{strategies.StrategyAtMostOnce, strategies.CrashMidWrite, mustLose},
+		tc{strategies.StrategyAtMostOnce, strategies.CrashAfterOffsetsBeforeWrite, mustLose},
+	)
+	kfakeBroker := startBroker(t, "--partitions", "4").addr
+	for _, c := range cases {
+		t.Run("kfake-sqlite/"+c.strategy+"/"+c.point, func(t *testing.T) {
+			t.Parallel()
+			crashAt(t, kfakeBroker, "sqlite://"+t.TempDir()+"/sink.db", c.strategy, c.point, c.want)
+		})
+	}
+	// Against the real servers: the gap of each control, and the
+	// exactly-once strategies where a crash hurts most.
+	for _, c := range []tc{
+		{strategies.StrategyTxn, strategies.CrashMidWrite, stayExact},
+		{strategies.StrategySingle, strategies.CrashAfterOffsetsBeforeWrite, stayExact},
+		{strategies.StrategyAtLeastOnce, strategies.CrashAfterWriteBeforeOffsets, mustDuplicate},
+		{strategies.StrategyAtMostOnce, strategies.CrashAfterOffsetsBeforeWrite, mustLose},
+	} {
+		t.Run("kafka-mariadb/"+c.strategy+"/"+c.point, func(t *testing.T) {
+			t.Parallel()
+			crashAt(t, needServer(t, "MICROBATCH_TEST_KAFKA"), needServer(t, "MICROBATCH_TEST_MYSQL"), c.strategy, c.point, c.want)
+		})
+	}
+}
+
+var (
+	duplicatesRE = regexp.MustCompile(`duplicates\s+(\d+)\n`)
+	lossesRE     = regexp.MustCompile(`losses\s+(\d+)\n`)
+)
+
+func crashAt(t *testing.T, brokers, sink, strategy, point string, want crashOutcome) {
+	topic := uniqueName(t, "cp")
+	job := uniqueName(t, "cp-job")
+	events, amount := produceCLI(t, brokers, topic, 5, 0, 20_000)
+	dir := t.TempDir()
+	args := []string{"run", "--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink, "--strategy", strategy,
+		"--interval", "100ms", "--max-batch-records", "3000", "--until-idle", "1s"}
+	// The second time the point is reached: one partition of the first
+	// batch got through it, so the crash lands in a batch in progress.
+	crashed := runBin(t, dir, cmdEnv("MICROBATCH_CRASH_AT="+point+":2"), 2*time.Minute, args...)
+	if crashed.code != -1 {
+		t.Fatalf("the run was not killed at %s (exit %d): the point was never reached\n%s", point, crashed.code, crashed)
+	}
+	if r := runBin(t, dir, nil, 2*time.Minute, args...); r.code != 0 {
+		t.Fatalf("restart after the crash: %s", r)
+	}
+	v := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", job, "--strategy", strategy,
+		"--expect-events", strconv.FormatInt(events, 10), "--expect-amount", strconv.FormatInt(amount, 10))
+	dups, losses := count(t, duplicatesRE, v.stdout), count(t, lossesRE, v.stdout)
+	t.Logf("%s crashed at %s: %d duplicates, %d losses", strategy, point, dups, losses)
+	if v.code != 0 {
+		t.Fatalf("verify: the sink breaks %s's promise\n%s", strategy, v)
+	}
+	switch want {
+	case stayExact:
+		if dups != 0 || losses != 0 {
+			t.Fatalf("not exact\n%s", v)
+		}
+	case mustDuplicate:
+		if dups == 0 {
+			t.Fatalf("at-least-once came out clean after a crash at %s: the crash missed its window\n%s", point, v)
+		}
+	case mustLose:
+		if losses == 0 {
+			t.Fatalf("at-most-once came out clean after a crash at %s: the crash missed its window\n%s", point, v)
+		}
+	}
+}
+
+func count(t *testing.T, re *regexp.Regexp, out string) int64 {
+	t.Helper()
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no %s in verify output:\n%s", re, out)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
