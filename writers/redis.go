@@ -1,0 +1,779 @@
+package writers
+
+// The Redis writer is the sink of the `idempotent` strategy. Redis has no
+// transaction that could hold a batch's results together with its offsets
+// across the time it takes to process the batch, so exactly-once is built
+// from three pieces instead:
+//
+//  1. A logged plan. The offset ranges of batch N are written (LogPlan)
+//     before the batch is read, and a restart re-runs the logged plan, so a
+//     replay reads exactly the records of the first attempt even if more
+//     arrived in between.
+//  2. Deterministic contribution keys. Each partition range's results are
+//     written (WriteContribution) under a key named after the range,
+//     mb:{job}:contrib:{topic}:{partition}:{from}-{to}, replacing whatever
+//     the key held: writing a range twice leaves the same key, not twice the
+//     totals.
+//  3. An atomic, offset-guarded fold. One Lua script (Fold) checks the
+//     fencing epoch and every range's stored offset first, and only then adds
+//     the contributions into the users' totals, moves their dead letters,
+//     advances the offsets and deletes the contributions. A range is folded
+//     only while its offset still equals the range's start, so no batch is
+//     ever counted twice, and a fold that fails changes nothing.
+//
+// Key layout ({job} is a Redis hash tag: all keys of a job live in one
+// cluster slot, which a multi-key script needs):
+//
+//	mb:{job}:totals:events   hash  event key -> events      (users' view)
+//	mb:{job}:totals:amount   hash  event key -> amount sum  (users' view)
+//	mb:{job}:offsets         hash  "topic/partition" -> next offset
+//	mb:{job}:epoch           string  highest epoch that claimed the job
+//	mb:{job}:plan:{batchID}  string  JSON [{topic, partition, from, to}]
+//	mb:{job}:plan:last       string  id of the last planned batch
+//	mb:{job}:contrib:{topic}:{partition}:{from}-{to}
+//	                         hash  "t:"+key -> "events,amount",
+//	                               "d:"+offset -> dead letter JSON,
+//	                               "m" -> the range (marks even an empty one)
+//	mb:{job}:dead:{topic}:{partition}
+//	                         hash  offset -> {"reason": …, "payload": base64}
+//
+// Guarantee: the totals hashes count every record exactly once once the job
+// has caught up. A reader during a run or a recovery may find a batch not
+// yet counted (its contribution is written but not folded), never counted
+// twice and never half counted; totals, dead letters and offsets always
+// agree with each other, because the fold moves all three at once.
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/microbatch/microbatch/offsets"
+)
+
+// Redis client defaults. Reads wait long because a fold of a large batch
+// runs as one script and answers only when it is done.
+const (
+	redisDialTimeout  = 5 * time.Second
+	redisReadTimeout  = 30 * time.Second
+	redisWriteTimeout = 30 * time.Second
+	redisDefaultPort  = "6379"
+)
+
+// redisPlansKept is how many logged plans LogPlan keeps: only the last one
+// is ever re-run, the others are there for inspection.
+const redisPlansKept = 100
+
+// redisHSETChunk bounds the field/value pairs of one HSET inside a script
+// (Lua's unpack has a stack limit of about 8000 values).
+const redisHSETChunk = 1000
+
+// Range is one partition's offsets [From, To) in a batch plan. It mirrors
+// batch.Range, which writers can't import.
+type Range struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
+}
+
+func (r Range) String() string {
+	return fmt.Sprintf("%s/%d [%d, %d)", r.Topic, r.Partition, r.From, r.To)
+}
+
+// field is the range's field in mb:{job}:offsets.
+func (r Range) field() string { return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) }
+
+// topicRE is Kafka's legal topic name; it also keeps ":" and "/" out of the
+// keys and fields built from the topic.
+var topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+
+func (r Range) validate() error {
+	if !topicRE.MatchString(r.Topic) || r.Partition < 0 || r.From < 0 || r.From >= r.To {
+		// From == To is refused too: an empty range would look "not yet
+		// folded" after its fold as well, and fold twice.
+		return fmt.Errorf("writers: bad range %v (want a Kafka topic name, partition >= 0, 0 <= from < to)", r)
+	}
+	return nil
+}
+
+// validateRanges checks each range and that no partition appears twice: two
+// ranges of one partition in one fold would both be checked against the
+// same stored offset.
+func validateRanges(rs []Range) error {
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		if err := r.validate(); err != nil {
+			return err
+		}
+		if seen[r.field()] {
+			return fmt.Errorf("writers: partition %s appears twice in one batch", r.field())
+		}
+		seen[r.field()] = true
+	}
+	return nil
+}
+
+// Total is one event key's contribution of a range: how many events and
+// their amount sum.
+type Total struct {
+	Key    string
+	Events int64
+	Amount int64
+}
+
+// Key names; see the layout at the top of the file.
+
+func redisKey(job string, parts ...string) string {
+	return "mb:{" + job + "}:" + strings.Join(parts, ":")
+}
+
+// RedisEventsKey is the hash of per-key event counts users read.
+func RedisEventsKey(job string) string { return redisKey(job, "totals", "events") }
+
+// RedisAmountKey is the hash of per-key amount sums users read.
+func RedisAmountKey(job string) string { return redisKey(job, "totals", "amount") }
+
+func redisOffsetsKey(job string) string { return redisKey(job, "offsets") }
+func redisEpochKey(job string) string   { return redisKey(job, "epoch") }
+func redisPlanKey(job string, id int64) string {
+	return redisKey(job, "plan", strconv.FormatInt(id, 10))
+}
+func redisLastPlanKey(job string) string { return redisKey(job, "plan", "last") }
+func redisContribKey(job string, r Range) string {
+	return redisKey(job, "contrib", r.Topic, strconv.FormatInt(int64(r.Partition), 10),
+		strconv.FormatInt(r.From, 10)+"-"+strconv.FormatInt(r.To, 10))
+}
+func redisDeadKey(job, topic string, part int32) string {
+	return redisKey(job, "dead", topic, strconv.FormatInt(int64(part), 10))
+}
+
+// checkJob refuses names that would break the hash tag: a "}" would end it
+// early and let two jobs' key spaces overlap.
+func checkJob(job string) error {
+	if job == "" || strings.ContainsAny(job, "{}") {
+		return fmt.Errorf("writers: job name %q can't be used in Redis keys (empty, or has { or })", job)
+	}
+	return nil
+}
+
+// ParseRedisDSN accepts
+//
+//	redis://[[user]:password@]host[:port][/db]     (port 6379, db 0 by default)
+//	rediss://…                                     (the same over TLS)
+//
+// The options it returns disable go-redis's own command retries: whether a
+// command may be repeated is the caller's decision (IsRedisRetryable), as
+// with the SQL writer. display is the address with the password replaced by
+// "xxxxx"; errors never contain the password.
+func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) {
+	scheme, _, ok := strings.Cut(dsn, "://")
+	if !ok || (scheme != "redis" && scheme != "rediss") {
+		if ok && schemeRE.MatchString(dsn) {
+			return nil, "", fmt.Errorf("%w: unknown scheme %q (want redis:// or rediss://)", ErrBadDSN, scheme)
+		}
+		return nil, "", fmt.Errorf("%w: want redis://[:password@]host:port/db", ErrBadDSN)
+	}
+	// url.Parse's own errors quote the whole DSN, password included.
+	u, perr := url.Parse(dsn)
+	if perr != nil {
+		return nil, "", fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redactURL(dsn))
+	}
+	if u.Hostname() == "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return nil, "", fmt.Errorf("%w: %q: want redis://[:password@]host:port/db (no parameters)", ErrBadDSN, redactURL(dsn))
+	}
+	port := u.Port()
+	if port == "" {
+		port = redisDefaultPort
+	} else if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return nil, "", fmt.Errorf("%w: %q: bad port", ErrBadDSN, redactURL(dsn))
+	}
+	db := 0
+	if path := strings.TrimPrefix(u.Path, "/"); path != "" {
+		n, err := strconv.Atoi(path)
+		if err != nil || n < 0 {
+			return nil, "", fmt.Errorf("%w: %q: the path must be a database number", ErrBadDSN, redactURL(dsn))
+		}
+		db = n
+	}
+	opts = &redis.Options{
+		Addr:                  net.JoinHostPort(u.Hostname(), port),
+		DB:                    db,
+		DialTimeout:           redisDialTimeout,
+		ReadTimeout:           redisReadTimeout,
+		WriteTimeout:          redisWriteTimeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+	}
+	userinfo := ""
+	if u.User != nil {
+		opts.Username = u.User.Username()
+		opts.Password, _ = u.User.Password()
+		userinfo = opts.Username
+		if opts.Password != "" {
+			userinfo += ":xxxxx"
+		}
+		if userinfo != "" {
+			userinfo += "@"
+		}
+	}
+	if scheme == "rediss" {
+		opts.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+	}
+	return opts, scheme + "://" + userinfo + opts.Addr + "/" + strconv.Itoa(db), nil
+}
+
+// Redis writes a job's results to Redis; see the top of the file for the
+// protocol, key layout and guarantee. It is safe for concurrent use:
+// partition tasks may write contributions and fold in parallel.
+//
+// Every call may be repeated after a retryable error (IsRedisRetryable),
+// even when the first attempt may have landed: WriteContribution replaces
+// its key or does nothing once the range is folded, LogPlan accepts the same
+// plan again, Fold skips ranges already folded, and a repeated Claim only
+// takes a higher epoch, which fences nobody but this instance's own past.
+type Redis struct {
+	c       redis.UniversalClient
+	display string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// OpenRedis connects to the Redis named by dsn (see ParseRedisDSN) and
+// checks that it answers.
+func OpenRedis(ctx context.Context, dsn string) (*Redis, error) {
+	opts, display, err := ParseRedisDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewClient(opts)
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connecting to sink %s: %w", display, err)
+	}
+	w := NewRedis(c)
+	w.display = display
+	return w, nil
+}
+
+// NewRedis wraps a client the caller made (a cluster client works too: a
+// job's keys share one slot). Close closes it. Set MaxRetries to -1 to keep
+// go-redis from repeating commands behind the caller's back.
+func NewRedis(c redis.UniversalClient) *Redis {
+	return &Redis{c: c, display: "redis"}
+}
+
+// Client returns the underlying client, e.g. for reading results.
+func (w *Redis) Client() redis.UniversalClient { return w.c }
+
+// String is the sink address without its password.
+func (w *Redis) String() string { return w.display }
+
+// Close closes the client. Safe to call twice.
+func (w *Redis) Close() error {
+	w.closeOnce.Do(func() { w.closeErr = w.c.Close() })
+	return w.closeErr
+}
+
+// Claim takes the job for this instance: it increments the job's epoch and
+// returns the new value. Writes carrying an older epoch are refused from
+// then on (offsets.ErrFenced), so an instance that lost the job can't write.
+func (w *Redis) Claim(ctx context.Context, job string) (int64, error) {
+	if err := checkJob(job); err != nil {
+		return 0, err
+	}
+	epoch, err := w.c.Incr(ctx, redisEpochKey(job)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("claiming job %s on %s: %w", job, w.display, err)
+	}
+	return epoch, nil
+}
+
+// Offsets returns the job's next offsets for topic, by partition.
+func (w *Redis) Offsets(ctx context.Context, job, topic string) (map[int32]int64, error) {
+	if err := checkJob(job); err != nil {
+		return nil, err
+	}
+	all, err := w.c.HGetAll(ctx, redisOffsetsKey(job)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading offsets of job %s: %w", job, err)
+	}
+	out := make(map[int32]int64)
+	for f, v := range all {
+		t, p, ok := strings.Cut(f, "/")
+		if !ok || t != topic {
+			continue
+		}
+		part, perr := strconv.ParseInt(p, 10, 32)
+		off, oerr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || oerr != nil {
+			return nil, fmt.Errorf("reading offsets of job %s: bad entry %q = %q", job, f, v)
+		}
+		out[int32(part)] = off
+	}
+	return out, nil
+}
+
+// InitOffsets sets the start offset of each partition that has none yet.
+// Existing offsets never move: a restart passing its configured start again
+// resumes where the job was.
+func (w *Redis) InitOffsets(ctx context.Context, job, topic string, start map[int32]int64) error {
+	if err := checkJob(job); err != nil {
+		return err
+	}
+	if !topicRE.MatchString(topic) {
+		return fmt.Errorf("writers: bad topic name %q", topic)
+	}
+	key := redisOffsetsKey(job)
+	_, err := w.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for part, off := range start {
+			if part < 0 || off < 0 {
+				return fmt.Errorf("writers: bad start %d for partition %d", off, part)
+			}
+			p.HSetNX(ctx, key, topic+"/"+strconv.FormatInt(int64(part), 10), off)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("initialising offsets of job %s: %w", job, err)
+	}
+	return nil
+}
+
+// logPlanScript: KEYS epoch, plan:{id}, plan:last, plan:{id-kept};
+// ARGV epoch, id, plan JSON. A plan, once logged, is never replaced by a
+// different one: a replay must read the same records.
+var logPlanScript = redis.NewScript(`
+local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
+if stored > tonumber(ARGV[1]) then
+  return redis.error_reply('MBFENCED job epoch is ' .. stored .. ', the plan has ' .. ARGV[1])
+end
+local last = redis.call('GET', KEYS[3])
+if last and tonumber(ARGV[2]) < tonumber(last) then
+  return redis.error_reply('MBCONFLICT batch ' .. ARGV[2] .. ' is older than the last planned batch ' .. last)
+end
+local cur = redis.call('GET', KEYS[2])
+if cur and cur ~= ARGV[3] then
+  return redis.error_reply('MBCONFLICT batch ' .. ARGV[2] .. ' was planned with other ranges: ' .. cur)
+end
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[2])
+redis.call('DEL', KEYS[4])
+return 1
+`)
+
+// LogPlan records batch batchID's ranges before the batch is processed. It
+// is fenced by epoch, accepts the same plan again (a replay) and refuses a
+// different plan for a logged batch or a batch older than the last planned
+// (offsets.ErrConflict): either would mean a replay that reads other records
+// than the first attempt.
+func (w *Redis) LogPlan(ctx context.Context, job string, epoch, batchID int64, ranges []Range) error {
+	if err := checkJob(job); err != nil {
+		return err
+	}
+	if err := validateRanges(ranges); err != nil {
+		return err
+	}
+	if batchID < 0 {
+		return fmt.Errorf("writers: bad batch id %d", batchID)
+	}
+	if ranges == nil {
+		ranges = []Range{}
+	}
+	plan, err := json.Marshal(ranges)
+	if err != nil {
+		return fmt.Errorf("logging plan of batch %d: %w", batchID, err)
+	}
+	keys := []string{redisEpochKey(job), redisPlanKey(job, batchID), redisLastPlanKey(job), redisPlanKey(job, batchID-redisPlansKept)}
+	if err := logPlanScript.Run(ctx, w.c, keys, epoch, batchID, plan).Err(); err != nil {
+		return fmt.Errorf("logging plan of batch %d of job %s: %w", batchID, job, scriptError(err))
+	}
+	return nil
+}
+
+// LastPlan returns the last logged plan; ok is false if the job has none.
+// After a restart, re-run it: ranges whose offset already equals To were
+// folded and are to be skipped (WriteContribution and Fold skip them
+// anyway), the others are re-read and re-written.
+func (w *Redis) LastPlan(ctx context.Context, job string) (batchID int64, ranges []Range, ok bool, err error) {
+	if err := checkJob(job); err != nil {
+		return 0, nil, false, err
+	}
+	id, err := w.c.Get(ctx, redisLastPlanKey(job)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil, false, nil
+	}
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("reading last plan of job %s: %w", job, err)
+	}
+	plan, err := w.c.Get(ctx, redisPlanKey(job, id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil, false, fmt.Errorf("reading plan %d of job %s: %w: the plan key is gone", id, job, ErrRedisMissing)
+	}
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("reading plan %d of job %s: %w", id, job, err)
+	}
+	if err := json.Unmarshal(plan, &ranges); err != nil {
+		return 0, nil, false, fmt.Errorf("reading plan %d of job %s: %w", id, job, err)
+	}
+	return id, ranges, true, nil
+}
+
+// writeContribScript: KEYS epoch, offsets, contrib; ARGV epoch, offsets
+// field, from, to, then field/value pairs. Returns 1 if written, 0 if the
+// range was folded already (nothing to write; a late write would only leave
+// a contribution no fold ever takes).
+var writeContribScript = redis.NewScript(`
+local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
+if stored > tonumber(ARGV[1]) then
+  return redis.error_reply('MBFENCED job epoch is ' .. stored .. ', the write has ' .. ARGV[1])
+end
+local off = redis.call('HGET', KEYS[2], ARGV[2])
+if not off then
+  return redis.error_reply('MBNOROW no offset for ' .. ARGV[2])
+end
+if off == ARGV[4] then
+  return 0
+end
+if off ~= ARGV[3] then
+  return redis.error_reply('MBCONFLICT ' .. ARGV[2] .. ' is at ' .. off .. ', the range is ' .. ARGV[3] .. '-' .. ARGV[4])
+end
+redis.call('DEL', KEYS[3])
+local i = 5
+while i <= #ARGV do
+  local j = math.min(i + 2 * ` + strconv.Itoa(redisHSETChunk) + ` - 1, #ARGV)
+  redis.call('HSET', KEYS[3], unpack(ARGV, i, j))
+  i = j + 1
+end
+return 1
+`)
+
+// deadLetterJSON is a dead letter's value in Redis; Payload is base64 in JSON.
+type deadLetterJSON struct {
+	Reason  string `json:"reason"`
+	Payload []byte `json:"payload"`
+}
+
+// WriteContribution stores range r's results: per-key totals (repeated keys
+// are summed) and dead letters, which must lie in r. It replaces the range's
+// contribution key in one atomic step, so a fold sees the old or the new
+// content, never a mix, and writing a range again (a replay) is harmless.
+// Once the range is folded it writes nothing and returns nil. Nothing is
+// visible to users until Fold.
+func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, r Range, totals []Total, dls []DeadLetter) error {
+	if err := checkJob(job); err != nil {
+		return err
+	}
+	if err := r.validate(); err != nil {
+		return err
+	}
+	sums := make(map[string][2]int64, len(totals))
+	for _, t := range totals {
+		s := sums[t.Key]
+		sums[t.Key] = [2]int64{s[0] + t.Events, s[1] + t.Amount}
+	}
+	args := make([]any, 0, 6+2*len(sums)+2*len(dls))
+	args = append(args, epoch, r.field(), r.From, r.To, "m", r.String())
+	for k, s := range sums {
+		args = append(args, "t:"+k, strconv.FormatInt(s[0], 10)+","+strconv.FormatInt(s[1], 10))
+	}
+	for _, d := range dls {
+		if d.Topic != r.Topic || d.Partition != r.Partition || d.Offset < r.From || d.Offset >= r.To {
+			return fmt.Errorf("writers: dead letter %s/%d@%d is outside range %v", d.Topic, d.Partition, d.Offset, r)
+		}
+		reason, payload := d.Reason, d.Payload
+		if len(payload) > MaxPayloadBytes {
+			reason = fmt.Sprintf("%s (payload cut from %d to %d bytes)", reason, len(payload), MaxPayloadBytes)
+			payload = payload[:MaxPayloadBytes]
+		}
+		v, err := json.Marshal(deadLetterJSON{Reason: truncate(reason, MaxReasonBytes), Payload: payload})
+		if err != nil {
+			return fmt.Errorf("encoding dead letter: %w", err)
+		}
+		args = append(args, "d:"+strconv.FormatInt(d.Offset, 10), v)
+	}
+	keys := []string{redisEpochKey(job), redisOffsetsKey(job), redisContribKey(job, r)}
+	if err := writeContribScript.Run(ctx, w.c, keys, args...).Err(); err != nil {
+		return fmt.Errorf("writing contribution of %v for job %s: %w", r, job, scriptError(err))
+	}
+	return nil
+}
+
+// foldScript: KEYS epoch, offsets, totals:events, totals:amount,
+// plan:{batchID}, then per range its contrib and dead keys; ARGV epoch,
+// batchID, then per range its offsets field, from, to.
+//
+// It runs in two passes so that a failure changes nothing (Redis does not
+// undo a script's writes when it fails half-way): the first pass reads and
+// checks everything a write could trip over — epoch, plan, offsets, key
+// types, stored values, int64 overflow — and the second only writes. The
+// overflow check uses Lua doubles with a bound well below 2^63, which their
+// rounding can't cross; the increments themselves are passed to HINCRBY as
+// the exact decimal strings.
+var foldScript = redis.NewScript(`
+local LIMIT = 9.2e18
+local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
+if stored > tonumber(ARGV[1]) then
+  return redis.error_reply('MBFENCED job epoch is ' .. stored .. ', the fold has ' .. ARGV[1])
+end
+local plan = redis.call('GET', KEYS[5])
+if not plan then
+  return redis.error_reply('MBMISSING no logged plan for batch ' .. ARGV[2])
+end
+local planned = {}
+for _, r in ipairs(cjson.decode(plan)) do
+  planned[r.topic .. '/' .. string.format('%d', r.partition) .. ' ' .. string.format('%d', r.from) .. '-' .. string.format('%d', r.to)] = true
+end
+local function isint(s)
+  return #s <= 20 and string.match(s, '^%-?%d+$') ~= nil
+end
+local function ishash(k)
+  local t = redis.call('TYPE', k)['ok']
+  return t == 'hash' or t == 'none'
+end
+for k = 2, 4 do
+  if not ishash(KEYS[k]) then
+    return redis.error_reply('MBCORRUPT ' .. KEYS[k] .. ' is not a hash')
+  end
+end
+local run = {{}, {}}
+local todo = {}
+local n = (#KEYS - 5) / 2
+for i = 1, n do
+  local ck, dk = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local field, from, to = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  if not planned[field .. ' ' .. from .. '-' .. to] then
+    return redis.error_reply('MBCONFLICT ' .. field .. ' ' .. from .. '-' .. to .. ' is not in the logged plan of batch ' .. ARGV[2])
+  end
+  local off = redis.call('HGET', KEYS[2], field)
+  if not off then
+    return redis.error_reply('MBNOROW no offset for ' .. field)
+  end
+  if off ~= to then
+    if off ~= from then
+      return redis.error_reply('MBCONFLICT ' .. field .. ' is at ' .. off .. ', the range is ' .. from .. '-' .. to)
+    end
+    if redis.call('EXISTS', ck) == 0 then
+      return redis.error_reply('MBMISSING no contribution for ' .. field .. ' ' .. from .. '-' .. to)
+    end
+    if not ishash(ck) or not ishash(dk) then
+      return redis.error_reply('MBCORRUPT ' .. ck .. ' or ' .. dk .. ' is not a hash')
+    end
+    local kv = redis.call('HGETALL', ck)
+    for j = 1, #kv, 2 do
+      local f, v = kv[j], kv[j + 1]
+      local p = string.sub(f, 1, 2)
+      if p == 't:' then
+        local c = string.find(v, ',', 1, true)
+        if not c then
+          return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
+        end
+        local key = string.sub(f, 3)
+        local d = {string.sub(v, 1, c - 1), string.sub(v, c + 1)}
+        for h = 1, 2 do
+          if not isint(d[h]) then
+            return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
+          end
+          local cur = run[h][key]
+          if cur == nil then
+            local s = redis.call('HGET', KEYS[2 + h], key) or '0'
+            if not isint(s) then
+              return redis.error_reply('MBCORRUPT ' .. KEYS[2 + h] .. ' field ' .. key .. ' is not an integer')
+            end
+            cur = tonumber(s)
+          end
+          cur = cur + tonumber(d[h])
+          if math.abs(cur) > LIMIT then
+            return redis.error_reply('MBOVERFLOW folding ' .. field .. ' ' .. from .. '-' .. to .. ' would overflow ' .. KEYS[2 + h] .. ' field ' .. key)
+          end
+          run[h][key] = cur
+        end
+      elseif p ~= 'd:' and f ~= 'm' then
+        return redis.error_reply('MBCORRUPT ' .. ck .. ' has an unknown field ' .. f)
+      end
+    end
+    todo[#todo + 1] = {ck, dk, field, to, kv}
+  end
+end
+for _, t in ipairs(todo) do
+  local ck, dk, field, to, kv = t[1], t[2], t[3], t[4], t[5]
+  for j = 1, #kv, 2 do
+    local f, v = kv[j], kv[j + 1]
+    local p = string.sub(f, 1, 2)
+    if p == 't:' then
+      local c = string.find(v, ',', 1, true)
+      local key = string.sub(f, 3)
+      redis.call('HINCRBY', KEYS[3], key, string.sub(v, 1, c - 1))
+      redis.call('HINCRBY', KEYS[4], key, string.sub(v, c + 1))
+    elseif p == 'd:' then
+      redis.call('HSET', dk, string.sub(f, 3), v)
+    end
+  end
+  redis.call('HSET', KEYS[2], field, to)
+  redis.call('DEL', ck)
+end
+return #todo
+`)
+
+// Fold adds the contributions of batch batchID's ranges into the totals,
+// moves their dead letters into mb:{job}:dead:…, advances their offsets to
+// To and deletes the contributions — all in one atomic script, for the
+// ranges whose stored offset is still their From. Ranges already at To are
+// skipped (folded before: a repeated or replayed fold adds nothing). It
+// returns how many ranges it folded.
+//
+// Nothing changes if any range fails: offsets.ErrFenced (a newer epoch
+// claimed the job: stop), offsets.ErrConflict (an offset is neither From nor
+// To, or a range is not in the logged plan: stop), offsets.ErrNoRow
+// (InitOffsets first) or ErrRedisMissing (the plan or a contribution is
+// gone). The ranges must belong to the logged plan of batchID; passing all
+// of a batch's ranges in one call makes the whole batch visible at once.
+//
+// The script holds Redis for the time it takes, which grows with the keys in
+// the batch (about a millisecond per thousand).
+func (w *Redis) Fold(ctx context.Context, job string, epoch, batchID int64, ranges []Range) (folded int, err error) {
+	if err := checkJob(job); err != nil {
+		return 0, err
+	}
+	if err := validateRanges(ranges); err != nil {
+		return 0, err
+	}
+	keys := make([]string, 0, 5+2*len(ranges))
+	keys = append(keys, redisEpochKey(job), redisOffsetsKey(job), RedisEventsKey(job), RedisAmountKey(job), redisPlanKey(job, batchID))
+	args := make([]any, 0, 2+3*len(ranges))
+	args = append(args, epoch, batchID)
+	for _, r := range ranges {
+		keys = append(keys, redisContribKey(job, r), redisDeadKey(job, r.Topic, r.Partition))
+		args = append(args, r.field(), r.From, r.To)
+	}
+	n, err := foldScript.Run(ctx, w.c, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("folding batch %d of job %s: %w", batchID, job, scriptError(err))
+	}
+	return n, nil
+}
+
+// Totals sums the users' totals hashes: all events, all amounts, and how many
+// keys. It reads in steps, not as one snapshot: call it when the job is idle.
+func (w *Redis) Totals(ctx context.Context, job string) (events, amount, keys int64, err error) {
+	if err := checkJob(job); err != nil {
+		return 0, 0, 0, err
+	}
+	if events, keys, err = w.sumHash(ctx, RedisEventsKey(job)); err != nil {
+		return 0, 0, 0, err
+	}
+	if amount, _, err = w.sumHash(ctx, RedisAmountKey(job)); err != nil {
+		return 0, 0, 0, err
+	}
+	return events, amount, keys, nil
+}
+
+func (w *Redis) sumHash(ctx context.Context, key string) (sum, n int64, err error) {
+	it := w.c.HScan(ctx, key, 0, "", 1000).Iterator()
+	for i := 0; it.Next(ctx); i++ {
+		if i%2 == 0 {
+			continue // a field
+		}
+		v, err := strconv.ParseInt(it.Val(), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading %s: value %q is not an integer", key, it.Val())
+		}
+		sum += v
+		n++
+	}
+	if err := it.Err(); err != nil {
+		return 0, 0, fmt.Errorf("reading %s: %w", key, err)
+	}
+	return sum, n, nil
+}
+
+// DeadLetterCount counts the job's folded dead letters (those of every
+// partition the job has an offset for).
+func (w *Redis) DeadLetterCount(ctx context.Context, job string) (int64, error) {
+	if err := checkJob(job); err != nil {
+		return 0, err
+	}
+	parts, err := w.c.HKeys(ctx, redisOffsetsKey(job)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("counting dead letters of job %s: %w", job, err)
+	}
+	cmds := make([]*redis.IntCmd, 0, len(parts))
+	_, err = w.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, f := range parts {
+			topic, part, _ := strings.Cut(f, "/")
+			cmds = append(cmds, p.HLen(ctx, redisKey(job, "dead", topic, part)))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("counting dead letters of job %s: %w", job, err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// scriptError turns the scripts' error replies into the package sentinels;
+// other errors pass unchanged.
+func scriptError(err error) error {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return err
+	}
+	code, msg, _ := strings.Cut(re.Error(), " ")
+	switch code {
+	case "MBFENCED":
+		return fmt.Errorf("%w: %s", offsets.ErrFenced, msg)
+	case "MBCONFLICT":
+		return fmt.Errorf("%w: %s", offsets.ErrConflict, msg)
+	case "MBNOROW":
+		return fmt.Errorf("%w: %s", offsets.ErrNoRow, msg)
+	case "MBMISSING":
+		return fmt.Errorf("%w: %s", ErrRedisMissing, msg)
+	}
+	return err
+}
+
+// IsRedisRetryable reports whether a failed Redis call may be made again.
+// That includes a connection lost after the command was sent, whose outcome
+// is unknown: every Redis method can be repeated safely (see Redis). Server
+// states that pass (LOADING, TRYAGAIN, BUSY, a failover in progress) are
+// retryable; fencing, conflicts, missing keys, script errors and the
+// caller's own cancellation are not.
+func IsRedisRetryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		return true
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return redis.IsLoadingError(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) ||
+			redis.IsMasterDownError(err) || redis.IsReadOnlyError(err) || redis.IsMaxClientsError(err) ||
+			redis.HasErrorPrefix(err, "BUSY ")
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}

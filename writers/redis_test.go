@@ -1,0 +1,867 @@
+package writers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/microbatch/microbatch/offsets"
+)
+
+// The Redis cases run against a real server named by MICROBATCH_TEST_REDIS
+// (not in -short mode). The server is shared between tests and runs, so
+// every case uses its own job name and deletes its keys afterwards.
+
+const redisEnv = "MICROBATCH_TEST_REDIS"
+
+func redisTestDSN(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv(redisEnv)
+	if dsn == "" {
+		t.Skip("MICROBATCH_TEST_REDIS not set: set it to redis://host:port/db to run the Redis cases")
+	}
+	if testing.Short() {
+		t.Skip("Redis cases skipped in -short mode")
+	}
+	return dsn
+}
+
+func openRedisSink(t *testing.T) *Redis {
+	t.Helper()
+	w, err := OpenRedis(t.Context(), redisTestDSN(t))
+	if err != nil {
+		t.Fatalf("OpenRedis: %v", err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// redisJob is a unique job whose keys are deleted when the test ends.
+func redisJob(t *testing.T, w *Redis) string {
+	t.Helper()
+	job := uniqueJob(t)
+	c := w.Client()
+	t.Cleanup(func() {
+		ctx := t.Context()
+		if ctx.Err() != nil {
+			return
+		}
+		keys, _ := c.Keys(ctx, "mb:{"+job+"}:*").Result()
+		if len(keys) > 0 {
+			c.Del(ctx, keys...)
+		}
+	})
+	return job
+}
+
+// snapshot is every key of the job with its content, to check that a failed
+// call changed nothing.
+func snapshot(t *testing.T, w *Redis, job string) map[string]any {
+	t.Helper()
+	ctx := t.Context()
+	keys, err := w.Client().Keys(ctx, "mb:{"+job+"}:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]any, len(keys))
+	for _, k := range keys {
+		switch typ := w.Client().Type(ctx, k).Val(); typ {
+		case "string":
+			out[k] = w.Client().Get(ctx, k).Val()
+		case "hash":
+			out[k] = w.Client().HGetAll(ctx, k).Val()
+		default:
+			t.Fatalf("key %s has unexpected type %s", k, typ)
+		}
+	}
+	return out
+}
+
+func sameSnapshot(t *testing.T, what string, before, after map[string]any) {
+	t.Helper()
+	if !reflect.DeepEqual(before, after) {
+		t.Errorf("%s changed Redis:\nbefore %v\nafter  %v", what, before, after)
+	}
+}
+
+// jobSetup claims job, starts topic "in" partitions 0..parts-1 at offset 0
+// and logs batch 1 with ranges [0, to) for each.
+func jobSetup(t *testing.T, w *Redis, job string, parts int, to int64) (epoch int64, ranges []Range) {
+	t.Helper()
+	ctx := t.Context()
+	epoch, err := w.Claim(ctx, job)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	start := make(map[int32]int64)
+	for p := range parts {
+		start[int32(p)] = 0
+		ranges = append(ranges, Range{Topic: "in", Partition: int32(p), From: 0, To: to})
+	}
+	if err := w.InitOffsets(ctx, job, "in", start); err != nil {
+		t.Fatalf("InitOffsets: %v", err)
+	}
+	if err := w.LogPlan(ctx, job, epoch, 1, ranges); err != nil {
+		t.Fatalf("LogPlan: %v", err)
+	}
+	return epoch, ranges
+}
+
+func mustWrite(t *testing.T, w *Redis, job string, epoch int64, r Range, totals []Total, dls []DeadLetter) {
+	t.Helper()
+	if err := w.WriteContribution(t.Context(), job, epoch, r, totals, dls); err != nil {
+		t.Fatalf("WriteContribution %v: %v", r, err)
+	}
+}
+
+func mustFold(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []Range, want int) {
+	t.Helper()
+	n, err := w.Fold(t.Context(), job, epoch, batch, ranges)
+	if err != nil {
+		t.Fatalf("Fold: %v", err)
+	}
+	if n != want {
+		t.Fatalf("Fold folded %d ranges, want %d", n, want)
+	}
+}
+
+// readRedisTotals returns the users' view: key -> {events, amount}.
+func readRedisTotals(t *testing.T, w *Redis, job string) map[string]total {
+	t.Helper()
+	ctx := t.Context()
+	ev, err := w.Client().HGetAll(ctx, RedisEventsKey(job)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	am, err := w.Client().HGetAll(ctx, RedisAmountKey(job)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]total, len(ev))
+	for k, v := range ev {
+		var tot total
+		fmt.Sscan(v, &tot.events)
+		a, ok := am[k]
+		if !ok {
+			t.Fatalf("key %q has events but no amount", k)
+		}
+		fmt.Sscan(a, &tot.amount)
+		out[k] = tot
+	}
+	if len(am) != len(ev) {
+		t.Fatalf("%d keys in events, %d in amount", len(ev), len(am))
+	}
+	return out
+}
+
+func wantTotals(t *testing.T, w *Redis, job string, want map[string]total) {
+	t.Helper()
+	got := readRedisTotals(t, w, job)
+	if len(want) == 0 && len(got) == 0 {
+		return
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("totals = %v, want %v", got, want)
+	}
+}
+
+func wantOffsets(t *testing.T, w *Redis, job string, want map[int32]int64) {
+	t.Helper()
+	got, err := w.Offsets(t.Context(), job, "in")
+	if err != nil {
+		t.Fatalf("Offsets: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("offsets = %v, want %v", got, want)
+	}
+}
+
+type redisDSNCase struct {
+	name, dsn       string
+	addr, user, pwd string
+	db              int
+	tls             bool
+	display         string
+	bad             bool
+	secret          string // must appear neither in display nor in the error
+}
+
+var redisDSNCases = []redisDSNCase{
+	{name: "plain", dsn: "redis://127.0.0.1:16379/0", addr: "127.0.0.1:16379", display: "redis://127.0.0.1:16379/0"},
+	{name: "defaults", dsn: "redis://cache.example", addr: "cache.example:6379", display: "redis://cache.example:6379/0"},
+	{name: "db", dsn: "redis://cache.example:7000/3", addr: "cache.example:7000", db: 3, display: "redis://cache.example:7000/3"},
+	{name: "password only", dsn: "redis://:s3cret-pw@h:6380/1", addr: "h:6380", pwd: "s3cret-pw", db: 1,
+		display: "redis://:xxxxx@h:6380/1", secret: "s3cret-pw"},
+	{name: "user and password", dsn: "redis://mb:s3cret-pw@h:6380/2", addr: "h:6380", user: "mb", pwd: "s3cret-pw", db: 2,
+		display: "redis://mb:xxxxx@h:6380/2", secret: "s3cret-pw"},
+	{name: "escaped password", dsn: "redis://:p%40ss%2Fw0rd@h/0", addr: "h:6379", pwd: "p@ss/w0rd",
+		display: "redis://:xxxxx@h:6379/0", secret: "p@ss/w0rd"},
+	{name: "user only", dsn: "redis://mb@h:6379/0", addr: "h:6379", user: "mb", display: "redis://mb@h:6379/0"},
+	{name: "ipv6", dsn: "redis://[::1]:6379/0", addr: "[::1]:6379", display: "redis://[::1]:6379/0"},
+	{name: "tls", dsn: "rediss://:s3cret-pw@h:6380/0", addr: "h:6380", pwd: "s3cret-pw", tls: true,
+		display: "rediss://:xxxxx@h:6380/0", secret: "s3cret-pw"},
+
+	{name: "empty", dsn: "", bad: true},
+	{name: "no scheme", dsn: "127.0.0.1:6379", bad: true},
+	{name: "other scheme", dsn: "mysql://u:s3cret-pw@h/db", bad: true, secret: "s3cret-pw"},
+	{name: "no host", dsn: "redis://:s3cret-pw@/0", bad: true, secret: "s3cret-pw"},
+	{name: "db not a number", dsn: "redis://:s3cret-pw@h:6379/zero", bad: true, secret: "s3cret-pw"},
+	{name: "db path too deep", dsn: "redis://:s3cret-pw@h:6379/0/1", bad: true, secret: "s3cret-pw"},
+	{name: "bad port", dsn: "redis://:s3cret-pw@h:99999/0", bad: true, secret: "s3cret-pw"},
+	{name: "parameters", dsn: "redis://:s3cret-pw@h:6379/0?dial_timeout=1s", bad: true, secret: "s3cret-pw"},
+	{name: "unescaped slash in password", dsn: "redis://:s3cret/pw@h:6379/0", bad: true, secret: "s3cret/pw"},
+	{name: "unescaped hash in password", dsn: "redis://:s3c#ret-pw@h:6379/0", bad: true, secret: "ret-pw"},
+	{name: "control character", dsn: "redis://:s3cret-pw\x7f@h:6379/0", bad: true, secret: "s3cret-pw"},
+}
+
+func TestParseRedisDSN(t *testing.T) {
+	for _, c := range redisDSNCases {
+		t.Run(c.name, func(t *testing.T) {
+			opts, display, err := ParseRedisDSN(c.dsn)
+			if c.secret != "" {
+				if strings.Contains(display, c.secret) {
+					t.Errorf("display %q shows the password", display)
+				}
+				if err != nil && strings.Contains(err.Error(), c.secret) {
+					t.Errorf("error %q shows the password", err)
+				}
+			}
+			if c.bad {
+				if !errors.Is(err, ErrBadDSN) {
+					t.Fatalf("ParseRedisDSN(%q) = %v, want ErrBadDSN", c.dsn, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseRedisDSN(%q): %v", c.dsn, err)
+			}
+			if opts.Addr != c.addr || opts.Username != c.user || opts.Password != c.pwd || opts.DB != c.db || (opts.TLSConfig != nil) != c.tls {
+				t.Errorf("options = addr %q user %q password %q db %d tls %v, want %q %q %q %d %v",
+					opts.Addr, opts.Username, opts.Password, opts.DB, opts.TLSConfig != nil, c.addr, c.user, c.pwd, c.db, c.tls)
+			}
+			if display != c.display {
+				t.Errorf("display = %q, want %q", display, c.display)
+			}
+			if opts.MaxRetries != -1 {
+				t.Errorf("MaxRetries = %d: go-redis would repeat commands behind the caller's back", opts.MaxRetries)
+			}
+		})
+	}
+}
+
+func FuzzParseRedisDSN(f *testing.F) {
+	for _, c := range redisDSNCases {
+		f.Add(c.dsn)
+	}
+	f.Fuzz(func(t *testing.T, dsn string) {
+		opts, display, err := ParseRedisDSN(dsn)
+		if err != nil {
+			if !errors.Is(err, ErrBadDSN) {
+				t.Fatalf("error %v does not wrap ErrBadDSN", err)
+			}
+			return
+		}
+		if len(opts.Password) >= 4 && strings.Contains(display, opts.Password) {
+			t.Fatalf("display %q shows password %q", display, opts.Password)
+		}
+	})
+}
+
+func TestOpenRedisErrorsHidePassword(t *testing.T) {
+	dsn := redisTestDSN(t)
+	opts, _, err := ParseRedisDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No such user on the test server: AUTH fails, and the error must not
+	// repeat the password.
+	const secret = "not-the-pw-4711"
+	_, err = OpenRedis(t.Context(), fmt.Sprintf("redis://mb-no-such-user:%s@%s/%d", secret, opts.Addr, opts.DB))
+	if err == nil {
+		t.Skip("the test server accepted a made-up password")
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("error %q shows the password", err)
+	}
+	if !strings.Contains(err.Error(), "mb-no-such-user:xxxxx@") {
+		t.Errorf("error %q does not name the sink", err)
+	}
+}
+
+func TestRedisCloseTwiceAndString(t *testing.T) {
+	w, err := OpenRedis(t.Context(), redisTestDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := w.String(); !strings.HasPrefix(s, "redis") || strings.Contains(s, "@") && !strings.Contains(s, "xxxxx") {
+		t.Errorf("String() = %q", s)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("first Close: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_, err = w.Claim(t.Context(), "closed")
+	if err == nil || IsRedisRetryable(err) {
+		t.Fatalf("Claim after Close = %v, want a non-retryable error", err)
+	}
+}
+
+func TestRedisClaimIncrements(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	for want := int64(1); want <= 3; want++ {
+		got, err := w.Claim(t.Context(), job)
+		if err != nil || got != want {
+			t.Fatalf("Claim = %d, %v; want %d", got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "a}b", "{a}"} {
+		if _, err := w.Claim(t.Context(), bad); err == nil {
+			t.Errorf("Claim(%q) accepted a name that breaks the hash tag", bad)
+		}
+	}
+}
+
+func TestRedisInitOffsetsNeverMoves(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	if err := w.InitOffsets(ctx, job, "in", map[int32]int64{0: 5, 1: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.InitOffsets(ctx, job, "in", map[int32]int64{0: 100, 1: 100, 2: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.InitOffsets(ctx, job, "other", map[int32]int64{0: 9}); err != nil {
+		t.Fatal(err)
+	}
+	wantOffsets(t, w, job, map[int32]int64{0: 5, 1: 7, 2: 3})
+}
+
+func TestRedisPlanRoundTrip(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	if _, _, ok, err := w.LastPlan(ctx, job); ok || err != nil {
+		t.Fatalf("LastPlan of a new job = ok %v, %v; want none", ok, err)
+	}
+	epoch, err := w.Claim(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := []Range{{Topic: "in", Partition: 0, From: 10, To: 20}, {Topic: "in", Partition: 3, From: 1 << 50, To: 1<<50 + 7}}
+	if err := w.LogPlan(ctx, job, epoch, 7, plan); err != nil {
+		t.Fatalf("LogPlan: %v", err)
+	}
+	id, got, ok, err := w.LastPlan(ctx, job)
+	if err != nil || !ok || id != 7 || !reflect.DeepEqual(got, plan) {
+		t.Fatalf("LastPlan = %d %v ok %v, %v; want 7 %v", id, got, ok, err, plan)
+	}
+	// A replay logs the same plan again: fine.
+	if err := w.LogPlan(ctx, job, epoch, 7, plan); err != nil {
+		t.Fatalf("logging the same plan again: %v", err)
+	}
+	// Another plan for a logged batch, or an older batch: refused.
+	other := []Range{{Topic: "in", Partition: 0, From: 10, To: 25}}
+	if err := w.LogPlan(ctx, job, epoch, 7, other); !errors.Is(err, offsets.ErrConflict) {
+		t.Fatalf("logging another plan for batch 7 = %v, want ErrConflict", err)
+	}
+	if err := w.LogPlan(ctx, job, epoch, 6, other); !errors.Is(err, offsets.ErrConflict) {
+		t.Fatalf("logging batch 6 after 7 = %v, want ErrConflict", err)
+	}
+	// Invalid ranges never reach Redis.
+	for _, bad := range [][]Range{
+		{{Topic: "in", Partition: 0, From: 5, To: 5}},
+		{{Topic: "in:x", Partition: 0, From: 0, To: 5}},
+		{{Topic: "in", Partition: 0, From: 0, To: 5}, {Topic: "in", Partition: 0, From: 5, To: 9}},
+	} {
+		if err := w.LogPlan(ctx, job, epoch, 8, bad); err == nil {
+			t.Errorf("LogPlan accepted %v", bad)
+		}
+	}
+	// Old plans are pruned.
+	for id := int64(8); id <= 8+redisPlansKept; id++ {
+		if err := w.LogPlan(ctx, job, epoch, id, plan); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := w.Client().Exists(ctx, redisPlanKey(job, 7)).Val(); n != 0 {
+		t.Errorf("plan 7 still kept after %d newer plans", redisPlansKept+1)
+	}
+	if n := w.Client().Exists(ctx, redisPlanKey(job, 9)).Val(); n != 1 {
+		t.Errorf("plan 9 pruned too early")
+	}
+	// A stale epoch can't log.
+	if _, err := w.Claim(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.LogPlan(ctx, job, epoch, 200, plan); !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("LogPlan with a stale epoch = %v, want ErrFenced", err)
+	}
+}
+
+func TestRedisContributionOverwriteIsIdempotent(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	r := ranges[0]
+	// A first attempt with other content (say, an older code version) is
+	// replaced, not merged.
+	mustWrite(t, w, job, epoch, r, []Total{{Key: "stale", Events: 99, Amount: 99}}, nil)
+	want := []Total{{Key: "a", Events: 3, Amount: 30}, {Key: "b", Events: 6, Amount: -5}, {Key: "a", Events: 1, Amount: 1}}
+	mustWrite(t, w, job, epoch, r, want, nil)
+	mustWrite(t, w, job, epoch, r, want, nil)
+	if n := w.Client().HLen(t.Context(), redisContribKey(job, r)).Val(); n != 3 {
+		t.Fatalf("contribution has %d fields, want 3 (a, b and the marker)", n)
+	}
+	// Nothing is visible before the fold.
+	wantTotals(t, w, job, nil)
+	mustFold(t, w, job, epoch, 1, ranges, 1)
+	wantTotals(t, w, job, map[string]total{"a": {4, 31}, "b": {6, -5}})
+	wantOffsets(t, w, job, map[int32]int64{0: 10})
+	if n := w.Client().Exists(t.Context(), redisContribKey(job, r)).Val(); n != 0 {
+		t.Errorf("contribution left after the fold")
+	}
+	// A late write of the folded range (a retried task) writes nothing.
+	mustWrite(t, w, job, epoch, r, want, nil)
+	if n := w.Client().Exists(t.Context(), redisContribKey(job, r)).Val(); n != 0 {
+		t.Errorf("a write after the fold left a contribution no fold will take")
+	}
+	wantTotals(t, w, job, map[string]total{"a": {4, 31}, "b": {6, -5}})
+}
+
+func TestRedisEmptyContributionFolds(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	mustWrite(t, w, job, epoch, ranges[0], nil, nil) // e.g. only control records
+	mustFold(t, w, job, epoch, 1, ranges, 1)
+	wantOffsets(t, w, job, map[int32]int64{0: 10})
+	wantTotals(t, w, job, nil)
+}
+
+func TestRedisFoldTwice(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	epoch, ranges := jobSetup(t, w, job, 2, 5)
+	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "k", Events: 2, Amount: 20}}, nil)
+	mustWrite(t, w, job, epoch, ranges[1], []Total{{Key: "k", Events: 3, Amount: 30}}, nil)
+	mustFold(t, w, job, epoch, 1, ranges, 2)
+	before := snapshot(t, w, job)
+	mustFold(t, w, job, epoch, 1, ranges, 0)
+	sameSnapshot(t, "a second fold", before, snapshot(t, w, job))
+	wantTotals(t, w, job, map[string]total{"k": {5, 50}})
+	ev, am, keys, err := w.Totals(t.Context(), job)
+	if err != nil || ev != 5 || am != 50 || keys != 1 {
+		t.Fatalf("Totals = %d %d %d, %v; want 5 50 1", ev, am, keys, err)
+	}
+}
+
+func TestRedisFoldFenced(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	old, ranges := jobSetup(t, w, job, 1, 5)
+	mustWrite(t, w, job, old, ranges[0], []Total{{Key: "k", Events: 1, Amount: 1}}, nil)
+	if _, err := w.Claim(ctx, job); err != nil { // another instance takes over
+		t.Fatal(err)
+	}
+	before := snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, old, 1, ranges); !errors.Is(err, offsets.ErrFenced) || IsRedisRetryable(err) {
+		t.Fatalf("Fold with a stale epoch = %v, want ErrFenced, not retryable", err)
+	}
+	err := w.WriteContribution(ctx, job, old, ranges[0], []Total{{Key: "zombie", Events: 1}}, nil)
+	if !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("WriteContribution with a stale epoch = %v, want ErrFenced", err)
+	}
+	sameSnapshot(t, "a fenced fold and write", before, snapshot(t, w, job))
+}
+
+func TestRedisFoldConflictIsAtomic(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 3, 10)
+	for _, r := range ranges {
+		mustWrite(t, w, job, epoch, r, []Total{{Key: "k", Events: 1, Amount: 10}},
+			[]DeadLetter{{Topic: r.Topic, Partition: r.Partition, Offset: r.From, Reason: "bad"}})
+	}
+	// Partition 2's offset was moved elsewhere (by hand, or by a bug).
+	if err := w.Client().HSet(ctx, redisOffsetsKey(job), "in/2", 4).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, offsets.ErrConflict) || IsRedisRetryable(err) {
+		t.Fatalf("Fold over a moved offset = %v, want ErrConflict, not retryable", err)
+	}
+	sameSnapshot(t, "a conflicting fold", before, snapshot(t, w, job))
+
+	// The same for a range that is not in the logged plan…
+	if err := w.Client().HSet(ctx, redisOffsetsKey(job), "in/2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	other := append(ranges[:2:2], Range{Topic: "in", Partition: 2, From: 0, To: 9})
+	if _, err := w.Fold(ctx, job, epoch, 1, other); !errors.Is(err, offsets.ErrConflict) {
+		t.Fatalf("Fold of an unplanned range = %v, want ErrConflict", err)
+	}
+	// …a batch never logged…
+	if _, err := w.Fold(ctx, job, epoch, 2, ranges); !errors.Is(err, ErrRedisMissing) {
+		t.Fatalf("Fold of an unlogged batch = %v, want ErrRedisMissing", err)
+	}
+	// …a partition without an offset…
+	if err := w.Client().HDel(ctx, redisOffsetsKey(job), "in/1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, offsets.ErrNoRow) {
+		t.Fatalf("Fold without an offset = %v, want ErrNoRow", err)
+	}
+	sameSnapshot(t, "a fold without an offset row", before, snapshot(t, w, job))
+	if err := w.Client().HSet(ctx, redisOffsetsKey(job), "in/1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// …and a missing contribution.
+	if err := w.Client().Del(ctx, redisContribKey(job, ranges[2])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, ErrRedisMissing) {
+		t.Fatalf("Fold without a contribution = %v, want ErrRedisMissing", err)
+	}
+	sameSnapshot(t, "a fold with a missing contribution", before, snapshot(t, w, job))
+
+	// Written again, the batch folds whole.
+	mustWrite(t, w, job, epoch, ranges[2], []Total{{Key: "k", Events: 1, Amount: 10}}, nil)
+	mustFold(t, w, job, epoch, 1, ranges, 3)
+	wantTotals(t, w, job, map[string]total{"k": {3, 30}})
+	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 2 {
+		t.Fatalf("DeadLetterCount = %d, %v; want 2", n, err)
+	}
+}
+
+func TestRedisFoldOverflowChangesNothing(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 2, 10)
+	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "a", Events: 1, Amount: 1}, {Key: "b", Events: 1, Amount: 1}}, nil)
+	mustWrite(t, w, job, epoch, ranges[1], []Total{{Key: "z", Events: 1, Amount: 1 << 40}}, nil)
+	if err := w.Client().HSet(ctx, RedisAmountKey(job), "z", int64(1<<63-1)-(1<<30)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Client().HSet(ctx, RedisEventsKey(job), "z", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "overflow") || IsRedisRetryable(err) {
+		t.Fatalf("Fold that overflows = %v, want a non-retryable overflow error", err)
+	}
+	sameSnapshot(t, "an overflowing fold", before, snapshot(t, w, job))
+}
+
+func TestRedisDeadLettersMoveWithTheFold(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	r := ranges[0]
+	payload := []byte{0, 1, 2, 0xff, '"', '\n'}
+	dls := []DeadLetter{
+		{Topic: "in", Partition: 0, Offset: 3, Reason: "bad json", Payload: payload},
+		{Topic: "in", Partition: 0, Offset: 9, Reason: strings.Repeat("é", MaxReasonBytes), Payload: nil},
+	}
+	if err := w.WriteContribution(ctx, job, epoch, r, nil, append(dls, DeadLetter{Topic: "in", Partition: 0, Offset: 10})); err == nil {
+		t.Fatal("a dead letter outside the range was accepted")
+	}
+	mustWrite(t, w, job, epoch, r, []Total{{Key: "k", Events: 8, Amount: 80}}, dls)
+	if n, _ := w.DeadLetterCount(ctx, job); n != 0 {
+		t.Fatalf("%d dead letters visible before the fold", n)
+	}
+	mustFold(t, w, job, epoch, 1, ranges, 1)
+	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 2 {
+		t.Fatalf("DeadLetterCount = %d, %v; want 2", n, err)
+	}
+	raw, err := w.Client().HGet(ctx, redisDeadKey(job, "in", 0), "3").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d deadLetterJSON
+	if err := json.Unmarshal([]byte(raw), &d); err != nil || d.Reason != "bad json" || string(d.Payload) != string(payload) {
+		t.Fatalf("dead letter 3 = %s (%v)", raw, err)
+	}
+	raw = w.Client().HGet(ctx, redisDeadKey(job, "in", 0), "9").Val()
+	if err := json.Unmarshal([]byte(raw), &d); err != nil || len(d.Reason) > MaxReasonBytes {
+		t.Fatalf("dead letter 9's reason not cut to %d bytes: %d (%v)", MaxReasonBytes, len(d.Reason), err)
+	}
+}
+
+// A crash after the contributions were written and before the fold: a new
+// instance claims the job, re-runs the logged plan (not a new one, although
+// more records may have arrived) and folds. The old instance can't fold
+// any more.
+func TestRedisCrashRecovery(t *testing.T) {
+	dsn := redisTestDSN(t)
+	ctx := t.Context()
+	first, err := OpenRedis(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	job := redisJob(t, first)
+	epoch1, ranges := jobSetup(t, first, job, 2, 100)
+	// The batch's result is a function of its records, so a replay writes
+	// the same contributions.
+	contrib := func(r Range) []Total {
+		var ts []Total
+		for off := r.From; off < r.To; off++ {
+			ts = append(ts, Total{Key: fmt.Sprintf("k%d", off%7), Events: 1, Amount: off})
+		}
+		return ts
+	}
+	mustWrite(t, first, job, epoch1, ranges[0], contrib(ranges[0]), nil)
+	mustWrite(t, first, job, epoch1, ranges[1], contrib(ranges[1]), nil)
+	first.Close() // the crash: no fold
+
+	second := openRedisSink(t)
+	epoch2, err := second.Claim(ctx, job)
+	if err != nil || epoch2 <= epoch1 {
+		t.Fatalf("Claim = %d, %v; want > %d", epoch2, err, epoch1)
+	}
+	// A reader during recovery sees the batch not at all, never twice.
+	wantTotals(t, second, job, nil)
+	id, plan, ok, err := second.LastPlan(ctx, job)
+	if err != nil || !ok || id != 1 || !reflect.DeepEqual(plan, ranges) {
+		t.Fatalf("LastPlan = %d %v %v, %v; want batch 1 %v", id, plan, ok, err, ranges)
+	}
+	for _, r := range plan {
+		mustWrite(t, second, job, epoch2, r, contrib(r), nil)
+	}
+	mustFold(t, second, job, epoch2, id, plan, 2)
+
+	want := make(map[string]total)
+	for _, r := range ranges {
+		for off := r.From; off < r.To; off++ {
+			k := fmt.Sprintf("k%d", off%7)
+			want[k] = total{want[k].events + 1, want[k].amount + off}
+		}
+	}
+	wantTotals(t, second, job, want)
+	wantOffsets(t, second, job, map[int32]int64{0: 100, 1: 100})
+
+	// The old instance, back from the dead, is fenced.
+	zombie := openRedisSink(t)
+	if _, err := zombie.Fold(ctx, job, epoch1, 1, ranges); !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("zombie Fold = %v, want ErrFenced", err)
+	}
+	wantTotals(t, second, job, want)
+}
+
+func TestRedisManyKeys(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	epoch, ranges := jobSetup(t, w, job, 2, 20000)
+	const keys = 10000
+	for i, r := range ranges {
+		ts := make([]Total, keys)
+		for k := range ts {
+			ts[k] = Total{Key: fmt.Sprintf("key-%05d", k), Events: int64(i + 1), Amount: int64(k)}
+		}
+		mustWrite(t, w, job, epoch, r, ts, nil)
+	}
+	mustFold(t, w, job, epoch, 1, ranges, 2)
+	got := readRedisTotals(t, w, job)
+	if len(got) != keys {
+		t.Fatalf("%d keys, want %d", len(got), keys)
+	}
+	for k := range keys {
+		name := fmt.Sprintf("key-%05d", k)
+		if got[name] != (total{3, 2 * int64(k)}) {
+			t.Fatalf("%s = %v, want {3 %d}", name, got[name], 2*k)
+		}
+	}
+	ev, am, n, err := w.Totals(t.Context(), job)
+	if err != nil || ev != 3*keys || am != keys*(keys-1) || n != keys {
+		t.Fatalf("Totals = %d %d %d, %v", ev, am, n, err)
+	}
+}
+
+// cutProxy stands between a client and Redis and can cut connections: it
+// drops a reply (the command ran, the client can't know) or stops
+// listening (connection refused).
+type cutProxy struct {
+	ln       net.Listener
+	target   string
+	cutReply atomic.Bool
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: make(map[net.Conn]bool)}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[s] = true, true
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() {
+				defer p.wg.Done()
+				io.Copy(s, c)
+				c.Close()
+				s.Close()
+			}()
+			go func() {
+				defer p.wg.Done()
+				defer c.Close()
+				defer s.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 && p.cutReply.Load() {
+						return // the reply is lost
+					}
+					if n > 0 {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func TestRedisConnectionCut(t *testing.T) {
+	direct := openRedisSink(t)
+	opts, _, err := ParseRedisDSN(redisTestDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startCutProxy(t, opts.Addr)
+	opts.Addr = p.ln.Addr().String()
+	opts.PoolSize = 1
+	w := NewRedis(redis.NewClient(opts))
+	defer w.Close()
+	ctx := t.Context()
+	job := redisJob(t, direct)
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "k", Events: 10, Amount: 100}}, nil)
+
+	// The fold runs, its reply is lost: outcome unknown, retryable.
+	p.cutReply.Store(true)
+	_, err = w.Fold(ctx, job, epoch, 1, ranges)
+	if err == nil {
+		t.Fatal("Fold succeeded although its reply was dropped")
+	}
+	if !IsRedisRetryable(err) {
+		t.Fatalf("IsRedisRetryable(%v) = false for a cut connection", err)
+	}
+	wantOffsets(t, direct, job, map[int32]int64{0: 10}) // it did land
+	p.cutReply.Store(false)
+	// The retry is harmless.
+	mustFold(t, w, job, epoch, 1, ranges, 0)
+	wantTotals(t, direct, job, map[string]total{"k": {10, 100}})
+
+	// Redis gone: connection refused, retryable.
+	p.close()
+	_, err = w.Claim(ctx, job)
+	if err == nil || !IsRedisRetryable(err) {
+		t.Fatalf("Claim with Redis gone = %v, want a retryable error", err)
+	}
+}
+
+func TestIsRedisRetryable(t *testing.T) {
+	w := openRedisSink(t)
+	ctx := t.Context()
+	// Real error replies from the server, with the codes Redis uses.
+	reply := func(msg string) error {
+		return w.Client().Eval(ctx, "return redis.error_reply(ARGV[1])", nil, msg).Err()
+	}
+	job := redisJob(t, w)
+	if _, err := w.Claim(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	_, fenceErr := w.Fold(ctx, job, 0, 1, []Range{{Topic: "in", From: 0, To: 1}})
+	scriptErr := w.Client().Eval(ctx, "return redis.call('NOSUCHCOMMAND')", nil).Err()
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"LOADING", reply("LOADING Redis is loading the dataset in memory"), true},
+		{"TRYAGAIN", reply("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{"BUSY", reply("BUSY Redis is busy running a script"), true},
+		{"READONLY", reply("READONLY You can't write against a read only replica."), true},
+		{"CLUSTERDOWN", reply("CLUSTERDOWN The cluster is down"), true},
+		{"OOM", reply("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{"WRONGTYPE", reply("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{"script error", scriptErr, false},
+		{"fenced", fenceErr, false},
+		{"conflict", fmt.Errorf("folding: %w", offsets.ErrConflict), false},
+		{"missing", fmt.Errorf("folding: %w", ErrRedisMissing), false},
+		{"EOF", fmt.Errorf("folding: %w", io.EOF), true},
+		{"unexpected EOF", io.ErrUnexpectedEOF, true},
+		{"net error", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("reset")}, true},
+		{"pool timeout", redis.ErrPoolTimeout, true},
+		{"closed client", redis.ErrClosed, false},
+		{"canceled", fmt.Errorf("x: %w", errors.Join(io.EOF, context.Canceled)), false},
+	}
+	if !errors.Is(fenceErr, offsets.ErrFenced) {
+		t.Fatalf("setup: Fold with epoch 0 after a claim = %v, want ErrFenced", fenceErr)
+	}
+	for _, c := range cases {
+		if c.err == nil && c.name != "nil" {
+			t.Fatalf("%s: setup produced no error", c.name)
+		}
+		if got := IsRedisRetryable(c.err); got != c.want {
+			t.Errorf("%s: IsRedisRetryable(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
