@@ -123,6 +123,11 @@ type Driver struct {
 	OnStart    func(Info, []Range)
 	OnProgress func(Progress)
 
+	// Prepare, when set, runs after a batch is planned and before any of
+	// its tasks: the place to log the plan durably (the `idempotent`
+	// strategy's offset log). An error stops the run before the batch.
+	Prepare func(ctx context.Context, b Info, ranges []Range) error
+
 	// Commit, when set, makes a whole batch durable at once after all its
 	// tasks returned (the `single` strategy: one transaction for every
 	// partition). Tasks then only compute; no partition's offset moves
@@ -176,6 +181,11 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 		} else {
 			idleSince = time.Time{}
 			batchID++
+			if d.Prepare != nil {
+				if err := d.Prepare(context.WithoutCancel(ctx), Info{ID: batchID, Epoch: d.Epoch}, ranges); err != nil {
+					return sum, fmt.Errorf("preparing batch %d: %w", batchID, err)
+				}
+			}
 			if d.OnStart != nil {
 				d.OnStart(Info{ID: batchID, Epoch: d.Epoch}, ranges)
 			}

@@ -23,10 +23,11 @@ const (
 	StrategySingle      = "single"
 	StrategyAtLeastOnce = "at-least-once"
 	StrategyAtMostOnce  = "at-most-once"
+	StrategyIdempotent  = "idempotent"
 )
 
 // Strategies lists the implemented strategies.
-var Strategies = []string{StrategyTxn, StrategySingle, StrategyAtLeastOnce, StrategyAtMostOnce}
+var Strategies = []string{StrategyTxn, StrategySingle, StrategyIdempotent, StrategyAtLeastOnce, StrategyAtMostOnce}
 
 // Guarantee is what a strategy promises about the sink after crashes.
 type Guarantee string
@@ -41,7 +42,7 @@ const (
 // GuaranteeOf returns the promise of a strategy ("" if unknown).
 func GuaranteeOf(strategy string) Guarantee {
 	switch strategy {
-	case StrategyTxn, StrategySingle:
+	case StrategyTxn, StrategySingle, StrategyIdempotent:
 		return ExactlyOnce
 	case StrategyAtLeastOnce:
 		return AtLeastOnce
@@ -152,6 +153,10 @@ func (c Config) Validate() error {
 		return bad("start-from %q: want earliest or latest", c.StartFrom)
 	case c.Sink == "":
 		return bad("sink: none given")
+	case c.Strategy == StrategyIdempotent && !isRedisDSN(c.Sink):
+		return bad("sink: strategy idempotent writes to Redis: want redis://[:password@]host:port/db")
+	case c.Strategy != StrategyIdempotent && isRedisDSN(c.Sink):
+		return bad("sink: a redis:// sink needs --strategy idempotent (strategy %s writes to SQL)", c.Strategy)
 	case c.Interval < 0:
 		return bad("interval %s is negative", c.Interval)
 	case c.Parallelism < 0:
@@ -162,4 +167,8 @@ func (c Config) Validate() error {
 		return bad("until-idle %s is negative", c.UntilIdle)
 	}
 	return nil
+}
+
+func isRedisDSN(dsn string) bool {
+	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
 }

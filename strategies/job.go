@@ -75,7 +75,7 @@ func (u unknownOutcome) Unwrap() error { return u.err }
 // configuration never do.
 func isRetryable(err error) bool {
 	var u unknownOutcome
-	return errors.As(err, &u) || writers.IsRetryable(err) || batch.IsRetryable(err)
+	return errors.As(err, &u) || writers.IsRetryable(err) || writers.IsRedisRetryable(err) || batch.IsRetryable(err)
 }
 
 // withRetry runs attempt until it succeeds, fails for good, or has been

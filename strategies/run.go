@@ -3,6 +3,7 @@ package strategies
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -36,14 +37,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	log := cfg.Logger
 
 	octx, cancel := context.WithTimeout(ctx, connectTimeout)
-	w, err := writers.OpenSQL(octx, cfg.Sink)
+	var w *writers.SQL
+	var rw *writers.Redis
+	var err error
+	if cfg.Strategy == StrategyIdempotent {
+		rw, err = writers.OpenRedis(octx, cfg.Sink)
+	} else {
+		w, err = writers.OpenSQL(octx, cfg.Sink)
+	}
 	cancel()
 	if err != nil {
 		return Result{}, err
 	}
-	defer w.Close()
-	if err := w.CreateTables(ctx); err != nil {
-		return Result{}, err
+	if rw != nil {
+		defer rw.Close()
+	} else {
+		defer w.Close()
+		if err := w.CreateTables(ctx); err != nil {
+			return Result{}, err
+		}
 	}
 
 	client, err := sarama.NewClient(cfg.Brokers, kafkautil.Config("microbatch-"+cfg.Job))
@@ -76,9 +88,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			crash(CrashAfterPlan)
 		},
 	}
-	res := Result{Sink: w.String()}
+	res := Result{}
 	switch cfg.Strategy {
+	case StrategyIdempotent:
+		res.Sink = rw.String()
+		s, err := startIdempotent(ctx, rw, src, cfg, log, crash)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Epoch = s.epoch
+		if d.LastBatch, err = s.recover(ctx, cfg.Topic); err != nil {
+			return Result{}, err
+		}
+		if d.Next, err = rw.Offsets(ctx, cfg.Job, cfg.Topic); err != nil {
+			return Result{}, err
+		}
+		d.Epoch = s.epoch
+		d.Prepare, d.Task, d.Commit = s.prepare, s.task, s.commit
 	case StrategyTxn, StrategySingle:
+		res.Sink = w.String()
 		claim, err := claimJob(ctx, w, src, cfg)
 		if err != nil {
 			return Result{}, err
@@ -96,6 +124,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			d.Task, d.Commit = s.compute, s.commit
 		}
 	case StrategyAtLeastOnce, StrategyAtMostOnce:
+		res.Sink = w.String()
 		group := offsets.NewKafkaGroup(client, cfg.Job, cfg.Topic)
 		if d.Next, err = groupStart(ctx, group, src, cfg); err != nil {
 			return Result{}, err
@@ -105,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Started = true
 	log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
-		"topic", cfg.Topic, "partitions", len(d.Next), "epoch", res.Epoch, "sink", w.String())
+		"topic", cfg.Topic, "partitions", len(d.Next), "epoch", res.Epoch, "sink", res.Sink)
 	res.Summary, err = d.Run(ctx)
 	return res, err
 }
@@ -177,4 +206,36 @@ func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSour
 		}
 	}
 	return next, nil
+}
+
+// startIdempotent claims the job in Redis (a new epoch fences older
+// instances inside the fold script) and creates the offsets of partitions
+// that have none: start-from for a new job, earliest for later partitions.
+func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSource, cfg Config, log *slog.Logger, crash func(string)) (*idempotent, error) {
+	epoch, err := rw.Claim(ctx, cfg.Job)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := rw.Offsets(ctx, cfg.Job, cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	bounds, err := src.Bounds(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
+	}
+	start := map[int32]int64{}
+	for _, p := range src.Partitions() {
+		if _, ok := stored[p]; ok {
+			continue
+		}
+		start[p] = bounds[p].Start
+		if cfg.StartFrom == StartLatest && len(stored) == 0 {
+			start[p] = bounds[p].End
+		}
+	}
+	if err := rw.InitOffsets(ctx, cfg.Job, cfg.Topic, start); err != nil {
+		return nil, err
+	}
+	return &idempotent{src: src, r: rw, job: cfg.Job, epoch: epoch, log: log, crash: crash}, nil
 }

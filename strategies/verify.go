@@ -31,3 +31,38 @@ func ReadSinkTotals(ctx context.Context, w *writers.SQL, job string) (SinkTotals
 	}
 	return t, nil
 }
+
+// ReadTotals opens the sink named by dsn (SQL or Redis), reads what it
+// holds for job, and returns it with the sink's address (no password).
+func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error) {
+	if isRedisDSN(dsn) {
+		r, err := writers.OpenRedis(ctx, dsn)
+		if err != nil {
+			return SinkTotals{}, "", err
+		}
+		defer r.Close()
+		var t SinkTotals
+		if t.Events, t.Amount, t.Keys, err = r.Totals(ctx, job); err != nil {
+			return t, r.String(), err
+		}
+		t.DeadLetters, err = r.DeadLetterCount(ctx, job)
+		return t, r.String(), err
+	}
+	w, err := writers.OpenSQL(ctx, dsn)
+	if err != nil {
+		return SinkTotals{}, "", err
+	}
+	defer w.Close()
+	t, err := ReadSinkTotals(ctx, w, job)
+	return t, w.String(), err
+}
+
+// CheckSink parses a sink DSN of either kind without connecting.
+func CheckSink(dsn string) error {
+	if isRedisDSN(dsn) {
+		_, _, err := writers.ParseRedisDSN(dsn)
+		return err
+	}
+	_, err := writers.ParseSQLDSN(dsn)
+	return err
+}

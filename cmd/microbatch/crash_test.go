@@ -65,6 +65,11 @@ func TestCrashRecovery(t *testing.T) {
 		{"ApacheKafkaToMariaDB", strategies.StrategyTxn, apache},
 		{"kfakeToSQLite", strategies.StrategyTxn, kfake},
 		{"single/kfakeToSQLite", strategies.StrategySingle, kfake},
+		{"idempotent/kfakeToRedis", strategies.StrategyIdempotent, func(t *testing.T) (string, string) {
+			redis := needServer(t, "MICROBATCH_TEST_REDIS")
+			b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
+			return b.addr, redis
+		}},
 		{"at-least-once/ApacheKafkaToMariaDB", strategies.StrategyAtLeastOnce, apache},
 		{"at-most-once/ApacheKafkaToMariaDB", strategies.StrategyAtMostOnce, apache},
 	} {
@@ -77,8 +82,21 @@ func TestCrashRecovery(t *testing.T) {
 
 // storedNext is where the job will resume: mb_offsets for the exactly-once
 // strategies, the consumer group for the controls.
-func storedNext(t *testing.T, strategy string, w *writers.SQL, brokers, job, topic string) map[int32]int64 {
-	if strategies.GuaranteeOf(strategy) == strategies.ExactlyOnce {
+func storedNext(t *testing.T, strategy, sink, brokers, job, topic string) map[int32]int64 {
+	switch strategy {
+	case strategies.StrategyIdempotent:
+		r, err := writers.OpenRedis(t.Context(), sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		next, err := r.Offsets(t.Context(), job, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return next
+	case strategies.StrategyTxn, strategies.StrategySingle:
+		w := openSink(t, sink)
 		return testutil.StoredOffsets(t, w.DB(), job, topic)
 	}
 	client, err := sarama.NewClient(kafkautil.SplitBrokers(brokers), kafkautil.Config("crash-test-group"))
@@ -108,7 +126,6 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 
 	produced, expAmount := produceCLI(t, brokers, topic, crashSeed, 0, crashInitial)
-	w := openSink(t, sink)
 	logDir := t.TempDir()
 	args := []string{"run", "--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink, "--strategy", strategy,
 		"--interval", crashInterval.String(), "--max-batch-records", strconv.Itoa(crashMaxBatch), "--log-level", "debug"}
@@ -120,7 +137,7 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		// Give the run more work than it can finish before the kill.
 		maxBatches := int64(delay/crashInterval) + 3
 		need := maxBatches * crashMaxBatch * crashPartitions
-		if lag := sum(testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic)) - sum(storedNext(t, strategy, w, brokers, job, topic)); lag < need {
+		if lag := sum(testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic)) - sum(storedNext(t, strategy, sink, brokers, job, topic)); lag < need {
 			ev, am := produceCLI(t, brokers, topic, crashSeed, produced, need-lag)
 			produced += ev
 			expAmount += am
@@ -156,7 +173,7 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		t.Fatalf("final run: %s", final)
 	}
 
-	got, err := strategies.ReadSinkTotals(context.Background(), w, job)
+	got, _, err := strategies.ReadTotals(context.Background(), sink, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +186,9 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		if got.Events != produced || got.Amount != expAmount || got.DeadLetters != 0 {
 			t.Errorf("sink totals %+v, want events=%d amount=%d and no dead letters", got, produced, expAmount)
 		}
-		checkCrashPerKey(t, w, job, produced)
+		if strategy != strategies.StrategyIdempotent {
+			checkCrashPerKey(t, openSink(t, sink), job, produced)
+		}
 	case strategies.AtLeastOnce:
 		if got.Events < produced {
 			t.Errorf("at-least-once lost %d events", produced-got.Events)
@@ -179,7 +198,7 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 			t.Errorf("at-most-once duplicated %d events", got.Events-produced)
 		}
 	}
-	end, stored := testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic), storedNext(t, strategy, w, brokers, job, topic)
+	end, stored := testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic), storedNext(t, strategy, sink, brokers, job, topic)
 	if fmt.Sprint(end) != fmt.Sprint(stored) {
 		t.Errorf("stored offsets %v, partition ends %v", stored, end)
 	}

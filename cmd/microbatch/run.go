@@ -110,7 +110,7 @@ func runJob(ctx context.Context, s *settings) error {
 	if cfg.Sink == "" {
 		cfg.Sink = defaultSink
 	}
-	if _, err := writers.ParseSQLDSN(cfg.Sink); err != nil {
+	if err := strategies.CheckSink(cfg.Sink); err != nil {
 		return configError{fmt.Errorf("sink: %w", err)}
 	}
 	demoEvents, err := s.int64("demo-events")
@@ -243,21 +243,16 @@ func (d *demoRun) stop() {
 // report prints what the sink holds next to what the demo produced. A run
 // that was interrupted before catching up only says where it stands.
 func (d *demoRun) report(ctx context.Context, cfg strategies.Config, interrupted bool) error {
-	w, err := writers.OpenSQL(ctx, cfg.Sink)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	got, err := strategies.ReadSinkTotals(ctx, w, cfg.Job)
+	got, sink, err := strategies.ReadTotals(ctx, cfg.Sink, cfg.Job)
 	if err != nil {
 		return err
 	}
 	if interrupted && got.Events < d.expected.Events {
 		fmt.Printf("stopped: job %s in %s holds %d of the demo's %d events, each exactly once; run again to continue\n",
-			cfg.Job, w, got.Events, d.expected.Events)
+			cfg.Job, sink, got.Events, d.expected.Events)
 		return nil
 	}
-	printComparison(os.Stdout, w.String(), cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, d.expected.Amount)
+	printComparison(os.Stdout, sink, cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, d.expected.Amount)
 	return nil
 }
 

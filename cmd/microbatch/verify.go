@@ -49,28 +49,23 @@ func verifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		target, err := writers.ParseSQLDSN(s.str("sink"))
-		if err != nil {
+		dsn := s.str("sink")
+		if err := strategies.CheckSink(dsn); err != nil {
 			return configError{err}
 		}
 		// Opening a missing SQLite file would create an empty one.
-		if target.File != "" {
+		if target, err := writers.ParseSQLDSN(dsn); err == nil && target.File != "" {
 			if _, err := os.Stat(target.File); err != nil {
 				return fmt.Errorf("sink %s: %w", target.Display, err)
 			}
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 		defer cancel()
-		w, err := writers.OpenSQL(ctx, s.str("sink"))
+		got, sink, err := strategies.ReadTotals(ctx, dsn, s.str("job"))
 		if err != nil {
 			return err
 		}
-		defer w.Close()
-		got, err := strategies.ReadSinkTotals(ctx, w, s.str("job"))
-		if err != nil {
-			return err
-		}
-		if !printComparison(cmd.OutOrStdout(), w.String(), s.str("job"), guarantee, got, events, amount) {
+		if !printComparison(cmd.OutOrStdout(), sink, s.str("job"), guarantee, got, events, amount) {
 			return errDiffers
 		}
 		return nil

@@ -1,0 +1,128 @@
+package strategies
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// idempotent is the `idempotent` strategy on Redis (writers.Redis): the
+// plan of each batch is logged before it is read; each partition task
+// writes its results under a key named after its range (a replay
+// overwrites); then one atomic, offset-guarded script folds the batch into
+// the users' totals and advances the offsets. See writers/redis.go for the
+// key layout and the guarantee.
+type idempotent struct {
+	src   batch.Source
+	r     *writers.Redis
+	job   string
+	epoch int64
+	log   *slog.Logger
+	crash func(point string)
+}
+
+func wrange(r batch.Range) writers.Range {
+	return writers.Range{Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To}
+}
+
+func wranges(rs []batch.Range) []writers.Range {
+	out := make([]writers.Range, len(rs))
+	for i, r := range rs {
+		out[i] = wrange(r)
+	}
+	return out
+}
+
+// prepare logs the plan: a replay after a crash re-runs exactly these
+// ranges, whatever arrived since.
+func (s *idempotent) prepare(ctx context.Context, b batch.Info, ranges []batch.Range) error {
+	_, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d plan", b.ID), func() error {
+		return s.r.LogPlan(ctx, s.job, s.epoch, b.ID, wranges(ranges))
+	})
+	return err
+}
+
+// task computes one range and writes its contribution (idempotently).
+func (s *idempotent) task(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
+	var res batch.TaskResult
+	start := time.Now()
+	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
+		var err error
+		res, err = s.contribute(ctx, r)
+		return err
+	})
+	res.Attempts, res.Commit = attempts, time.Since(start)
+	if err == nil {
+		s.crash(CrashMidWrite) // this contribution written; others of the batch maybe not
+	}
+	return res, err
+}
+
+func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskResult, error) {
+	agg := event.NewAggregator()
+	var dls []writers.DeadLetter
+	c, err := process(ctx, s.src, s.job, r, agg, func(dl writers.DeadLetter) error {
+		dls = append(dls, dl)
+		return nil
+	})
+	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
+	if err != nil {
+		return res, err
+	}
+	totals := make([]writers.Total, agg.Len())
+	for i, t := range agg.Totals() {
+		totals[i] = writers.Total{Key: t.Key, Events: t.Events, Amount: t.Amount}
+	}
+	return res, s.r.WriteContribution(ctx, s.job, s.epoch, wrange(r), totals, dls)
+}
+
+// commit folds the batch: totals, dead letters and offsets move at once,
+// only for ranges still at their start.
+func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []batch.Range) (batch.CommitResult, error) {
+	s.crash(CrashAfterWriteBeforeOffsets)
+	start := time.Now()
+	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d fold", b.ID), func() error {
+		_, err := s.r.Fold(ctx, s.job, s.epoch, b.ID, wranges(ranges))
+		return err
+	})
+	return batch.CommitResult{Duration: time.Since(start), Attempts: attempts}, err
+}
+
+// recover finishes the last logged batch if a crash interrupted it: the
+// ranges whose offsets are still at their start are read again (the same
+// records: the plan fixed them), re-contributed and folded.
+func (s *idempotent) recover(ctx context.Context, topic string) (lastBatch int64, err error) {
+	id, plan, ok, err := s.r.LastPlan(ctx, s.job)
+	if err != nil || !ok {
+		return 0, err
+	}
+	stored, err := s.r.Offsets(ctx, s.job, topic)
+	if err != nil {
+		return 0, err
+	}
+	var pending []batch.Range
+	for _, w := range plan {
+		if w.Topic == topic && stored[w.Partition] == w.From {
+			pending = append(pending, batch.Range{Topic: w.Topic, Partition: w.Partition, From: w.From, To: w.To})
+		}
+	}
+	if len(pending) == 0 {
+		return id, nil
+	}
+	s.log.Info("finishing the logged batch interrupted by a crash", "batch", id, "ranges", len(pending))
+	b := batch.Info{ID: id, Epoch: s.epoch}
+	for _, r := range pending {
+		if _, err := s.task(ctx, b, r); err != nil {
+			return 0, fmt.Errorf("replaying batch %d: %w", id, err)
+		}
+	}
+	if _, err := s.commit(ctx, b, pending); err != nil {
+		return 0, fmt.Errorf("replaying batch %d: %w", id, err)
+	}
+	return id, nil
+}
