@@ -1,7 +1,8 @@
 // Package writers holds the sink writers a Go program can embed without the
-// batch driver: today the SQL transaction writer (MySQL/MariaDB and SQLite),
-// which writes a batch's rows, its dead letters and its offset advance in
-// one transaction.
+// batch driver: the SQL transaction writer (MySQL/MariaDB and SQLite), which
+// writes a batch's rows, its dead letters and its offset advance in one
+// transaction, and the Redis writer of the idempotent strategy (redis.go:
+// deterministic per-range contributions and an atomic, offset-guarded fold).
 //
 // Writers never import the driver (batch) or the strategies; they take
 // plain values and a context, and leave retry policy to the caller
