@@ -2,8 +2,6 @@ package strategies_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 )
 
@@ -40,8 +39,8 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := startCutProxy(t, u.Host)
-	u.Host = proxy.addr
+	proxy := testutil.StartCutProxy(t, u.Host)
+	u.Host = proxy.Addr()
 	dsn := u.String()
 
 	topic := newTopic(t, brokers)
@@ -70,7 +69,7 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string) {
 					case <-stop:
 						return
 					case <-time.After(100 * time.Millisecond):
-						proxy.cutAll()
+						proxy.CutAll()
 					}
 				}
 			}()
@@ -80,9 +79,9 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string) {
 	close(stop)
 	cutter.Wait()
 
-	t.Logf("%d connections cut, %d retries in %d batches", proxy.cuts.Load(), retries.Load(), res.Batches)
+	t.Logf("%d connections cut, %d retries in %d batches", proxy.Cuts.Load(), retries.Load(), res.Batches)
 	if retries.Load() == 0 {
-		t.Fatalf("nothing was retried: the cuts never landed inside a write (%d cuts)", proxy.cuts.Load())
+		t.Fatalf("nothing was retried: the cuts never landed inside a write (%d cuts)", proxy.Cuts.Load())
 	}
 	got, _, err := strategies.ReadTotals(context.Background(), upstream, job)
 	if err != nil {
@@ -96,66 +95,4 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string) {
 		checkPerKey(t, readPerKey(t, w, job), expectedPerKey(integrationSeed, 0, events))
 		checkOffsets(t, w, brokers, job, topic)
 	}
-}
-
-// cutProxy forwards TCP connections to a server and can cut them all.
-type cutProxy struct {
-	addr string
-	cuts atomic.Int64
-
-	mu    sync.Mutex
-	conns map[net.Conn]bool
-}
-
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		p.cutAll()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[s] = true, true
-			p.mu.Unlock()
-			wg.Add(2)
-			pipe := func(dst, src net.Conn) {
-				defer wg.Done()
-				_, _ = io.Copy(dst, src)
-				dst.Close()
-				src.Close()
-			}
-			go pipe(s, c)
-			go pipe(c, s)
-		}
-	}()
-	return p
-}
-
-func (p *cutProxy) cutAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-		delete(p.conns, c)
-	}
-	p.cuts.Add(1)
 }

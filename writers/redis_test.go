@@ -10,12 +10,11 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 )
 
@@ -699,92 +698,14 @@ func TestRedisManyKeys(t *testing.T) {
 	}
 }
 
-// cutProxy stands between a client and Redis and can cut connections: it
-// drops a reply (the command ran, the client can't know) or stops
-// listening (connection refused).
-type cutProxy struct {
-	ln       net.Listener
-	target   string
-	cutReply atomic.Bool
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
-}
-
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: make(map[net.Conn]bool)}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[s] = true, true
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() {
-				defer p.wg.Done()
-				io.Copy(s, c)
-				c.Close()
-				s.Close()
-			}()
-			go func() {
-				defer p.wg.Done()
-				defer c.Close()
-				defer s.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 && p.cutReply.Load() {
-						return // the reply is lost
-					}
-					if n > 0 {
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *cutProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
 func TestRedisConnectionCut(t *testing.T) {
 	direct := openRedisSink(t)
 	opts, _, err := ParseRedisDSN(redisTestDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startCutProxy(t, opts.Addr)
-	opts.Addr = p.ln.Addr().String()
+	p := testutil.StartCutProxy(t, opts.Addr)
+	opts.Addr = p.Addr()
 	opts.PoolSize = 1
 	w := NewRedis(redis.NewClient(opts))
 	defer w.Close()
@@ -794,7 +715,7 @@ func TestRedisConnectionCut(t *testing.T) {
 	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "k", Events: 10, Amount: 100}}, nil)
 
 	// The fold runs, its reply is lost: outcome unknown, retryable.
-	p.cutReply.Store(true)
+	p.DropReplies(true)
 	_, err = w.Fold(ctx, job, epoch, 1, ranges)
 	if err == nil {
 		t.Fatal("Fold succeeded although its reply was dropped")
@@ -803,13 +724,13 @@ func TestRedisConnectionCut(t *testing.T) {
 		t.Fatalf("IsRedisRetryable(%v) = false for a cut connection", err)
 	}
 	wantOffsets(t, direct, job, map[int32]int64{0: 10}) // it did land
-	p.cutReply.Store(false)
+	p.DropReplies(false)
 	// The retry is harmless.
 	mustFold(t, w, job, epoch, 1, ranges, 0)
 	wantTotals(t, direct, job, map[string]total{"k": {10, 100}})
 
 	// Redis gone: connection refused, retryable.
-	p.close()
+	p.Close()
 	_, err = w.Claim(ctx, job)
 	if err == nil || !IsRedisRetryable(err) {
 		t.Fatalf("Claim with Redis gone = %v, want a retryable error", err)
