@@ -41,9 +41,10 @@ const (
 	crashMaxAlignLag = 15 * time.Millisecond
 )
 
-// TestCrashRecovery SIGKILLs `microbatch run --strategy txn` at random
+// TestCrashRecovery SIGKILLs `microbatch run` of each strategy at random
 // moments, restarts it, and checks that the sink ends up with every event
-// exactly once. Every fourth kill comes after a purely random delay; the
+// exactly once (or, for the controls, that it keeps their promise: no loss
+// for at-least-once, no duplicate for at-most-once). Every fourth kill comes after a purely random delay; the
 // others wait, after the random delay, for the next "batch started" line
 // and kill within crashMaxAlignLag of it, so that most kills hit an open
 // batch (a batch takes a few tens of milliseconds of each 200 ms
