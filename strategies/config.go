@@ -89,7 +89,7 @@ type Config struct {
 	Topic           string
 	Job             string
 	StartFrom       string
-	Sink            string // SQL sink DSN (writers.ParseSQLDSN)
+	Sink            string // SQL DSN (writers.ParseSQLDSN), or redis:// for idempotent
 	Interval        time.Duration
 	Parallelism     int   // 0 = number of partitions
 	MaxBatchRecords int64 // per partition per batch

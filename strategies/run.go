@@ -199,10 +199,17 @@ func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSour
 		switch off, ok := committed[p]; {
 		case ok:
 			next[p] = off
+			continue
 		case cfg.StartFrom == StartLatest && len(committed) == 0:
 			next[p] = bounds[p].End
 		default:
 			next[p] = bounds[p].Start
+		}
+		// Record the start before the first batch, as claimJob does for
+		// mb_offsets: otherwise a crash before the partition's first commit
+		// would resolve "latest" again on restart and skip what arrived.
+		if err := g.Commit(ctx, p, next[p]); err != nil {
+			return nil, err
 		}
 	}
 	return next, nil

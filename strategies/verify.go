@@ -42,6 +42,14 @@ func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error
 		}
 		defer r.Close()
 		var t SinkTotals
+		// A job that never ran has no offsets: say so rather than report
+		// zeros as "losses".
+		if n, err := r.Client().Exists(ctx, "mb:{"+job+"}:offsets").Result(); err != nil || n == 0 {
+			if err == nil {
+				err = fmt.Errorf("no job %q in %s", job, r)
+			}
+			return t, r.String(), err
+		}
 		if t.Events, t.Amount, t.Keys, err = r.Totals(ctx, job); err != nil {
 			return t, r.String(), err
 		}

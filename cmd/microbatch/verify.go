@@ -26,7 +26,7 @@ func verifyCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addConfigFlag(fs)
-	fs.String("sink", "sqlite://microbatch.db", "sink DSN (mysql://user:pass@host:port/db or sqlite://path)")
+	fs.String("sink", "sqlite://microbatch.db", "sink DSN (mysql://user:pass@host:port/db, sqlite://path or redis://host:port/db)")
 	fs.String("job", "default", "job name")
 	fs.String("strategy", strategies.StrategyTxn, "strategy the job ran with; verify judges by its promise: "+strings.Join(strategies.Strategies, ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
@@ -41,6 +41,10 @@ func verifyCmd() *cobra.Command {
 			return err
 		}
 		guarantee := strategies.GuaranteeOf(strategy)
+		// Without an expectation, "no loss" would be judged against zero.
+		if !s.v.IsSet("expect-events") || !s.v.IsSet("expect-amount") {
+			return badConfig("verify needs --expect-events and --expect-amount (what `produce` printed)")
+		}
 		events, err := s.int64("expect-events")
 		if err != nil {
 			return err
