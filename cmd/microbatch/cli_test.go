@@ -81,6 +81,7 @@ func TestCLIConfigErrors(t *testing.T) {
 		{name: "config file is not YAML", args: []string{"run"}, config: "topic: [unclosed\n", want: []string{"config"}},
 		{name: "config file missing", args: []string{"run", "--config", "/nonexistent/mb.yaml"}, want: []string{"/nonexistent/mb.yaml"}},
 		{name: "unknown flag", args: []string{"run", "--nope"}, want: []string{"--nope"}},
+		{name: "verify without expectations", args: []string{"verify", "--sink", "sqlite:///nonexistent/x.db"}, want: []string{"--expect-events"}},
 		{name: "verify with unknown sink scheme", args: []string{"verify", "--sink", "postgres://x"}, want: []string{`scheme "postgres"`}},
 		{name: "broker with zero partitions", args: []string{"broker", "--listen", "127.0.0.1:0", "--partitions", "0"}, want: []string{"partitions"}},
 	} {

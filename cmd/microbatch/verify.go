@@ -41,10 +41,6 @@ func verifyCmd() *cobra.Command {
 			return err
 		}
 		guarantee := strategies.GuaranteeOf(strategy)
-		// Without an expectation, "no loss" would be judged against zero.
-		if !s.v.IsSet("expect-events") || !s.v.IsSet("expect-amount") {
-			return badConfig("verify needs --expect-events and --expect-amount (what `produce` printed)")
-		}
 		events, err := s.int64("expect-events")
 		if err != nil {
 			return err
@@ -56,6 +52,10 @@ func verifyCmd() *cobra.Command {
 		dsn := s.str("sink")
 		if err := strategies.CheckSink(dsn); err != nil {
 			return configError{err}
+		}
+		// Without an expectation, "no loss" would be judged against zero.
+		if !s.v.IsSet("expect-events") || !s.v.IsSet("expect-amount") {
+			return badConfig("verify needs --expect-events and --expect-amount (what `produce` printed)")
 		}
 		// Opening a missing SQLite file would create an empty one.
 		if target, err := writers.ParseSQLDSN(dsn); err == nil && target.File != "" {
