@@ -16,7 +16,8 @@ type SinkTotals struct {
 }
 
 // ReadSinkTotals sums mb_totals and counts mb_dead_letters for job. It
-// only reads: a sink no job has written to is an error, not zeros.
+// only reads: a database without the tables is an error; a job with no
+// rows reads as zeros.
 func ReadSinkTotals(ctx context.Context, w *writers.SQL, job string) (SinkTotals, error) {
 	var t SinkTotals
 	err := w.DB().QueryRowContext(ctx,
