@@ -11,6 +11,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/sinktest"
 )
 
 // badRecord is a record the built-in job must dead-letter.
@@ -168,7 +169,7 @@ func testBadInput(t *testing.T, brokers []string, dsn string) {
 		t.Errorf("run reported %d records and %d dead letters, want %d and %d", res.Records, res.DeadLetters, wantEvents, len(bad))
 	}
 
-	w := openSink(t, dsn)
+	w := sinktest.OpenSQL(t, dsn)
 	rows, err := w.DB().Query(`SELECT topic, part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
 	if err != nil {
 		t.Fatal(err)

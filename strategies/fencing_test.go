@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 )
@@ -80,7 +81,7 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 			a.res.Records, resB.Records, events)
 	}
 
-	w := openSink(t, dsn)
+	w := sinktest.OpenSQL(t, dsn)
 	got := readSinkTotals(t, w, job)
 	if got.Events != exp.Events || got.Amount != exp.Amount {
 		t.Errorf("sink totals %+v, want events=%d amount=%d", got, exp.Events, exp.Amount)

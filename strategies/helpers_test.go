@@ -202,22 +202,6 @@ func runJob(t testing.TB, cfg strategies.Config) strategies.Result {
 	return res
 }
 
-// openSink opens dsn for reading results; closed at cleanup.
-func openSink(t testing.TB, dsn string) *writers.SQL {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	w, err := writers.OpenSQL(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	if err := w.CreateTables(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
 func readSinkTotals(t testing.TB, w *writers.SQL, job string) strategies.SinkTotals {
 	t.Helper()
 	got, err := strategies.ReadSinkTotals(context.Background(), w, job)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 )
@@ -42,7 +43,7 @@ func TestIntegrationTxn(t *testing.T) {
 func testTxnPipeline(t *testing.T, brokers []string, dsn string) {
 	topic := newTopic(t, brokers)
 	job := uniqueName(t, "job")
-	w := openSink(t, dsn)
+	w := sinktest.OpenSQL(t, dsn)
 
 	start := time.Now()
 	exp := produce(t, brokers, topic, integrationSeed, 0, integrationEvents)
@@ -88,7 +89,7 @@ func testTxnPipeline(t *testing.T, brokers []string, dsn string) {
 
 func testStartFromLatest(t *testing.T, brokers []string, dsn, topic string, present int64) {
 	job := uniqueName(t, "latest")
-	w := openSink(t, dsn)
+	w := sinktest.OpenSQL(t, dsn)
 	before := testutil.EndOffsets(t, brokers, topic)
 	cfg := baseConfig(t, brokers, topic, job, dsn)
 	cfg.StartFrom = strategies.StartLatest

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -92,7 +93,7 @@ var redisSink = sinkTarget{"Redis", func(t testing.TB) string { return needServe
 // sqlSnapshot reads totals, dead letters and offsets in one read-only
 // transaction (one snapshot in InnoDB's REPEATABLE READ).
 func sqlSnapshot(t *testing.T, dsn, job string) func() (counted, below int64, err error) {
-	w := openSink(t, dsn)
+	w := sinktest.OpenSQL(t, dsn)
 	return func() (int64, int64, error) {
 		tx, err := w.DB().BeginTx(context.Background(), &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
 		if err != nil {

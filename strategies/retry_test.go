@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 )
@@ -91,7 +92,7 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string) {
 		t.Fatalf("sink holds events=%d amount=%d, want %d %d", got.Events, got.Amount, exp.Events, exp.Amount)
 	}
 	if strategy != strategies.StrategyIdempotent {
-		w := openSink(t, upstream)
+		w := sinktest.OpenSQL(t, upstream)
 		checkPerKey(t, readPerKey(t, w, job), expectedPerKey(integrationSeed, 0, events))
 		checkOffsets(t, w, brokers, job, topic)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -146,7 +147,7 @@ func TestCLIVerify(t *testing.T) {
 	binary(t)
 	dir := t.TempDir()
 	sink := "sqlite://" + dir + "/sink.db"
-	w := openSink(t, sink)
+	w := sinktest.OpenSQL(t, sink)
 	ctx := context.Background()
 	tx, err := w.Begin(ctx)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
@@ -97,7 +98,7 @@ func storedNext(t *testing.T, strategy, sink, brokers, job, topic string) map[in
 		}
 		return next
 	case strategies.StrategyTxn, strategies.StrategySingle:
-		w := openSink(t, sink)
+		w := sinktest.OpenSQL(t, sink)
 		return testutil.StoredOffsets(t, w.DB(), job, topic)
 	}
 	client, err := sarama.NewClient(kafkautil.SplitBrokers(brokers), kafkautil.Config("crash-test-group"))
@@ -188,7 +189,7 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 			t.Errorf("sink totals %+v, want events=%d amount=%d and no dead letters", got, produced, expAmount)
 		}
 		if strategy != strategies.StrategyIdempotent {
-			checkCrashPerKey(t, openSink(t, sink), job, produced)
+			checkCrashPerKey(t, sinktest.OpenSQL(t, sink), job, produced)
 		}
 	case strategies.AtLeastOnce:
 		if got.Events < produced {
@@ -306,7 +307,7 @@ func TestGracefulStop(t *testing.T) {
 	job := uniqueName(t, "term-job")
 	sink := "sqlite://" + t.TempDir() + "/sink.db"
 	produced, expAmount := produceCLI(t, b.addr, topic, crashSeed, 0, crashInitial)
-	w := openSink(t, sink)
+	w := sinktest.OpenSQL(t, sink)
 	logDir := t.TempDir()
 	args := []string{"run", "--brokers", b.addr, "--topic", topic, "--job", job, "--sink", sink,
 		"--interval", crashInterval.String(), "--max-batch-records", strconv.Itoa(crashMaxBatch), "--log-level", "debug"}

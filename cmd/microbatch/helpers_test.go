@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/testutil"
-	"github.com/microbatch/microbatch/writers"
 )
 
 // Environment variables set by scripts/test.sh.
@@ -220,22 +219,6 @@ func (b *brokerProc) stop(t testing.TB) result {
 		b.res = result{code: b.cmd.ProcessState.ExitCode(), stdout: b.out.String(), stderr: b.errb.String()}
 	})
 	return b.res
-}
-
-// openSink opens the sink for reading; closed at cleanup.
-func openSink(t testing.TB, dsn string) *writers.SQL {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	w, err := writers.OpenSQL(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	if err := w.CreateTables(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return w
 }
 
 var nameSeq atomic.Int64
