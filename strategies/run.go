@@ -142,22 +142,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // claimJob takes a new epoch for the job and makes sure every partition has
 // an offset row, resolving start-from for the new ones.
 func claimJob(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg Config) (offsets.Claim, error) {
-	bounds, err := src.Bounds(ctx)
+	start, err := startRule(ctx, src, cfg)
 	if err != nil {
-		return offsets.Claim{}, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
-	}
-	// start-from applies to a new job; a partition that appears later is
-	// read from its beginning, or what was written to it before this run
-	// would be skipped.
-	start := func(p int32, newJob bool) (int64, error) {
-		b, ok := bounds[p]
-		if !ok {
-			return 0, fmt.Errorf("no offsets for %s/%d", cfg.Topic, p)
-		}
-		if cfg.StartFrom == StartLatest && newJob {
-			return b.End, nil
-		}
-		return b.Start, nil
+		return offsets.Claim{}, err
 	}
 	for attempt := 1; ; attempt++ {
 		tx, err := w.DB().BeginTxx(ctx, nil)
@@ -190,20 +177,18 @@ func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSour
 	if err != nil {
 		return nil, err
 	}
-	bounds, err := src.Bounds(ctx)
+	start, err := startRule(ctx, src, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
+		return nil, err
 	}
 	next := make(map[int32]int64, len(parts))
 	for _, p := range parts {
-		switch off, ok := committed[p]; {
-		case ok:
+		if off, ok := committed[p]; ok {
 			next[p] = off
 			continue
-		case cfg.StartFrom == StartLatest && len(committed) == 0:
-			next[p] = bounds[p].End
-		default:
-			next[p] = bounds[p].Start
+		}
+		if next[p], err = start(p, len(committed) == 0); err != nil {
+			return nil, err
 		}
 		// Record the start before the first batch, as claimJob does for
 		// mb_offsets: otherwise a crash before the partition's first commit
@@ -227,22 +212,42 @@ func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSou
 	if err != nil {
 		return nil, err
 	}
-	bounds, err := src.Bounds(ctx)
+	start, err := startRule(ctx, src, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
+		return nil, err
 	}
-	start := map[int32]int64{}
+	starts := map[int32]int64{}
 	for _, p := range src.Partitions() {
 		if _, ok := stored[p]; ok {
 			continue
 		}
-		start[p] = bounds[p].Start
-		if cfg.StartFrom == StartLatest && len(stored) == 0 {
-			start[p] = bounds[p].End
+		if starts[p], err = start(p, len(stored) == 0); err != nil {
+			return nil, err
 		}
 	}
-	if err := rw.InitOffsets(ctx, cfg.Job, cfg.Topic, start); err != nil {
+	if err := rw.InitOffsets(ctx, cfg.Job, cfg.Topic, starts); err != nil {
 		return nil, err
 	}
 	return &idempotent{src: src, r: rw, job: cfg.Job, epoch: epoch, log: log, crash: crash}, nil
+}
+
+// startRule is where a partition without stored progress begins, for every
+// strategy: at --start-from for a new job (one with no stored offsets at
+// all), and at its earliest offset for a partition that appears later, so
+// that nothing written to it is skipped.
+func startRule(ctx context.Context, src *batch.KafkaSource, cfg Config) (offsets.StartFunc, error) {
+	bounds, err := src.Bounds(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
+	}
+	return func(p int32, newJob bool) (int64, error) {
+		b, ok := bounds[p]
+		if !ok {
+			return 0, fmt.Errorf("no offsets for %s/%d", cfg.Topic, p)
+		}
+		if cfg.StartFrom == StartLatest && newJob {
+			return b.End, nil
+		}
+		return b.Start, nil
+	}, nil
 }
