@@ -146,26 +146,19 @@ func claimJob(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg C
 	if err != nil {
 		return offsets.Claim{}, err
 	}
-	for attempt := 1; ; attempt++ {
+	var claim offsets.Claim
+	_, err = withRetry(ctx, cfg.Logger, fmt.Sprintf("claiming job %q", cfg.Job), func() error {
 		tx, err := w.DB().BeginTxx(ctx, nil)
 		if err != nil {
-			return offsets.Claim{}, fmt.Errorf("claiming job %q: %w", cfg.Job, err)
+			return fmt.Errorf("claiming job %q: %w", cfg.Job, err)
 		}
-		claim, err := offsets.Init(ctx, tx, w.Dialect(), cfg.Job, cfg.Topic, src.Partitions(), start)
-		if err == nil {
-			err = tx.Commit()
+		defer tx.Rollback() // no-op after Commit
+		if claim, err = offsets.Init(ctx, tx, w.Dialect(), cfg.Job, cfg.Topic, src.Partitions(), start); err != nil {
+			return err
 		}
-		if err == nil {
-			return claim, nil
-		}
-		_ = tx.Rollback()
-		if !writers.IsRetryable(err) || attempt >= maxAttempts {
-			return offsets.Claim{}, err
-		}
-		if err := sleepBackoff(ctx, attempt); err != nil {
-			return offsets.Claim{}, err
-		}
-	}
+		return tx.Commit()
+	})
+	return claim, err
 }
 
 // groupStart reads where the controls start: the consumer group's
