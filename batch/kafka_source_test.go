@@ -13,6 +13,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/testutil"
 )
 
 // sourceBrokers returns the brokers KafkaSource is tested against: an
@@ -28,7 +29,7 @@ func sourceBrokers(t *testing.T) map[string][]string {
 	}
 	t.Cleanup(b.Close)
 	out := map[string][]string{"kfake": b.Addrs()}
-	if k := os.Getenv("MICROBATCH_TEST_KAFKA"); k != "" {
+	if k := os.Getenv(testutil.EnvKafka); k != "" {
 		out["apache-kafka"] = []string{k}
 	} else {
 		t.Log("MICROBATCH_TEST_KAFKA not set: testing against kfake only")

@@ -37,21 +37,13 @@ func benchEvents(b *testing.B) int64 {
 	return 1_000_000
 }
 
-func need(b *testing.B, env string) string {
-	v := os.Getenv(env)
-	if v == "" {
-		b.Skipf("%s not set: start the servers with scripts/services.sh start and eval \"$(scripts/services.sh env)\"", env)
-	}
-	return v
-}
-
 // BenchmarkTxnVsRawConsume reads the same topic twice per iteration: once
 // with a bare sarama consumer that only counts records (the ceiling), once
 // with `txn` into MariaDB (a fresh job, so it does all the work). It reports
 // both rates and their ratio. Run with -benchtime=1x; see README.md.
 func BenchmarkTxnVsRawConsume(b *testing.B) {
-	brokers := []string{need(b, "MICROBATCH_TEST_KAFKA")}
-	sink := need(b, "MICROBATCH_TEST_MYSQL")
+	brokers := []string{testutil.NeedServer(b, testutil.EnvKafka)}
+	sink := testutil.NeedServer(b, testutil.EnvMySQL)
 	events := benchEvents(b)
 	topic := fmt.Sprintf("bench-txn-%d-p%d-k%d-s%d", events, benchPartitions, benchKeys, benchSeed)
 	ensureData(b, brokers, topic, events)

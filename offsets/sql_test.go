@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/big"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/microbatch/microbatch/internal/testutil"
 	_ "modernc.org/sqlite"
 )
 
@@ -23,8 +23,6 @@ import (
 // when MICROBATCH_TEST_MYSQL is set (and not -short). mb_offsets is shared
 // between tests and runs on MySQL, so every case uses its own job name.
 // (This package must not import writers; the connection is opened here.)
-
-const mysqlEnv = "MICROBATCH_TEST_MYSQL"
 
 type testDB struct {
 	db *sql.DB
@@ -43,16 +41,10 @@ func forEachDB(t *testing.T, fn func(t *testing.T, db testDB)) {
 		fn(t, setUp(t, db, SQLite))
 	})
 	t.Run("mysql", func(t *testing.T) {
-		dsn := os.Getenv(mysqlEnv)
-		if dsn == "" {
-			t.Skip("MICROBATCH_TEST_MYSQL not set: set it to mysql://user:pass@host:port/db to run the MySQL cases")
-		}
-		if testing.Short() {
-			t.Skip("MySQL cases skipped in -short mode")
-		}
+		dsn := testutil.NeedServer(t, testutil.EnvMySQL)
 		u, err := url.Parse(dsn)
 		if err != nil || u.Scheme != "mysql" {
-			t.Fatalf("%s: want mysql://user:pass@host:port/db", mysqlEnv)
+			t.Fatalf("%s: want mysql://user:pass@host:port/db", testutil.EnvMySQL)
 		}
 		cfg := mysql.NewConfig()
 		cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")

@@ -17,15 +17,10 @@ import (
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
-)
-
-// Environment variables set by scripts/test.sh.
-const (
-	envKafka = "MICROBATCH_TEST_KAFKA"
-	envMySQL = "MICROBATCH_TEST_MYSQL"
 )
 
 // Settings of the integration runs.
@@ -51,20 +46,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needServer returns the value of the environment variable env, skipping
-// the test under -short or when the variable is unset.
-func needServer(t testing.TB, env string) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	v := os.Getenv(env)
-	if v == "" {
-		t.Skipf("%s is not set (scripts/test.sh starts the server and sets it)", env)
-	}
-	return v
-}
-
 // A kafkaTarget starts or finds a broker; a sinkTarget returns a sink DSN.
 type (
 	kafkaTarget struct {
@@ -79,10 +60,10 @@ type (
 
 var (
 	apacheKafka = kafkaTarget{"ApacheKafka", func(t testing.TB) []string {
-		return kafkautil.SplitBrokers(needServer(t, envKafka))
+		return kafkautil.SplitBrokers(testutil.NeedServer(t, testutil.EnvKafka))
 	}}
 	kfake      = kafkaTarget{"kfake", startKfake}
-	mariaDB    = sinkTarget{"MariaDB", func(t testing.TB) string { return needServer(t, envMySQL) }}
+	mariaDB    = sinkTarget{"MariaDB", func(t testing.TB) string { return testutil.NeedServer(t, testutil.EnvMySQL) }}
 	sqliteSink = sinkTarget{"SQLite", func(t testing.TB) string {
 		if testing.Short() {
 			t.Skip("integration test: skipped with -short")
@@ -264,7 +245,7 @@ func checkPerKey(t testing.TB, got, want keyTotals) {
 // checkOffsets asserts the job's stored offsets are the partitions' ends.
 func checkOffsets(t testing.TB, w *writers.SQL, brokers []string, job, topic string) {
 	t.Helper()
-	got, want := testutil.StoredOffsets(t, w.DB(), job, topic), testutil.EndOffsets(t, brokers, topic)
+	got, want := sinktest.StoredOffsets(t, w.DB(), job, topic), testutil.EndOffsets(t, brokers, topic)
 	if len(got) != len(want) {
 		t.Errorf("mb_offsets has %d rows for %s, topic has %d partitions", len(got), topic, len(want))
 	}

@@ -108,7 +108,7 @@ func testStartFromLatest(t *testing.T, brokers []string, dsn, topic string, pres
 	// The job has claimed its start once its offset rows exist; they must
 	// hold the ends of the partitions as they were before.
 	deadline := time.Now().Add(30 * time.Second)
-	for len(testutil.StoredOffsets(t, w.DB(), job, topic)) < testPartitions {
+	for len(sinktest.StoredOffsets(t, w.DB(), job, topic)) < testPartitions {
 		select {
 		case o := <-done:
 			t.Fatalf("run ended before claiming the job: %v", o.err)
@@ -121,7 +121,7 @@ func testStartFromLatest(t *testing.T, brokers []string, dsn, topic string, pres
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := testutil.StoredOffsets(t, w.DB(), job, topic); fmt.Sprint(got) != fmt.Sprint(before) {
+	if got := sinktest.StoredOffsets(t, w.DB(), job, topic); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Errorf("start-from latest stored %v, want the partition ends %v", got, before)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/microbatch/microbatch/internal/sinktest"
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -88,7 +89,7 @@ func TestReaderSeesWholeBatches(t *testing.T) {
 	}
 }
 
-var redisSink = sinkTarget{"Redis", func(t testing.TB) string { return needServer(t, "MICROBATCH_TEST_REDIS") }}
+var redisSink = sinkTarget{"Redis", func(t testing.TB) string { return testutil.NeedServer(t, testutil.EnvRedis) }}
 
 // sqlSnapshot reads totals, dead letters and offsets in one read-only
 // transaction (one snapshot in InnoDB's REPEATABLE READ).

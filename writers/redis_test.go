@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -22,18 +21,9 @@ import (
 // (not in -short mode). The server is shared between tests and runs, so
 // every case uses its own job name and deletes its keys afterwards.
 
-const redisEnv = "MICROBATCH_TEST_REDIS"
-
 func redisTestDSN(t *testing.T) string {
 	t.Helper()
-	dsn := os.Getenv(redisEnv)
-	if dsn == "" {
-		t.Skip("MICROBATCH_TEST_REDIS not set: set it to redis://host:port/db to run the Redis cases")
-	}
-	if testing.Short() {
-		t.Skip("Redis cases skipped in -short mode")
-	}
-	return dsn
+	return testutil.NeedServer(t, testutil.EnvRedis)
 }
 
 func openRedisSink(t *testing.T) *Redis {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 )
 
@@ -20,8 +21,6 @@ import (
 // MariaDB/MySQL when MICROBATCH_TEST_MYSQL is set (and not -short). The
 // MySQL tables are shared between tests and runs, so every case uses its
 // own job name.
-
-const mysqlEnv = "MICROBATCH_TEST_MYSQL"
 
 // forEachSink runs fn as a subtest on every available SQL sink.
 func forEachSink(t *testing.T, fn func(t *testing.T, w *SQL)) {
@@ -41,14 +40,7 @@ func openSQLite(t *testing.T) *SQL {
 
 func mysqlDSN(t *testing.T) string {
 	t.Helper()
-	dsn := os.Getenv(mysqlEnv)
-	if dsn == "" {
-		t.Skip("MICROBATCH_TEST_MYSQL not set: set it to mysql://user:pass@host:port/db to run the MySQL cases")
-	}
-	if testing.Short() {
-		t.Skip("MySQL cases skipped in -short mode")
-	}
-	return dsn
+	return testutil.NeedServer(t, testutil.EnvMySQL)
 }
 
 func openMySQL(t *testing.T) *SQL {

@@ -53,7 +53,7 @@ const (
 // kill landed inside a batch is read from that run's log, not assumed.
 func TestCrashRecovery(t *testing.T) {
 	apache := func(t *testing.T) (string, string) {
-		return needServer(t, envKafka), needServer(t, envMySQL)
+		return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 	}
 	kfake := func(t *testing.T) (string, string) {
 		b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
@@ -68,7 +68,7 @@ func TestCrashRecovery(t *testing.T) {
 		{"kfakeToSQLite", strategies.StrategyTxn, kfake},
 		{"single/kfakeToSQLite", strategies.StrategySingle, kfake},
 		{"idempotent/kfakeToRedis", strategies.StrategyIdempotent, func(t *testing.T) (string, string) {
-			redis := needServer(t, "MICROBATCH_TEST_REDIS")
+			redis := testutil.NeedServer(t, testutil.EnvRedis)
 			b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 			return b.addr, redis
 		}},
@@ -99,7 +99,7 @@ func storedNext(t *testing.T, strategy, sink, brokers, job, topic string) map[in
 		return next
 	case strategies.StrategyTxn, strategies.StrategySingle:
 		w := sinktest.OpenSQL(t, sink)
-		return testutil.StoredOffsets(t, w.DB(), job, topic)
+		return sinktest.StoredOffsets(t, w.DB(), job, topic)
 	}
 	client, err := sarama.NewClient(kafkautil.SplitBrokers(brokers), kafkautil.Config("crash-test-group"))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 )
 
@@ -52,7 +53,7 @@ func TestCrashPoints(t *testing.T) {
 			t.Parallel()
 			sink := "sqlite://" + t.TempDir() + "/sink.db"
 			if c.strategy == strategies.StrategyIdempotent {
-				sink = needServer(t, "MICROBATCH_TEST_REDIS")
+				sink = testutil.NeedServer(t, testutil.EnvRedis)
 			}
 			crashAt(t, kfakeBroker, sink, c.strategy, c.point, c.want)
 		})
@@ -68,11 +69,11 @@ func TestCrashPoints(t *testing.T) {
 	} {
 		t.Run("kafka-mariadb/"+c.strategy+"/"+c.point, func(t *testing.T) {
 			t.Parallel()
-			sink := "MICROBATCH_TEST_MYSQL"
+			sink := testutil.EnvMySQL
 			if c.strategy == strategies.StrategyIdempotent {
-				sink = "MICROBATCH_TEST_REDIS"
+				sink = testutil.EnvRedis
 			}
-			crashAt(t, needServer(t, "MICROBATCH_TEST_KAFKA"), needServer(t, sink), c.strategy, c.point, c.want)
+			crashAt(t, testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, sink), c.strategy, c.point, c.want)
 		})
 	}
 }

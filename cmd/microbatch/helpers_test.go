@@ -23,12 +23,6 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 )
 
-// Environment variables set by scripts/test.sh.
-const (
-	envKafka = "MICROBATCH_TEST_KAFKA"
-	envMySQL = "MICROBATCH_TEST_MYSQL"
-)
-
 var (
 	buildOnce sync.Once
 	buildDir  string
@@ -79,20 +73,6 @@ func binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
-}
-
-// needServer returns the value of the environment variable env, skipping
-// the test under -short or when the variable is unset.
-func needServer(t testing.TB, env string) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	v := os.Getenv(env)
-	if v == "" {
-		t.Skipf("%s is not set (scripts/test.sh starts the server and sets it)", env)
-	}
-	return v
 }
 
 // cmdEnv is this process's environment without any MICROBATCH_ setting

@@ -1,5 +1,5 @@
-// Package sinktest holds test helpers that need the writers (and so can't
-// live in internal/testutil, which the writers' own tests import).
+// Package sinktest holds test helpers that need the writers or offsets (and
+// so can't live in internal/testutil, which their own tests import).
 package sinktest
 
 import (
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -25,4 +26,18 @@ func OpenSQL(t testing.TB, dsn string) *writers.SQL {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// StoredOffsets returns the job's next offsets for topic from mb_offsets.
+func StoredOffsets(t testing.TB, q offsets.Queryer, job, topic string) map[int32]int64 {
+	t.Helper()
+	pos, err := offsets.Load(t.Context(), q, job, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[int32]int64, len(pos))
+	for p, v := range pos {
+		out[p] = v.NextOffset
+	}
+	return out
 }

@@ -1,16 +1,17 @@
 // Package testutil holds helpers shared by the tests of several packages:
-// the goroutine-leak check and readers of what a job left in Kafka and in
-// its sink. It is imported only by _test.go files.
+// the goroutine-leak check, server discovery, a connection-cutting proxy and
+// Kafka offset reads. It imports no package of this module but kafkautil,
+// so that every package's own tests can use it. Imported only by tests.
 package testutil
 
 import (
+	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
-	"github.com/microbatch/microbatch/offsets"
 )
 
 // LeakedGoroutines waits up to wait for goroutines started by Kafka, SQL or
@@ -43,18 +44,25 @@ func LeakedGoroutines(wait time.Duration) string {
 	}
 }
 
-// StoredOffsets returns the job's next offsets for topic from mb_offsets.
-func StoredOffsets(t testing.TB, q offsets.Queryer, job, topic string) map[int32]int64 {
+// Environment variables naming the real servers; scripts/test.sh sets them.
+const (
+	EnvKafka = "MICROBATCH_TEST_KAFKA"
+	EnvMySQL = "MICROBATCH_TEST_MYSQL"
+	EnvRedis = "MICROBATCH_TEST_REDIS"
+)
+
+// NeedServer returns the value of env, skipping the test (or benchmark)
+// under -short or when the variable is unset, with a message naming it.
+func NeedServer(t testing.TB, env string) string {
 	t.Helper()
-	pos, err := offsets.Load(t.Context(), q, job, topic)
-	if err != nil {
-		t.Fatal(err)
+	if testing.Short() {
+		t.Skip("needs a real server: skipped with -short")
 	}
-	out := make(map[int32]int64, len(pos))
-	for p, v := range pos {
-		out[p] = v.NextOffset
+	v := os.Getenv(env)
+	if v == "" {
+		t.Skipf("%s is not set: scripts/test.sh starts the servers and sets it (or: scripts/services.sh start; eval \"$(scripts/services.sh env)\")", env)
 	}
-	return out
+	return v
 }
 
 // EndOffsets returns each partition's high-water mark.
