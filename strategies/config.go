@@ -24,10 +24,11 @@ const (
 	StrategyAtLeastOnce = "at-least-once"
 	StrategyAtMostOnce  = "at-most-once"
 	StrategyIdempotent  = "idempotent"
+	StrategyCheckpoint  = "checkpoint"
 )
 
 // Strategies lists the implemented strategies.
-var Strategies = []string{StrategyTxn, StrategySingle, StrategyIdempotent, StrategyAtLeastOnce, StrategyAtMostOnce}
+var Strategies = []string{StrategyTxn, StrategySingle, StrategyIdempotent, StrategyCheckpoint, StrategyAtLeastOnce, StrategyAtMostOnce}
 
 // Guarantee is what a strategy promises about the sink after crashes.
 type Guarantee string
@@ -42,7 +43,7 @@ const (
 // GuaranteeOf returns the promise of a strategy ("" if unknown).
 func GuaranteeOf(strategy string) Guarantee {
 	switch strategy {
-	case StrategyTxn, StrategySingle, StrategyIdempotent:
+	case StrategyTxn, StrategySingle, StrategyIdempotent, StrategyCheckpoint:
 		return ExactlyOnce
 	case StrategyAtLeastOnce:
 		return AtLeastOnce
@@ -60,10 +61,19 @@ const (
 	CrashMidWrite                = "mid-write"                  // some results written, not all
 	CrashAfterWriteBeforeOffsets = "after-write-before-offsets" // results written, offsets not
 	CrashAfterOffsetsBeforeWrite = "after-offsets-before-write" // offsets stored, results not (all) written
+
+	// Checkpoint mode.
+	CrashAfterBarrier                = "after-barrier"                  // a source forwarded barrier n
+	CrashAfterPrecommit              = "after-precommit"                // a sink pre-committed, not yet acked
+	CrashAfterCheckpointBeforeCommit = "after-checkpoint-before-commit" // checkpoint saved, no sink told to commit
+	CrashMidCommit                   = "mid-commit"                     // a sink committed, others may not have
 )
 
-// CrashPoints lists the crash points.
+// CrashPoints lists the crash points of the micro-batch strategies.
 var CrashPoints = []string{CrashAfterPlan, CrashMidWrite, CrashAfterWriteBeforeOffsets, CrashAfterOffsetsBeforeWrite}
+
+// CheckpointCrashPoints lists the crash points of checkpoint mode.
+var CheckpointCrashPoints = []string{CrashAfterBarrier, CrashAfterPrecommit, CrashAfterCheckpointBeforeCommit, CrashMidCommit}
 
 // Start-from values for partitions without a stored offset.
 const (
@@ -73,10 +83,16 @@ const (
 
 // Defaults.
 const (
-	DefaultTopic           = "events"
-	DefaultJob             = "default"
-	DefaultInterval        = time.Second
-	DefaultMaxBatchRecords = 100_000
+	DefaultTopic               = "events"
+	DefaultJob                 = "default"
+	DefaultInterval            = time.Second
+	DefaultMaxBatchRecords     = 100_000
+	DefaultOperatorParallelism = 2
+	DefaultCheckpointInterval  = time.Second
+	DefaultCheckpointTimeout   = time.Minute
+	DefaultStateDir            = "microbatch-state"
+	DefaultKafkaTxnTimeout     = 10 * time.Minute
+	DefaultMaxRestartTime      = 2 * time.Minute
 	// MaxBatchRecordsLimit keeps a batch's per-key sums inside int64 (with
 	// event.MaxAbsAmount) and its retry cost bounded.
 	MaxBatchRecordsLimit = 1_000_000
@@ -95,6 +111,16 @@ type Config struct {
 	MaxBatchRecords int64 // per partition per batch
 	UntilIdle       time.Duration
 
+	// Checkpoint mode (strategy checkpoint); see checkpoint.go.
+	OperatorParallelism int           // keyed operator instances (= sink subtasks)
+	CheckpointInterval  time.Duration // how often barriers are injected
+	CheckpointTimeout   time.Duration // a checkpoint not complete by then fails
+	StateBackend        string        // file (StateDir) or memory
+	StateDir            string
+	SinkMode            string        // 2pc, or wal (SQL sinks)
+	KafkaTxnTimeout     time.Duration // Kafka sink's transaction timeout
+	MaxRestartTime      time.Duration // how long a restart may take; the txn timeout must cover it
+
 	Logger       *slog.Logger
 	OnBatchStart func(batch.Info, []batch.Range)
 	OnProgress   func(batch.Progress)
@@ -104,7 +130,7 @@ type Config struct {
 }
 
 var (
-	jobRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	jobRE   = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`) // no leading dot: names files
 	topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 )
 
@@ -128,6 +154,30 @@ func (c *Config) SetDefaults() {
 	if c.MaxBatchRecords == 0 {
 		c.MaxBatchRecords = DefaultMaxBatchRecords
 	}
+	if c.OperatorParallelism == 0 {
+		c.OperatorParallelism = DefaultOperatorParallelism
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if c.CheckpointTimeout == 0 {
+		c.CheckpointTimeout = DefaultCheckpointTimeout
+	}
+	if c.StateBackend == "" {
+		c.StateBackend = StateBackendFile
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.SinkMode == "" {
+		c.SinkMode = SinkMode2PC
+	}
+	if c.KafkaTxnTimeout == 0 {
+		c.KafkaTxnTimeout = DefaultKafkaTxnTimeout
+	}
+	if c.MaxRestartTime == 0 {
+		c.MaxRestartTime = DefaultMaxRestartTime
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -148,11 +198,17 @@ func (c Config) Validate() error {
 	case !topicRE.MatchString(c.Topic):
 		return bad("topic %q: use 1-249 of [A-Za-z0-9._-]", c.Topic)
 	case !jobRE.MatchString(c.Job):
-		return bad("job %q: use 1-128 of [A-Za-z0-9._-]", c.Job)
+		return bad("job %q: use 1-128 of [A-Za-z0-9._-], not starting with a dot", c.Job)
 	case c.StartFrom != StartEarliest && c.StartFrom != StartLatest:
 		return bad("start-from %q: want earliest or latest", c.StartFrom)
 	case c.Sink == "":
 		return bad("sink: none given")
+	case c.UntilIdle < 0:
+		return bad("until-idle %s is negative", c.UntilIdle)
+	case c.Strategy == StrategyCheckpoint:
+		return c.validateCheckpoint(bad)
+	case isKafkaDSN(c.Sink) || isFileDSN(c.Sink):
+		return bad("sink: a kafka:// or file:// sink needs --strategy checkpoint (strategy %s writes to SQL)", c.Strategy)
 	case c.Strategy == StrategyIdempotent && !isRedisDSN(c.Sink):
 		return bad("sink: strategy idempotent writes to Redis: want redis://[:password@]host:port/db")
 	case c.Strategy != StrategyIdempotent && isRedisDSN(c.Sink):
@@ -163,8 +219,6 @@ func (c Config) Validate() error {
 		return bad("parallelism %d is negative", c.Parallelism)
 	case c.MaxBatchRecords < 0 || c.MaxBatchRecords > MaxBatchRecordsLimit:
 		return bad("max-batch-records %d is outside 1..%d", c.MaxBatchRecords, MaxBatchRecordsLimit)
-	case c.UntilIdle < 0:
-		return bad("until-idle %s is negative", c.UntilIdle)
 	}
 	return nil
 }

@@ -35,6 +35,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	log := cfg.Logger
+	if cfg.Strategy == StrategyCheckpoint {
+		client, src, err := openSource(cfg)
+		if err != nil {
+			return Result{}, err
+		}
+		defer client.Close()
+		defer src.Close()
+		return runCheckpoint(ctx, cfg, src)
+	}
 
 	octx, cancel := context.WithTimeout(ctx, connectTimeout)
 	var w *writers.SQL
@@ -58,15 +67,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
-	client, err := sarama.NewClient(cfg.Brokers, kafkautil.Config("microbatch-"+cfg.Job))
-	if err != nil {
-		return Result{}, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(cfg.Brokers, ","), err)
-	}
-	defer client.Close()
-	src, err := batch.NewKafkaSource(client, cfg.Topic)
+	client, src, err := openSource(cfg)
 	if err != nil {
 		return Result{}, err
 	}
+	defer client.Close()
 	defer src.Close()
 
 	crash := func(string) {}
@@ -137,6 +142,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"topic", cfg.Topic, "partitions", len(d.Next), "epoch", res.Epoch, "sink", res.Sink)
 	res.Summary, err = d.Run(ctx)
 	return res, err
+}
+
+// openSource connects to Kafka and opens the job's topic.
+func openSource(cfg Config) (sarama.Client, *batch.KafkaSource, error) {
+	client, err := sarama.NewClient(cfg.Brokers, kafkautil.Config("microbatch-"+cfg.Job))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	src, err := batch.NewKafkaSource(client, cfg.Topic)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return client, src, nil
 }
 
 // claimJob takes a new epoch for the job and makes sure every partition has

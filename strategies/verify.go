@@ -33,9 +33,13 @@ func ReadSinkTotals(ctx context.Context, w *writers.SQL, job string) (SinkTotals
 	return t, nil
 }
 
-// ReadTotals opens the sink named by dsn (SQL or Redis), reads what it
-// holds for job, and returns it with the sink's address (no password).
+// ReadTotals opens the sink named by dsn (SQL, Redis, or checkpoint mode's
+// kafka:// and file:// outputs), reads what it holds for job, and returns
+// it with the sink's address (no password).
 func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error) {
+	if isKafkaDSN(dsn) || isFileDSN(dsn) {
+		return readOutputTotals(ctx, dsn, job)
+	}
 	if isRedisDSN(dsn) {
 		r, err := writers.OpenRedis(ctx, dsn)
 		if err != nil {
@@ -66,8 +70,12 @@ func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error
 	return t, w.String(), err
 }
 
-// CheckSink parses a sink DSN of either kind without connecting.
+// CheckSink parses a sink DSN of any kind without connecting.
 func CheckSink(dsn string) error {
+	if isKafkaDSN(dsn) || isFileDSN(dsn) {
+		_, err := parseCheckpointSink(dsn, SinkMode2PC)
+		return err
+	}
 	if isRedisDSN(dsn) {
 		_, _, err := writers.ParseRedisDSN(dsn)
 		return err

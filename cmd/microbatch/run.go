@@ -59,6 +59,14 @@ works on a machine with nothing installed.`,
 	fs.Duration("until-idle", 0, "exit 0 once all partitions are consumed and stay so this long (0: run forever)")
 	fs.Int64("demo-events", 100000, "events the embedded demo broker's topic is filled with (without --brokers)")
 	fs.Float64("demo-rate", 25000, "events per second of the demo generator (0: as fast as possible)")
+	fs.Int("operator-parallelism", strategies.DefaultOperatorParallelism, "checkpoint: keyed operator instances, each with its own sink subtask")
+	fs.Duration("checkpoint-interval", strategies.DefaultCheckpointInterval, "checkpoint: how often barriers are injected (and sink transactions committed)")
+	fs.Duration("checkpoint-timeout", strategies.DefaultCheckpointTimeout, "checkpoint: a checkpoint not complete by then fails and the job restarts from the previous one")
+	fs.String("state-backend", strategies.StateBackendFile, "checkpoint: where checkpoints are kept: file (--state-dir) or memory (lost when the process dies)")
+	fs.String("state-dir", strategies.DefaultStateDir, "checkpoint: directory of the file state backend")
+	fs.String("sink-mode", strategies.SinkMode2PC, "checkpoint: 2pc (two-phase commit) or wal (write-ahead, SQL sinks)")
+	fs.Duration("kafka-txn-timeout", strategies.DefaultKafkaTxnTimeout, "checkpoint, Kafka sink: transaction timeout; must exceed checkpoint interval + timeout + max restart time")
+	fs.Duration("max-restart-time", strategies.DefaultMaxRestartTime, "checkpoint: longest expected restart after a crash; pre-committed Kafka transactions must outlive it")
 	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
@@ -98,6 +106,9 @@ func runJob(ctx context.Context, s *settings) error {
 	if cfg.MaxBatchRecords == 0 {
 		return badConfig("max-batch-records: must be positive")
 	}
+	if err := checkpointSettings(s, &cfg); err != nil {
+		return err
+	}
 	par, err := s.int64("parallelism")
 	if err != nil {
 		return err
@@ -136,6 +147,12 @@ func runJob(ctx context.Context, s *settings) error {
 		log.Debug("batch started", "batch", b.ID, "partitions", len(ranges), "offsets", offs)
 	}
 	cfg.OnProgress = func(p batch.Progress) {
+		if cfg.Strategy == strategies.StrategyCheckpoint {
+			log.Info("checkpoint completed", "checkpoint", p.BatchID, "records", p.Records, "dead_letters", p.DeadLetters,
+				"records_per_sec", int64(p.RecordsPerSec), "lag", p.Lag, "duration", p.Duration.Round(time.Millisecond),
+				"save", p.MaxCommit.Round(time.Millisecond))
+			return
+		}
 		log.Info("batch committed", "batch", p.BatchID, "partitions", p.Partitions, "records", p.Records,
 			"dead_letters", p.DeadLetters, "records_per_sec", int64(p.RecordsPerSec), "lag", p.Lag,
 			"duration", p.Duration.Round(time.Millisecond), "commit", p.MaxCommit.Round(time.Millisecond), "retries", p.Retries)
@@ -182,6 +199,38 @@ func runJob(ctx context.Context, s *settings) error {
 		defer cancel()
 		return demo.report(rctx, cfg, ctx.Err() != nil)
 	}
+	return nil
+}
+
+// checkpointSettings reads the settings of checkpoint mode.
+func checkpointSettings(s *settings, cfg *strategies.Config) error {
+	var err error
+	ops, err := s.int64("operator-parallelism")
+	if err != nil {
+		return err
+	}
+	cfg.OperatorParallelism = int(ops)
+	if ops < 1 {
+		return badConfig("operator-parallelism: must be at least 1")
+	}
+	for name, dst := range map[string]*time.Duration{
+		"checkpoint-interval": &cfg.CheckpointInterval, "checkpoint-timeout": &cfg.CheckpointTimeout,
+		"kafka-txn-timeout": &cfg.KafkaTxnTimeout, "max-restart-time": &cfg.MaxRestartTime,
+	} {
+		if *dst, err = s.duration(name); err != nil {
+			return err
+		}
+		if *dst <= 0 {
+			return badConfig("%s: must be positive", name)
+		}
+	}
+	if cfg.StateBackend, err = s.oneOf("state-backend", strategies.StateBackendFile, strategies.StateBackendMemory); err != nil {
+		return err
+	}
+	if cfg.SinkMode, err = s.oneOf("sink-mode", strategies.SinkMode2PC, strategies.SinkModeWAL); err != nil {
+		return err
+	}
+	cfg.StateDir = s.str("state-dir")
 	return nil
 }
 
@@ -268,8 +317,9 @@ func crashPointFromEnv() (func(string), error) {
 	}
 	point, nstr, ok := strings.Cut(spec, ":")
 	n, err := strconv.ParseInt(nstr, 10, 64)
-	if !ok || err != nil || n < 1 || !slices.Contains(strategies.CrashPoints, point) {
-		return nil, badConfig("%s=%q: want <point>:<n>, n ≥ 1, point one of %s", crashEnv, spec, strings.Join(strategies.CrashPoints, ", "))
+	points := slices.Concat(strategies.CrashPoints, strategies.CheckpointCrashPoints)
+	if !ok || err != nil || n < 1 || !slices.Contains(points, point) {
+		return nil, badConfig("%s=%q: want <point>:<n>, n ≥ 1, point one of %s", crashEnv, spec, strings.Join(points, ", "))
 	}
 	var reached atomic.Int64
 	return func(p string) {

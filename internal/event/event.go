@@ -278,6 +278,27 @@ func Append(dst []byte, id int64, key string, amount, ts int64) []byte {
 	return append(dst, '}')
 }
 
+// AppendOutput writes one output record of the built-in job's checkpoint
+// mode: the event and its key's running count and total after it.
+func AppendOutput(dst []byte, id int64, key string, amount, ts, count, total int64) []byte {
+	dst = Append(dst, id, key, amount, ts)
+	dst = append(dst[:len(dst)-1], `,"count":`...)
+	dst = strconv.AppendInt(dst, count, 10)
+	dst = append(dst, `,"total":`...)
+	dst = strconv.AppendInt(dst, total, 10)
+	return append(dst, '}')
+}
+
+// Output is an output record of checkpoint mode, as AppendOutput writes it.
+type Output struct {
+	ID     int64  `json:"id"`
+	Key    string `json:"key"`
+	Amount int64  `json:"amount"`
+	TS     int64  `json:"ts"`
+	Count  int64  `json:"count"` // the key's events so far, this one included
+	Total  int64  `json:"total"` // the key's amount so far, this one included
+}
+
 // appendJSONString quotes s as JSON (strconv.Quote's Go escapes such as \x01
 // are not JSON). Plain printable ASCII, the generator's keys, is copied.
 func appendJSONString(dst []byte, s string) []byte {

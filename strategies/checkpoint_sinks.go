@@ -1,0 +1,321 @@
+package strategies
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// output is what the keyed operator emits for one input record: the event
+// with its key's running count and total, or a dead letter passed through.
+type output struct {
+	ID, Amount, TS int64
+	Key            string
+	Count, Total   int64
+	Dead           *writers.DeadLetter
+}
+
+// ckptSink is one sink subtask: a two-phase writer plus how the built-in
+// job's output goes into it.
+type ckptSink interface {
+	writers.TwoPhase
+	// write puts outputs into the open transaction.
+	write(ctx context.Context, outs []output) error
+	// flush writes what write buffered (aggregates) before PreCommit.
+	flush(ctx context.Context) error
+}
+
+// DeadLetterTopicSuffix names the Kafka sink's dead-letter topic:
+// <output topic>-dead-letters, written in the same transactions.
+const DeadLetterTopicSuffix = "-dead-letters"
+
+// deadLetterJSON is a dead letter as the Kafka and file sinks write it.
+type deadLetterJSON struct {
+	Job       string `json:"job"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Reason    string `json:"reason"`
+	Payload   []byte `json:"payload"` // base64 in JSON
+}
+
+func encodeDeadLetter(d *writers.DeadLetter) []byte {
+	b, _ := json.Marshal(deadLetterJSON{d.Job, d.Topic, d.Partition, d.Offset, d.Reason, d.Payload}) // plain types: can't fail
+	return b
+}
+
+// ckptSinks makes each attempt's sink subtasks.
+type ckptSinks struct {
+	cfg  Config
+	spec ckptSinkSpec
+	sql  *writers.SQL // xa, wal
+	open []ckptSink   // this attempt's subtasks
+}
+
+func openCheckpointSinks(ctx context.Context, cfg Config, spec ckptSinkSpec, partitions int32) (*ckptSinks, error) {
+	s := &ckptSinks{cfg: cfg, spec: spec}
+	switch spec.kind {
+	case "xa", "wal":
+		octx, cancel := context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
+		w, err := writers.OpenSQL(octx, spec.dsn)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.CreateTables(ctx); err != nil {
+			w.Close()
+			return nil, err
+		}
+		// An XA writer holds a connection per slot (3), plus short-lived
+		// ones for recovery.
+		w.DB().SetMaxOpenConns(3*cfg.OperatorParallelism + 8)
+		s.sql = w
+	case "kafka":
+		// Created if missing, like the input topic of `microbatch produce`.
+		for _, t := range []string{spec.topic, spec.topic + DeadLetterTopicSuffix} {
+			if err := kafkautil.EnsureTopic(spec.brokers, t, partitions); err != nil {
+				return nil, fmt.Errorf("kafka sink: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+func (s *ckptSinks) String() string {
+	switch s.spec.kind {
+	case "kafka":
+		return fmt.Sprintf("kafka %s/%s (transactions)", strings.Join(s.spec.brokers, ","), s.spec.topic)
+	case "file":
+		return fmt.Sprintf("files in %s (temp file + rename)", s.spec.dir)
+	case "xa":
+		return s.sql.String() + " (XA)"
+	default:
+		return s.sql.String() + " (write-ahead)"
+	}
+}
+
+// subtask makes sink subtask i's writer.
+func (s *ckptSinks) subtask(i int) (ckptSink, error) {
+	job := s.cfg.Job
+	switch s.spec.kind {
+	case "kafka":
+		w, err := writers.NewKafkaTxn(writers.KafkaTxnConfig{
+			Brokers:         s.spec.brokers,
+			TransactionalID: fmt.Sprintf("%s-%d", job, i),
+			Subtask:         i,
+			TxnTimeout:      s.cfg.KafkaTxnTimeout,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &kafkaSink{KafkaTxn: w, topic: s.spec.topic}, nil
+	case "file":
+		w, err := writers.NewFileTxn(s.spec.dir, job, i)
+		if err != nil {
+			return nil, err
+		}
+		return &fileSink{FileTxn: w}, nil
+	case "xa":
+		w, err := writers.NewXA(s.sql, job, i)
+		if err != nil {
+			return nil, err
+		}
+		return &xaSink{XA: w, totals: totalsBuffer{job: job}}, nil
+	default:
+		return &walSink{WAL: writers.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job}}, nil
+	}
+}
+
+// recover brings subtasks [0, n) to a clean state: it commits the pending
+// transactions given and aborts everything else they left behind. The
+// writers of the first OperatorParallelism subtasks stay open for the
+// attempt (s.open); the rest are closed.
+func (s *ckptSinks) recover(ctx context.Context, n int, pending []writers.Pending) error {
+	s.closeOpen()
+	for i := range n {
+		w, err := s.subtask(i)
+		if err != nil {
+			return err
+		}
+		var keep []writers.Pending
+		for _, p := range pending {
+			if p.Subtask == i {
+				keep = append(keep, p)
+			}
+		}
+		if err := w.Recover(ctx, keep); err != nil {
+			w.Close()
+			s.closeOpen()
+			return fmt.Errorf("recovering sink subtask %d: %w", i, err)
+		}
+		if i < s.cfg.OperatorParallelism {
+			s.open = append(s.open, w)
+		} else {
+			w.Close()
+		}
+	}
+	return nil
+}
+
+func (s *ckptSinks) closeOpen() {
+	for _, w := range s.open {
+		w.Close()
+	}
+	s.open = nil
+}
+
+func (s *ckptSinks) close() {
+	s.closeOpen()
+	if s.sql != nil {
+		s.sql.Close()
+	}
+}
+
+// kafkaSink writes each output as a message keyed by the event key.
+type kafkaSink struct {
+	*writers.KafkaTxn
+	topic string
+}
+
+func (k *kafkaSink) write(ctx context.Context, outs []output) error {
+	for i := range outs {
+		o := &outs[i]
+		if o.Dead != nil {
+			if err := k.Write(ctx, k.topic+DeadLetterTopicSuffix, nil, encodeDeadLetter(o.Dead)); err != nil {
+				return err
+			}
+			continue
+		}
+		// Write keeps the slices until the message is sent: no reuse.
+		value := event.AppendOutput(make([]byte, 0, 96), o.ID, o.Key, o.Amount, o.TS, o.Count, o.Total)
+		if err := k.Write(ctx, k.topic, []byte(o.Key), value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *kafkaSink) flush(context.Context) error { return nil }
+
+// fileSink writes each output as a JSON line; a dead letter as
+// {"dead_letter": {...}}.
+type fileSink struct {
+	*writers.FileTxn
+	buf []byte
+}
+
+func (f *fileSink) write(_ context.Context, outs []output) error {
+	for i := range outs {
+		o := &outs[i]
+		if o.Dead != nil {
+			f.buf = append(append(append(f.buf[:0], `{"dead_letter":`...), encodeDeadLetter(o.Dead)...), '}')
+		} else {
+			f.buf = event.AppendOutput(f.buf[:0], o.ID, o.Key, o.Amount, o.TS, o.Count, o.Total)
+		}
+		if err := f.Write(f.buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fileSink) flush(context.Context) error { return nil }
+
+// totalsBuffer sums a transaction's outputs per key for mb_totals (the
+// same rows the micro-batch strategies write) and collects dead letters.
+type totalsBuffer struct {
+	job  string
+	agg  *event.Aggregator
+	dead []writers.DeadLetter
+}
+
+func (t *totalsBuffer) add(outs []output) {
+	if t.agg == nil {
+		t.agg = event.NewAggregator()
+	}
+	for i := range outs {
+		o := &outs[i]
+		if o.Dead != nil {
+			t.dead = append(t.dead, *o.Dead)
+			continue
+		}
+		t.agg.AddTotal(event.Total{Key: o.Key, Events: 1, Amount: o.Amount})
+	}
+}
+
+// take returns the buffered rows and dead letters and empties the buffer.
+func (t *totalsBuffer) take() (rows [][]any, dead []writers.DeadLetter) {
+	if t.agg != nil && t.agg.Len() > 0 {
+		rows = totalsRows(t.job, t.agg.Totals())
+		t.agg.Reset()
+	}
+	dead, t.dead = t.dead, nil
+	return rows, dead
+}
+
+// xaSink adds each transaction's per-key sums to mb_totals in an XA branch.
+type xaSink struct {
+	*writers.XA
+	totals totalsBuffer
+}
+
+// write only sums: rows go into the XA branch at the barrier (flush), after
+// the sink committed the previous checkpoint's branch. Writing earlier
+// could touch a key still locked by that prepared branch and wait on a
+// commit only this goroutine can send. Memory is one sum per key.
+func (x *xaSink) write(_ context.Context, outs []output) error {
+	x.totals.add(outs)
+	return nil
+}
+
+func (x *xaSink) flush(ctx context.Context) error {
+	rows, dead := x.totals.take()
+	if len(rows) > 0 {
+		if err := x.Upsert(ctx, writers.Totals, rows); err != nil {
+			return err
+		}
+	}
+	if len(dead) > 0 {
+		return x.DeadLetters(ctx, dead)
+	}
+	return nil
+}
+
+func (x *xaSink) Abort(ctx context.Context, p writers.Pending) error {
+	x.totals.take()
+	return x.XA.Abort(ctx, p)
+}
+
+// walSink buffers per-key sums for the write-ahead writer.
+type walSink struct {
+	*writers.WAL
+	totals totalsBuffer
+}
+
+func (w *walSink) write(_ context.Context, outs []output) error {
+	w.totals.add(outs)
+	return nil
+}
+
+func (w *walSink) flush(context.Context) error {
+	rows, dead := w.totals.take()
+	if len(rows) > 0 {
+		if err := w.Upsert(writers.Totals, rows); err != nil {
+			return err
+		}
+	}
+	if len(dead) > 0 {
+		return w.DeadLetters(dead)
+	}
+	return nil
+}
+
+func (w *walSink) Abort(ctx context.Context, p writers.Pending) error {
+	w.totals.take()
+	return w.WAL.Abort(ctx, p)
+}

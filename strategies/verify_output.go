@@ -1,0 +1,86 @@
+package strategies
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// readOutputTotals sums the committed output records of checkpoint mode's
+// Kafka topic (read-committed, up to the last stable offset) or files: one
+// output record per input event, so events and amount compare with what
+// was produced exactly as mb_totals does.
+func readOutputTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error) {
+	spec, err := parseCheckpointSink(dsn, SinkMode2PC)
+	if err != nil {
+		return SinkTotals{}, "", err
+	}
+	var t SinkTotals
+	keys := map[string]bool{}
+	add := func(value []byte) error {
+		if strings.HasPrefix(string(value), `{"dead_letter":`) {
+			t.DeadLetters++
+			return nil
+		}
+		var o event.Output
+		if err := json.Unmarshal(value, &o); err != nil {
+			return fmt.Errorf("output record %q: %w", value, err)
+		}
+		t.Events++
+		t.Amount += o.Amount
+		keys[o.Key] = true
+		return nil
+	}
+	if spec.kind == "file" {
+		err := writers.ReadFileSink(spec.dir, job, add)
+		t.Keys = int64(len(keys))
+		return t, "files in " + spec.dir, err
+	}
+	where := fmt.Sprintf("kafka %s/%s", strings.Join(spec.brokers, ","), spec.topic)
+	if err := readTopic(ctx, spec.brokers, spec.topic, add); err != nil {
+		return t, where, err
+	}
+	t.Keys = int64(len(keys))
+	err = readTopic(ctx, spec.brokers, spec.topic+DeadLetterTopicSuffix, func([]byte) error {
+		t.DeadLetters++
+		return nil
+	})
+	return t, where, err
+}
+
+// readTopic calls fn with every committed record of topic, read-committed
+// from the log start to the last stable offset.
+func readTopic(ctx context.Context, brokers []string, topic string, fn func(value []byte) error) error {
+	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-verify"))
+	if err != nil {
+		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
+	}
+	defer client.Close()
+	src, err := batch.NewKafkaSource(client, topic)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	bounds, err := src.Bounds(ctx)
+	if err != nil {
+		return err
+	}
+	for p, b := range bounds {
+		r := batch.Range{Topic: topic, Partition: p, From: b.Start, To: b.End}
+		if r.Len() == 0 {
+			continue
+		}
+		if err := src.Read(ctx, r, func(rec *batch.Record) error { return fn(rec.Value) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
