@@ -179,7 +179,8 @@ func (s *ckptSinks) close() {
 // kafkaSink writes each output as a message keyed by the event key.
 type kafkaSink struct {
 	*writers.KafkaTxn
-	topic string
+	topic    string
+	key, buf []byte
 }
 
 func (k *kafkaSink) write(ctx context.Context, outs []output) error {
@@ -191,9 +192,10 @@ func (k *kafkaSink) write(ctx context.Context, outs []output) error {
 			}
 			continue
 		}
-		// Write keeps the slices until the message is sent: no reuse.
-		value := event.AppendOutput(make([]byte, 0, 96), o.ID, o.Key, o.Amount, o.TS, o.Count, o.Total)
-		if err := k.Write(ctx, k.topic, []byte(o.Key), value); err != nil {
+		// Write copies key and value: the buffers are reused.
+		k.buf = event.AppendOutput(k.buf[:0], o.ID, o.Key, o.Amount, o.TS, o.Count, o.Total)
+		k.key = append(k.key[:0], o.Key...)
+		if err := k.Write(ctx, k.topic, k.key, k.buf); err != nil {
 			return err
 		}
 	}
