@@ -30,6 +30,8 @@ const (
 	demoPartitions = 4
 	demoBrokerDir  = "microbatch-demo-broker"
 	defaultSink    = "sqlite://microbatch.db"
+	// SQLite has no two-phase commit: checkpoint mode's default writes files.
+	defaultCheckpointSink = "file://microbatch-output"
 )
 
 func runCmd() *cobra.Command {
@@ -52,7 +54,7 @@ works on a machine with nothing installed.`,
 	fs.String("topic", strategies.DefaultTopic, "topic to read")
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
 	fs.String("start-from", strategies.StartEarliest, "where partitions without a stored offset start: earliest or latest")
-	fs.String("sink", "", "sink DSN: mysql://user:pass@host:port/db, a go-sql-driver DSN, or sqlite://path (empty: "+defaultSink+")")
+	fs.String("sink", "", "sink DSN: mysql://user:pass@host:port/db, a go-sql-driver DSN, or sqlite://path; kafka://host:port/topic or file:///dir for checkpoint (empty: "+defaultSink+", checkpoint: "+defaultCheckpointSink+")")
 	fs.Duration("interval", strategies.DefaultInterval, "batch interval")
 	fs.Int("parallelism", 0, "partition tasks run at once (0: one per partition)")
 	fs.Int64("max-batch-records", strategies.DefaultMaxBatchRecords, "most offsets per partition in one batch")
@@ -120,6 +122,9 @@ func runJob(ctx context.Context, s *settings) error {
 	}
 	if cfg.Sink == "" {
 		cfg.Sink = defaultSink
+		if cfg.Strategy == strategies.StrategyCheckpoint {
+			cfg.Sink = defaultCheckpointSink
+		}
 	}
 	if err := strategies.CheckSink(cfg.Sink); err != nil {
 		return configError{fmt.Errorf("sink: %w", err)}
