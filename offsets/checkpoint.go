@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -198,10 +199,7 @@ func (m *MemoryCheckpoints) Durable() bool { return false }
 // Save keeps a copy of c.
 func (m *MemoryCheckpoints) Save(_ context.Context, c *Checkpoint) error {
 	cp := *c
-	cp.Offsets = make(map[int32]int64, len(c.Offsets))
-	for p, o := range c.Offsets {
-		cp.Offsets[p] = o
-	}
+	cp.Offsets = maps.Clone(c.Offsets)
 	cp.Data = slices.Clone(c.Data)
 	m.mu.Lock()
 	m.latest[c.Job] = &cp
@@ -218,5 +216,7 @@ func (m *MemoryCheckpoints) Latest(_ context.Context, job string) (*Checkpoint, 
 		return nil, nil
 	}
 	cp := *c
+	cp.Offsets = maps.Clone(c.Offsets)
+	cp.Data = slices.Clone(c.Data)
 	return &cp, nil
 }

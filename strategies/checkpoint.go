@@ -147,9 +147,13 @@ func (c Config) validateCheckpoint(bad func(string, ...any) error) error {
 			return bad("job %q: the XA sink names its transactions after the job: use at most %d characters", c.Job, maxXAJobBytes)
 		}
 	case "kafka":
-		need := c.CheckpointInterval + c.CheckpointTimeout + c.MaxRestartTime
+		// A transaction opens at barrier n-1 and is committed after
+		// checkpoint n completes: up to an interval (or a checkpoint
+		// timeout) plus a checkpoint timeout later; after a crash, a
+		// restart later still.
+		need := max(c.CheckpointInterval, c.CheckpointTimeout) + c.CheckpointTimeout + c.MaxRestartTime
 		if err := writers.CheckKafkaTxnTimeout(c.KafkaTxnTimeout, need); err != nil {
-			return bad("%v (raise --kafka-txn-timeout or lower --checkpoint-interval, --checkpoint-timeout, --max-restart-time)", err)
+			return bad("%v (need: max(checkpoint interval, checkpoint timeout) + checkpoint timeout + max restart time; raise --kafka-txn-timeout or lower the others)", err)
 		}
 	}
 	return nil
@@ -198,7 +202,8 @@ func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Res
 		case err == nil:
 			res.Elapsed = time.Since(r.started)
 			return res, nil
-		case errors.Is(err, writers.ErrTxnLost), errors.Is(err, ErrConfig), errors.Is(err, batch.ErrDataLoss), errors.Is(err, batch.ErrOffsetAhead):
+		case errors.As(err, new(fatal)), errors.Is(err, writers.ErrTxnLost), errors.Is(err, ErrConfig),
+			errors.Is(err, batch.ErrDataLoss), errors.Is(err, batch.ErrOffsetAhead):
 			return res, err
 		case ctx.Err() != nil:
 			return res, err
@@ -238,7 +243,7 @@ func (r *ckptRunner) restore(ctx context.Context) (*offsets.Checkpoint, ckptData
 	cfg := r.cfg
 	chk, err := r.store.Latest(ctx, cfg.Job)
 	if err != nil {
-		return nil, ckptData{}, err
+		return nil, ckptData{}, fatal{err}
 	}
 	data := ckptData{State: map[string][2]int64{}}
 	if chk != nil {
@@ -252,13 +257,11 @@ func (r *ckptRunner) restore(ctx context.Context) (*offsets.Checkpoint, ckptData
 			data.State = map[string][2]int64{}
 		}
 	} else {
-		// A new job. Its ids must not repeat those of a run whose
-		// checkpoints were lost (memory backend): sinks name transactions
-		// and files after them.
-		chk = &offsets.Checkpoint{Job: cfg.Job, Topic: cfg.Topic, Offsets: map[int32]int64{}}
-		if !r.store.Durable() {
-			chk.ID = time.Now().UnixMilli()
-		}
+		// A new job. Its checkpoint ids start at the clock (in ms), not at
+		// 1, so that they never repeat those of an earlier run whose
+		// checkpoints are gone (memory backend, a deleted state dir): sinks
+		// name transactions, files and WAL marks after them.
+		chk = &offsets.Checkpoint{Job: cfg.Job, Topic: cfg.Topic, Offsets: map[int32]int64{}, ID: time.Now().UnixMilli()}
 		start, err := startRule(ctx, r.src, cfg)
 		if err != nil {
 			return nil, ckptData{}, err
@@ -290,8 +293,25 @@ func (r *ckptRunner) restore(ctx context.Context) (*offsets.Checkpoint, ckptData
 		return nil, ckptData{}, err
 	}
 	data.Pending = nil
+	// Save the restored position before anything new is written: it pins
+	// a new job's start offsets (--start-from latest must not move on a
+	// restart) and records how many sink subtasks may leave transactions
+	// behind, and its pending list is now empty (all committed).
+	if chk.Data, err = json.Marshal(data); err != nil {
+		return nil, ckptData{}, err
+	}
+	chk.Time = time.Now()
+	if err := r.store.Save(ctx, chk); err != nil {
+		return nil, ckptData{}, err
+	}
 	return chk, data, nil
 }
+
+// fatal marks an error that a restart can't cure.
+type fatal struct{ err error }
+
+func (f fatal) Error() string { return f.err.Error() }
+func (f fatal) Unwrap() error { return f.err }
 
 // attempt restores, runs the pipeline until it stops or fails, and reports
 // whether it completed a checkpoint.

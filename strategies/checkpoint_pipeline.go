@@ -78,10 +78,11 @@ type pipeline struct {
 	bounds    atomic.Pointer[map[int32]batch.Bounds]
 	completed int64
 	nextID    int64
+	lastDone  time.Time // when the previous checkpoint completed
 }
 
 func newPipeline(r *ckptRunner, chk *offsets.Checkpoint, data ckptData) *pipeline {
-	p := &pipeline{r: r, chk: chk, data: data, nextID: chk.ID + 1}
+	p := &pipeline{r: r, chk: chk, data: data, nextID: chk.ID + 1, lastDone: time.Now()}
 	for part := range chk.Offsets {
 		p.parts = append(p.parts, part)
 	}
@@ -133,7 +134,8 @@ func (p *pipeline) run(ctx context.Context, res *Result) error {
 	for o := range cfg.OperatorParallelism {
 		state := p.operatorState(o)
 		g.Go(func() error { return p.operator(gctx, o, state) })
-		g.Go(func() error { return p.sink(gctx, o) })
+		first := p.nextID // read here: the coordinator advances nextID
+		g.Go(func() error { return p.sink(gctx, o, first) })
 	}
 
 	ticker := time.NewTicker(cfg.CheckpointInterval)
@@ -181,9 +183,11 @@ func (p *pipeline) run(ctx context.Context, res *Result) error {
 					return p.failure(g)
 				}
 			}
+			// Everything is committed: a task failing now (a source read,
+			// the next transaction's Begin) changes nothing.
 			cancelTasks()
 			if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-				return err
+				cfg.Logger.Warn("after the final checkpoint", "err", err)
 			}
 			return nil
 		}
@@ -263,10 +267,10 @@ func (p *pipeline) checkpoint(ctx context.Context, n int64) (*offsets.Checkpoint
 	for part, next := range chk.Offsets {
 		prog.Offsets += next - p.chk.Offsets[part]
 	}
-	p.chk = chk
-	if prog.Duration > 0 {
-		prog.RecordsPerSec = float64(prog.Records) / cfg.CheckpointInterval.Seconds()
+	if since := chk.Time.Sub(p.lastDone); !p.lastDone.IsZero() && since > 0 {
+		prog.RecordsPerSec = float64(prog.Records) / since.Seconds()
 	}
+	p.chk, p.lastDone = chk, chk.Time
 	return chk, prog, nil
 }
 
@@ -334,7 +338,9 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 		if err := flush(); err != nil {
 			return err
 		}
-		p.acks <- ack{n: n, kind: ackSource, part: part, next: next, records: records, dead: dead}
+		if err := p.ack(ctx, ack{n: n, kind: ackSource, part: part, next: next, records: records, dead: dead}); err != nil {
+			return err
+		}
 		records, dead = 0, 0
 		for o := range nOps {
 			select {
@@ -347,6 +353,7 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 		return nil
 	}
 	var ev event.Event
+	readFails := 0
 	for {
 		end := (*p.bounds.Load())[part].End
 		if next >= end {
@@ -390,11 +397,16 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 			}
 		})
 		if err != nil {
-			if batch.IsRetryable(err) && ctx.Err() == nil {
-				continue // re-read from next: nothing past it was emitted
+			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < maxAttempts {
+				// Re-read from next: nothing past it was emitted.
+				if err := sleepBackoff(ctx, readFails); err != nil {
+					return err
+				}
+				continue
 			}
 			return err
 		}
+		readFails = 0
 		next = r.To // the range's tail may be markers with no record
 		if err := flush(); err != nil {
 			return err
@@ -477,7 +489,9 @@ func (p *pipeline) operator(ctx context.Context, o int, state map[string][2]int6
 		if blocked++; blocked < len(inputs) {
 			continue
 		}
-		p.acks <- ack{n: aligning, kind: ackOperator, state: maps.Clone(state)}
+		if err := p.ack(ctx, ack{n: aligning, kind: ackOperator, state: maps.Clone(state)}); err != nil {
+			return err
+		}
 		if err := emit(it); err != nil {
 			return err
 		}
@@ -491,8 +505,9 @@ func (p *pipeline) operator(ctx context.Context, o int, state map[string][2]int6
 // sink writes an operator's output into its subtask's transactions:
 // pre-commit and ack on a barrier, commit when told the checkpoint is
 // complete.
-func (p *pipeline) sink(ctx context.Context, o int) error {
+func (p *pipeline) sink(ctx context.Context, o int, first int64) error {
 	w := p.r.sinks.open[o]
+	open := first // the transaction being written: the next barrier's
 	var pending []writers.Pending
 	commit := func(nt notice) error {
 		rest := pending[:0]
@@ -508,11 +523,15 @@ func (p *pipeline) sink(ctx context.Context, o int) error {
 		}
 		pending = rest
 		if nt.final {
-			p.sinkDone <- o
+			select {
+			case p.sinkDone <- o:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		return nil
 	}
-	if err := w.Begin(ctx, p.nextID); err != nil {
+	if err := w.Begin(ctx, open); err != nil {
 		return err
 	}
 	for {
@@ -529,6 +548,9 @@ func (p *pipeline) sink(ctx context.Context, o int) error {
 					return err
 				}
 				continue
+			}
+			if it.barrier != open {
+				return fmt.Errorf("sink %d: barrier %d while transaction %d is open", o, it.barrier, open)
 			}
 			// Checkpoint n-1's commit was sent before barrier n: finish it
 			// first, so that this ack lists nothing already committed.
@@ -552,11 +574,24 @@ func (p *pipeline) sink(ctx context.Context, o int) error {
 			}
 			p.r.crash(CrashAfterPrecommit)
 			pending = append(pending, pd)
-			p.acks <- ack{n: it.barrier, kind: ackSink, pending: append([]writers.Pending(nil), pending...)}
-			if err := w.Begin(ctx, it.barrier+1); err != nil {
+			if err := p.ack(ctx, ack{n: it.barrier, kind: ackSink, pending: append([]writers.Pending(nil), pending...)}); err != nil {
+				return err
+			}
+			open = it.barrier + 1
+			if err := w.Begin(ctx, open); err != nil {
 				return err
 			}
 		}
+	}
+}
+
+// ack sends a task's ack to the coordinator.
+func (p *pipeline) ack(ctx context.Context, a ack) error {
+	select {
+	case p.acks <- a:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -179,9 +179,15 @@ func (l *WAL) Commit(ctx context.Context, p Pending) error {
 	case err != nil:
 		return fmt.Errorf("wal sink: reading %s: %w", WALTable, err)
 	}
-	if done >= p.Txn {
+	switch {
+	case done == p.Txn:
 		l.rewrites.Add(1)
 		return nil
+	case done > p.Txn:
+		// Checkpoints list only writes not yet applied, so a newer mark
+		// means this job's checkpoints are not the ones that wrote here.
+		return fmt.Errorf("wal sink: %s already holds checkpoint %d of job %q subtask %d, newer than %d: the job's checkpoints were lost or another job writes under this name: %w",
+			WALTable, done, l.job, p.Subtask, p.Txn, ErrTxnLost)
 	}
 	for _, up := range data.Upserts {
 		for _, row := range up.Rows {
