@@ -27,6 +27,11 @@ const tailFetchBytes = 1 << 20
 // stream without re-seeking; a Read whose range does not start where the
 // previous one ended (a retry) re-seeks.
 type KafkaSource struct {
+	// TailQuiet overrides tailQuiet (set it before the first Read): the
+	// continuous checkpoint mode, which reads short ranges all the time,
+	// asks the broker sooner.
+	TailQuiet time.Duration
+
 	client   sarama.Client
 	consumer sarama.Consumer
 	topic    string
@@ -180,7 +185,11 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 			return nil
 		}
 	}
-	quiet := time.NewTimer(tailQuiet)
+	wait := tailQuiet
+	if s.TailQuiet > 0 {
+		wait = s.TailQuiet
+	}
+	quiet := time.NewTimer(wait)
 	defer quiet.Stop()
 	for {
 		select {
@@ -214,7 +223,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 				pr.next = r.To
 				return nil
 			}
-			quiet.Reset(tailQuiet)
+			quiet.Reset(wait)
 		case <-quiet.C:
 			// Nothing arrived for a while. Either the consumer is slow, or
 			// the rest of the range is markers and aborted records: the
@@ -224,7 +233,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 				pr.next = r.To
 				return nil
 			}
-			quiet.Reset(tailQuiet)
+			quiet.Reset(wait)
 		}
 	}
 }

@@ -68,6 +68,7 @@ const (
 	// maxRestartsWithoutProgress stops a job whose checkpoints keep
 	// failing instead of restarting it forever.
 	maxRestartsWithoutProgress = 5
+	continuousTailQuiet        = 20 * time.Millisecond
 )
 
 func isKafkaDSN(dsn string) bool { return strings.HasPrefix(dsn, "kafka://") }
@@ -178,6 +179,11 @@ func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Res
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
+	// Input written by transactional producers (this mode's own Kafka
+	// output, say) ends nearly every short range in a commit marker:
+	// settle such tails after 20 ms, not the batch default of 500 ms,
+	// which would hold up reading and barriers.
+	src.TailQuiet = continuousTailQuiet
 	var store offsets.CheckpointStore
 	if cfg.StateBackend == StateBackendMemory {
 		store = offsets.NewMemoryCheckpoints()
