@@ -220,11 +220,26 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 	}
 }
 
+// batchStartedMarker is the log line stopRun aligns its kills on.
+const batchStartedMarker = `msg="batch started"`
+
 // stopRun starts one run, lets it work for delay (then, if align, until
 // the next batch starts plus alignLag), sends it sig and returns how it
 // ended. Its stderr goes to logPath. A run that exits before the signal
 // fails the test.
 func stopRun(t *testing.T, bin string, args []string, logPath string, delay time.Duration, align bool, alignLag time.Duration, sig syscall.Signal) *os.ProcessState {
+	t.Helper()
+	marker := ""
+	if align {
+		marker = batchStartedMarker
+	}
+	return stopRunOn(t, bin, args, logPath, delay, marker, alignLag, sig)
+}
+
+// stopRunOn is stopRun aligned on any log line: after delay it waits for
+// the next line containing marker (at most 2s) plus alignLag before it
+// sends sig. An empty marker sends sig right after delay.
+func stopRunOn(t *testing.T, bin string, args []string, logPath string, delay time.Duration, marker string, alignLag time.Duration, sig syscall.Signal) *os.ProcessState {
 	t.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -250,7 +265,7 @@ func stopRun(t *testing.T, bin string, args []string, logPath string, delay time
 		for sc.Scan() {
 			line := sc.Text()
 			f.WriteString(line + "\n")
-			if strings.Contains(line, `msg="batch started"`) {
+			if marker != "" && strings.Contains(line, marker) {
 				select {
 				case starts <- struct{}{}:
 				default:
@@ -269,7 +284,7 @@ func stopRun(t *testing.T, bin string, args []string, logPath string, delay time
 		exitedEarly()
 	case <-time.After(delay):
 	}
-	if align {
+	if marker != "" {
 		select {
 		case <-starts: // a stale start; wait for the next one
 		default:
