@@ -22,9 +22,9 @@ import (
 
 // Workload of the latency benchmark (issue #4).
 const (
-	latencyRate      = 10_000          // events/s produced while latency is measured
+	latencyRate      = 10_000           // events/s produced while latency is measured
 	latencyDuration  = 12 * time.Second // of steady production
-	catchUpEvents    = 300_000         // pre-filled events for the throughput run
+	catchUpEvents    = 300_000          // pre-filled events for the throughput run
 	visibilityPoll   = 10 * time.Millisecond
 	latencyStartWait = 2 * time.Second // job warm-up before production starts
 )
