@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/kafkautil"
@@ -90,50 +87,15 @@ func ensureData(b *testing.B, brokers []string, topic string, events int64) {
 }
 
 // rawConsume reads every partition from the start to its end offset with
-// the same sarama settings the job uses, touching nothing but the offset.
+// the same sarama settings the job uses, touching nothing but the offset
+// (consumeAll, which `microbatch bench` uses too).
 func rawConsume(b *testing.B, brokers []string, topic string) time.Duration {
 	b.Helper()
-	ends := testutil.EndOffsets(b, brokers, topic)
-	start := time.Now()
-	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench-raw"))
+	d, _, err := consumeAll(context.Background(), brokers, topic)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer consumer.Close()
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for p, end := range ends {
-		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			b.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer pc.Close()
-			for {
-				select {
-				case m := <-pc.Messages():
-					if m.Offset >= end-1 {
-						return
-					}
-				case e := <-pc.Errors():
-					failed.Store(e.Err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if e := failed.Load(); e != nil {
-		b.Fatal(e)
-	}
-	return time.Since(start)
+	return d
 }
 
 // runTxn runs the txn strategy on a fresh job and returns the time from

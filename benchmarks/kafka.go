@@ -1,0 +1,334 @@
+package benchmarks
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+)
+
+// devBroker is a `microbatch broker` subprocess (kfake) the bench started.
+type devBroker struct {
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{} // stdout reached EOF
+}
+
+var brokerLineRE = regexp.MustCompile(`^dev broker listening on (\S+)$`)
+
+// startDevBroker starts `bin broker --listen 127.0.0.1:0` and waits for
+// the address it prints. Its output goes to logPath.
+func startDevBroker(bin string, partitions int32, logPath string) (*devBroker, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "broker", "--listen", "127.0.0.1:0", "--partitions", strconv.Itoa(int(partitions)))
+	cmd.Env = childEnv()
+	cmd.Stderr = f
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting the dev broker: %w", err)
+	}
+	b := &devBroker{cmd: cmd, done: make(chan struct{})}
+	first := make(chan string, 1)
+	go func() {
+		defer close(b.done)
+		defer f.Close()
+		sc := bufio.NewScanner(pipe)
+		for n := 0; sc.Scan(); n++ {
+			if n == 0 {
+				first <- sc.Text()
+			}
+			fmt.Fprintln(f, sc.Text())
+		}
+	}()
+	select {
+	case line := <-first:
+		if m := brokerLineRE.FindStringSubmatch(line); m != nil {
+			b.addr = m[1]
+			return b, nil
+		}
+		b.stop()
+		return nil, fmt.Errorf("the dev broker printed %q, not its address (log %s)", line, logPath)
+	case <-b.done:
+		b.stop()
+		return nil, fmt.Errorf("the dev broker exited at start (log %s)", logPath)
+	case <-time.After(30 * time.Second):
+		b.stop()
+		return nil, fmt.Errorf("the dev broker printed no address within 30s (log %s)", logPath)
+	}
+}
+
+// stop ends the broker with SIGTERM (SIGKILL after 30s) and waits for it.
+func (b *devBroker) stop() {
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(30 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+	_ = b.cmd.Wait()
+}
+
+// brokerKind names the Kafka implementation behind brokers: kfake reports
+// the cluster id "kfake"; anything else is a Kafka-protocol broker named by
+// its cluster id and the number of brokers.
+func brokerKind(brokers []string) string {
+	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench-info"))
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	defer client.Close()
+	bs := client.Brokers()
+	if len(bs) == 0 {
+		return "unknown (no brokers in metadata)"
+	}
+	b := bs[0]
+	if err := b.Open(client.Config()); err != nil && !errors.Is(err, sarama.ErrAlreadyConnected) {
+		return "unknown (" + err.Error() + ")"
+	}
+	md, err := b.GetMetadata(&sarama.MetadataRequest{Version: 5})
+	if err != nil || md.ClusterID == nil {
+		return fmt.Sprintf("Kafka-protocol broker, %d node(s)", len(bs))
+	}
+	if *md.ClusterID == "kfake" {
+		return fmt.Sprintf("kfake (franz-go's Kafka-protocol dev broker), %d node(s)", len(bs))
+	}
+	return fmt.Sprintf("Kafka (cluster id %s, not kfake), %d node(s)", *md.ClusterID, len(bs))
+}
+
+// topicSize sums the high-water marks of topic's partitions: its record
+// count for a topic written without transactions.
+func topicSize(brokers []string, topic string) (int64, error) {
+	ends, err := kafkautil.EndOffsets(brokers, topic)
+	var n int64
+	for _, e := range ends {
+		n += e
+	}
+	return n, err
+}
+
+// ensureWorkload makes topic hold exactly the first events events of the
+// seed's sequence: created and produced if new, topped up if short, reused
+// if complete. A topic holding more is refused (a throughput run drains all
+// of it).
+func ensureWorkload(ctx context.Context, w Workload, brokers []string, topic string) (produced bool, err error) {
+	if err := kafkautil.EnsureTopic(brokers, topic, w.Partitions); err != nil {
+		return false, err
+	}
+	have, err := topicSize(brokers, topic)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case have == w.Events:
+		return false, nil
+	case have > w.Events:
+		return false, fmt.Errorf("topic %s holds %d records, more than the %d events of the workload", topic, have, w.Events)
+	}
+	_, err = kafkautil.Produce(ctx, kafkautil.ProduceOptions{
+		Brokers: brokers, Topic: topic, Count: w.Events - have, Skip: have, Keys: w.Keys, Seed: w.Seed,
+	})
+	return true, err
+}
+
+// feeder keeps producing the workload's sequence to a topic until stopped,
+// in chunks whose every event is acknowledged, so the number produced is
+// known exactly.
+type feeder struct {
+	stop, done chan struct{}
+	events     int64 // in the topic, including what was there before; read after done
+	amount     int64
+	err        error
+}
+
+const feedChunk = 1000
+
+func startFeeder(w Workload, brokers []string, topic string, rate float64, events, amount int64) *feeder {
+	f := &feeder{stop: make(chan struct{}), done: make(chan struct{}), events: events, amount: amount}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-f.stop
+		cancel()
+	}()
+	go func() {
+		defer close(f.done)
+		for {
+			select {
+			case <-f.stop:
+				return
+			default:
+			}
+			exp, err := kafkautil.Produce(ctx, kafkautil.ProduceOptions{
+				Brokers: brokers, Topic: topic, Count: feedChunk, Keys: w.Keys, Seed: w.Seed, Skip: f.events, Rate: rate,
+			})
+			if errors.Is(err, context.Canceled) {
+				// Stopped inside a chunk: Produce waited for what it
+				// queued, so the part it reports is in the topic.
+				f.events += exp.Events
+				f.amount += exp.Amount
+				return
+			}
+			if err != nil {
+				f.err = err
+				return
+			}
+			f.events += exp.Events
+			f.amount += exp.Amount
+		}
+	}()
+	return f
+}
+
+// finish stops the feeder and returns the input's totals.
+func (f *feeder) finish() (events, amount int64, err error) {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	<-f.done
+	if f.err != nil {
+		return f.events, f.amount, fmt.Errorf("feeding the input: %w (the topic may hold part of a chunk)", f.err)
+	}
+	return f.events, f.amount, nil
+}
+
+// consumeAll reads every partition of topic from its start to its end
+// offset with the settings the job uses (read-committed, 4 MiB fetches),
+// touching nothing but the offset: the ceiling for anything built on
+// sarama. It returns the time from creating the client to the last record.
+func consumeAll(ctx context.Context, brokers []string, topic string) (time.Duration, int64, error) {
+	ends, err := kafkautil.EndOffsets(brokers, topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench-raw"))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer client.Close()
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer consumer.Close()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		first  error
+		total  int64
+		cctx   context.Context
+		cancel context.CancelFunc
+	)
+	cctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	for p, end := range ends {
+		if end == 0 {
+			continue
+		}
+		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return 0, 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer pc.Close()
+			var n int64
+			fail := func(err error) {
+				mu.Lock()
+				first = cmpErr(first, err)
+				mu.Unlock()
+				cancel()
+			}
+			for {
+				select {
+				case m := <-pc.Messages():
+					n++
+					if m.Offset >= end-1 {
+						mu.Lock()
+						total += n
+						mu.Unlock()
+						return
+					}
+				case e := <-pc.Errors():
+					fail(e.Err)
+					return
+				case <-cctx.Done():
+					fail(cctx.Err())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, 0, fmt.Errorf("raw consume of %s: %w", topic, first)
+	}
+	return time.Since(start), total, nil
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// deleteTopics removes the bench's per-run topics (best effort).
+func deleteTopics(brokers []string, topics []string) {
+	if len(topics) == 0 {
+		return
+	}
+	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench-cleanup"))
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return
+	}
+	defer admin.Close()
+	existing, err := admin.ListTopics()
+	if err != nil {
+		return
+	}
+	for _, t := range topics {
+		for _, name := range []string{t, t + "-dead-letters"} {
+			if _, ok := existing[name]; ok {
+				_ = admin.DeleteTopic(name)
+			}
+		}
+	}
+}
+
+// expectedOf computes the totals of the first n events of the workload.
+func expectedOf(w Workload, n int64) event.Expected { return event.ExpectedTotals(w.Seed, w.Keys, n) }
+
+// splitBrokers is kafkautil.SplitBrokers, for the CLI's string form.
+func splitBrokers(s string) []string { return kafkautil.SplitBrokers(strings.TrimSpace(s)) }

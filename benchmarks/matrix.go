@@ -1,0 +1,582 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/strategies"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// The guarantee matrix (`microbatch bench`): every strategy on the same
+// data, a clean run (throughput, latency, CPU, memory) and a faulty run
+// (random SIGKILLs and targeted crash points; duplicates, losses and
+// recovery time), next to two references measured in the same run: the
+// raw consume rate (the ceiling) and a hand-written per-record consumer
+// (the baseline). Strategies run as `microbatch run` subprocesses of
+// Options.Binary, so kills are real SIGKILLs and CPU time and peak RSS are
+// the child's own.
+
+// Workload is the pre-produced input of the throughput runs.
+type Workload struct {
+	Events     int64  `json:"events"`
+	Keys       int    `json:"keys"`
+	Partitions int32  `json:"partitions"`
+	Seed       uint64 `json:"seed"`
+}
+
+// Options configure a bench run. Zero values take the defaults below.
+type Options struct {
+	Binary     string   // the microbatch executable (its run, verify and broker commands)
+	Strategies []string // names from Names; empty: all
+	Workload   Workload
+	Interval   time.Duration // --interval and --checkpoint-interval of every run
+	Crashes    int           // random SIGKILLs per strategy (negative: none)
+	Brokers    []string      // empty: start a dev broker (kfake) and stop it at the end
+	MySQL      string        // SQL sink DSN; empty: skip the strategies that need it
+	Redis      string        // Redis DSN; empty: skip idempotent
+	Out        string        // results directory
+
+	LatencyRate     float64       // events/s of the steady production the latency is measured under
+	LatencyDuration time.Duration // how long
+	FeedRate        float64       // events/s fed to the input during the fault run
+	FaultInitial    int64         // events in the fault run's input before its first run
+	BaselineEvents  int64         // records the per-record baseline consumes
+	BaselineWindow  time.Duration // at most this long
+	KillSeed        uint64        // kill timing; 0: from the clock
+
+	Progress io.Writer // progress lines; nil: none
+	Command  string    // the command line, recorded in the results
+}
+
+// Defaults.
+const (
+	DefaultEvents          = 1_000_000
+	DefaultKeys            = 1000
+	DefaultPartitions      = 4
+	DefaultSeed            = 7
+	DefaultInterval        = time.Second
+	DefaultCrashes         = 10
+	DefaultOut             = "microbatch-bench"
+	DefaultLatencyRate     = 10_000
+	DefaultLatencyDuration = 10 * time.Second
+	DefaultFeedRate        = 5000
+	DefaultFaultInitial    = 20_000
+	DefaultBaselineEvents  = 50_000
+	DefaultBaselineWindow  = time.Minute
+)
+
+// Names are the strategies the bench knows, in table order.
+var Names = []string{"txn", "single", "idempotent", "at-least-once", "at-most-once",
+	"checkpoint-kafka", "checkpoint-xa", "checkpoint-file", "checkpoint-wal"}
+
+// spec is how the bench runs one of Names.
+type spec struct {
+	name, strategy string
+	needs          string // "mysql" (any SQL sink), "xa" (MySQL/MariaDB), "redis", or ""
+	sink           string // kind of sink: sql, redis, kafka, file
+	extra          []string
+	points         []string // crash points this strategy reaches
+}
+
+func specOf(name string) (spec, bool) {
+	batchPoints := strategies.CrashPoints
+	without := func(p string) []string {
+		return slices.DeleteFunc(slices.Clone(batchPoints), func(x string) bool { return x == p })
+	}
+	switch name {
+	case "txn", "single":
+		return spec{name: name, strategy: name, needs: "mysql", sink: "sql", points: batchPoints}, true
+	case "idempotent":
+		// The fold moves offsets and totals together: no offsets-before-write.
+		return spec{name: name, strategy: name, needs: "redis", sink: "redis", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
+	case "at-least-once":
+		return spec{name: name, strategy: name, needs: "mysql", sink: "sql", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
+	case "at-most-once":
+		return spec{name: name, strategy: name, needs: "mysql", sink: "sql", points: without(strategies.CrashAfterWriteBeforeOffsets)}, true
+	case "checkpoint-kafka":
+		return spec{name: name, strategy: strategies.StrategyCheckpoint, sink: "kafka", points: strategies.CheckpointCrashPoints}, true
+	case "checkpoint-xa":
+		return spec{name: name, strategy: strategies.StrategyCheckpoint, needs: "xa", sink: "sql", points: strategies.CheckpointCrashPoints}, true
+	case "checkpoint-file":
+		return spec{name: name, strategy: strategies.StrategyCheckpoint, sink: "file", points: strategies.CheckpointCrashPoints}, true
+	case "checkpoint-wal":
+		return spec{name: name, strategy: strategies.StrategyCheckpoint, needs: "mysql", sink: "sql",
+			extra: []string{"--sink-mode", strategies.SinkModeWAL}, points: strategies.CheckpointCrashPoints}, true
+	}
+	return spec{}, false
+}
+
+// ErrOptions marks a bad option (the CLI exits 2 on it).
+var ErrOptions = errors.New("bad bench option")
+
+func (o *Options) setDefaults() {
+	if len(o.Strategies) == 0 {
+		o.Strategies = Names
+	}
+	w := &o.Workload
+	if w.Events == 0 {
+		w.Events = DefaultEvents
+	}
+	if w.Keys == 0 {
+		w.Keys = DefaultKeys
+	}
+	if w.Partitions == 0 {
+		w.Partitions = DefaultPartitions
+	}
+	if w.Seed == 0 {
+		w.Seed = DefaultSeed
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.Crashes == 0 {
+		o.Crashes = DefaultCrashes
+	}
+	if o.Out == "" {
+		o.Out = DefaultOut
+	}
+	if o.LatencyRate == 0 {
+		o.LatencyRate = DefaultLatencyRate
+	}
+	if o.LatencyDuration == 0 {
+		o.LatencyDuration = DefaultLatencyDuration
+	}
+	if o.FeedRate == 0 {
+		o.FeedRate = DefaultFeedRate
+	}
+	if o.FaultInitial == 0 {
+		o.FaultInitial = DefaultFaultInitial
+	}
+	if o.BaselineEvents == 0 {
+		o.BaselineEvents = DefaultBaselineEvents
+	}
+	if o.BaselineWindow == 0 {
+		o.BaselineWindow = DefaultBaselineWindow
+	}
+	if o.KillSeed == 0 {
+		o.KillSeed = uint64(time.Now().UnixNano())
+	}
+}
+
+// Validate checks the options, defaults applied.
+func (o Options) Validate() error {
+	o.setDefaults()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrOptions, fmt.Sprintf(format, args...))
+	}
+	seen := map[string]bool{}
+	for _, n := range o.Strategies {
+		if _, ok := specOf(n); !ok {
+			return bad("strategies: unknown %q (known: %s)", n, strings.Join(Names, ", "))
+		}
+		if seen[n] {
+			return bad("strategies: %q given twice", n)
+		}
+		seen[n] = true
+	}
+	switch {
+	case o.Binary == "":
+		return bad("no microbatch binary to run")
+	case o.Workload.Events < 1:
+		return bad("events: want at least 1")
+	case o.Workload.Keys < 1:
+		return bad("keys: want at least 1")
+	case o.Workload.Partitions < 1 || o.Workload.Partitions > 10000:
+		return bad("partitions: %d is outside 1..10000", o.Workload.Partitions)
+	case o.Interval <= 0:
+		return bad("interval: must be positive")
+	case o.LatencyRate <= 0 || o.LatencyDuration <= 0 || o.LatencyRate*o.LatencyDuration.Seconds() < 1:
+		return bad("latency-rate × latency-duration must be at least one event")
+	case o.FeedRate <= 0:
+		return bad("feed-rate: must be positive")
+	case o.BaselineEvents < 2:
+		return bad("baseline-events: want at least 2")
+	}
+	if o.MySQL != "" {
+		if _, err := writers.ParseSQLDSN(o.MySQL); err != nil {
+			return bad("mysql: %v", err)
+		}
+	}
+	if o.Redis != "" {
+		if _, _, err := writers.ParseRedisDSN(o.Redis); err != nil {
+			return bad("redis: %v", err)
+		}
+	}
+	return nil
+}
+
+// bench is one run of the matrix.
+type bench struct {
+	o       Options
+	ctx     context.Context
+	brokers []string
+	dev     *devBroker   // the dev broker the bench started, if any
+	sql     *writers.SQL // nil: no SQL sink
+	redis   *writers.Redis
+	runID   string
+	input   string // the workload topic
+	logDir  string
+	workDir string
+	rng     *rand.Rand
+	prog    *progress
+	topics  []string // per-run topics, deleted at the end
+	res     *Results
+}
+
+// Run runs the matrix and writes results.md, results.json and chart.svg to
+// o.Out (logs of every run in o.Out/logs). A strategy that fails is
+// recorded in its row and the others still run; the returned error then
+// names it, after the results were written.
+func Run(ctx context.Context, o Options) (*Results, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o.setDefaults()
+	b := &bench{o: o, ctx: ctx, runID: strconv.FormatInt(time.Now().Unix()%1e8, 36), prog: newProgress(o.Progress),
+		rng: rand.New(rand.NewPCG(o.KillSeed, o.KillSeed^0x5eed))}
+	b.res = &Results{Started: time.Now(), Command: o.Command, Workload: o.Workload, Settings: Settings{
+		Interval: o.Interval.String(), Crashes: max(o.Crashes, 0), LatencyRate: o.LatencyRate, LatencySeconds: o.LatencyDuration.Seconds(),
+		FeedRate: o.FeedRate, FaultInitial: o.FaultInitial, BaselineEvents: o.BaselineEvents, KillSeed: o.KillSeed,
+		ThroughputTimer: "process start → the log line of the commit that held the last event (start-up included; the --until-idle wait before exit not)",
+		LatencyMethod: fmt.Sprintf("%.0f events/s produced for %s while the job runs, each stamped ts = send time; totals sinks (SQL, Redis): "+
+			"a poller reads the visible event count every %s and event k (scheduled at start + k/rate) counts as visible when the count reaches k+1; "+
+			"record sinks (Kafka read-committed, committed files): first seen − ts of each record", o.LatencyRate, o.LatencyDuration, pollEvery),
+		RecoveryMethod: "restart → the log line of its first commit (batch committed / checkpoint completed), over the restarts of the fault run that got that far",
+	}}
+	if err := os.MkdirAll(filepath.Join(o.Out, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	b.logDir = filepath.Join(o.Out, "logs")
+	var err error
+	if b.workDir, err = os.MkdirTemp("", "microbatch-bench-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(b.workDir)
+
+	if err := b.setUp(); err != nil {
+		b.tearDown()
+		return b.res, err
+	}
+	b.runAll()
+	b.tearDown()
+	b.res.Seconds = time.Since(b.res.Started).Seconds()
+	b.res.judge()
+	if err := writeResults(o.Out, b.res); err != nil {
+		return b.res, err
+	}
+	b.prog.printf("done in %s: %s, %s, %s", time.Since(b.res.Started).Round(time.Second),
+		filepath.Join(o.Out, "results.md"), filepath.Join(o.Out, "results.json"), filepath.Join(o.Out, "chart.svg"))
+	if ctx.Err() != nil {
+		return b.res, ctx.Err()
+	}
+	if len(b.res.Errors) > 0 {
+		return b.res, fmt.Errorf("bench: %d failures, first: %s", len(b.res.Errors), b.res.Errors[0])
+	}
+	return b.res, nil
+}
+
+// setUp starts or checks the servers, records the machine, plans the
+// steps and produces the workload.
+func (b *bench) setUp() error {
+	o := b.o
+	b.brokers = o.Brokers
+	if len(b.brokers) == 0 {
+		b.prog.printf("starting a dev broker (microbatch broker, kfake)")
+		dev, err := startDevBroker(o.Binary, o.Workload.Partitions, filepath.Join(b.logDir, "broker.log"))
+		if err != nil {
+			return err
+		}
+		b.dev = dev
+		b.brokers = []string{dev.addr}
+	}
+	b.res.Machine = Machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		Go: runtime.Version(), Broker: brokerKind(b.brokers)}
+	if b.dev != nil {
+		b.res.Machine.Broker += ", started by the bench"
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if o.MySQL != "" {
+		w, err := writers.OpenSQL(ctx, o.MySQL)
+		if err != nil {
+			return fmt.Errorf("--mysql: %w", err)
+		}
+		b.sql = w
+		if err := w.CreateTables(ctx); err != nil {
+			return err
+		}
+		b.res.Machine.MySQL = sqlVersion(ctx, w)
+	}
+	if o.Redis != "" {
+		r, err := writers.OpenRedis(ctx, o.Redis)
+		if err != nil {
+			return fmt.Errorf("--redis: %w", err)
+		}
+		b.redis = r
+		b.res.Machine.Redis = redisVersion(ctx, r)
+	}
+	b.prog.printf("machine: %d CPUs (%s), %s, broker %s", b.res.Machine.CPUs, b.res.Machine.CPUModel, b.res.Machine.Go, b.res.Machine.Broker)
+
+	// The plan, for the ETA.
+	w := o.Workload
+	b.prog.plan(float64(w.Events)/150_000 + 2)       // produce
+	b.prog.plan(2 * (float64(w.Events)/800_000 + 1)) // raw consume twice
+	if b.sql != nil {
+		b.prog.plan(min(float64(o.BaselineEvents)/3000+3, o.BaselineWindow.Seconds()))
+	}
+	for _, n := range o.Strategies {
+		s, _ := specOf(n)
+		if reason := b.skipReason(s); reason != "" {
+			continue
+		}
+		b.prog.plan(b.estClean(s) + b.estLatency() + b.estFault(s))
+	}
+
+	b.input = fmt.Sprintf("mb-bench-e%d-p%d-k%d-s%d", w.Events, w.Partitions, w.Keys, w.Seed)
+	b.prog.printf("workload: %d events, %d keys, %d partitions, seed %d in topic %s", w.Events, w.Keys, w.Partitions, w.Seed, b.input)
+	start := time.Now()
+	produced, err := ensureWorkload(b.ctx, w, b.brokers, b.input)
+	if err != nil {
+		return fmt.Errorf("producing the workload: %w", err)
+	}
+	if produced {
+		b.prog.printf("produced the workload in %s", time.Since(start).Round(time.Millisecond))
+	} else {
+		b.prog.printf("reusing the workload already in %s", b.input)
+	}
+	b.prog.finished(float64(w.Events)/150_000 + 2)
+	return nil
+}
+
+func (b *bench) tearDown() {
+	if len(b.o.Brokers) > 0 {
+		deleteTopics(b.brokers, b.topics)
+	}
+	if b.dev != nil {
+		b.prog.printf("stopping the dev broker")
+		b.dev.stop()
+		b.dev = nil
+	}
+	if b.sql != nil {
+		b.sql.Close()
+	}
+	if b.redis != nil {
+		b.redis.Close()
+	}
+}
+
+// skipReason says why s can't run here ("" if it can).
+func (b *bench) skipReason(s spec) string {
+	switch s.needs {
+	case "mysql":
+		if b.sql == nil {
+			return "no --mysql given"
+		}
+	case "xa":
+		if b.sql == nil {
+			return "no --mysql given"
+		}
+		if b.sql.Dialect() != offsets.MySQL {
+			return "needs MySQL/MariaDB (XA); --mysql is " + string(b.sql.Dialect())
+		}
+	case "redis":
+		if b.redis == nil {
+			return "no --redis given"
+		}
+	}
+	return ""
+}
+
+func (b *bench) runAll() {
+	o := b.o
+	b.raw()
+	if b.sql != nil && b.ctx.Err() == nil {
+		b.baseline()
+	} else if b.sql == nil {
+		b.res.Skipped = append(b.res.Skipped, Skip{Name: "per-record baseline", Reason: "no --mysql given"})
+	}
+	for i, n := range o.Strategies {
+		if b.ctx.Err() != nil {
+			b.fail(nil, "interrupted")
+			return
+		}
+		s, _ := specOf(n)
+		if reason := b.skipReason(s); reason != "" {
+			b.prog.printf("skipping %s: %s", n, reason)
+			b.res.Skipped = append(b.res.Skipped, Skip{Name: n, Reason: reason})
+			continue
+		}
+		b.prog.printf("strategy %d/%d: %s", i+1, len(o.Strategies), n)
+		b.res.Rows = append(b.res.Rows, Row{Name: n, Strategy: s.strategy, Guarantee: string(strategies.GuaranteeOf(s.strategy))})
+		row := &b.res.Rows[len(b.res.Rows)-1]
+		row.Sink = b.sinkLabel(s)
+		est := b.estClean(s)
+		if err := b.clean(s, row); err != nil {
+			b.fail(row, "%s clean run: %v", n, err)
+		}
+		b.prog.finished(est)
+		if err := b.latency(s, row); err != nil {
+			b.fail(row, "%s latency run: %v", n, err)
+		}
+		b.prog.finished(b.estLatency())
+		if err := b.fault(s, row); err != nil {
+			b.fail(row, "%s fault run: %v", n, err)
+		}
+		b.prog.finished(b.estFault(s))
+	}
+	if b.ctx.Err() == nil {
+		b.raw()
+	}
+	raws := b.res.Raw.Runs
+	if len(raws) > 0 {
+		var sum float64
+		for _, r := range raws {
+			sum += r
+		}
+		b.res.Raw.EventsPerSec = sum / float64(len(raws))
+		for i := range b.res.Rows {
+			b.res.Rows[i].Clean.RatioToRaw = b.res.Rows[i].Clean.EventsPerSec / b.res.Raw.EventsPerSec
+		}
+	}
+}
+
+// fail records a failure of a step; the bench goes on with the next.
+func (b *bench) fail(row *Row, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.prog.printf("FAILED: %s", msg)
+	b.res.Errors = append(b.res.Errors, msg)
+	if row != nil {
+		row.Errors = append(row.Errors, msg)
+	}
+}
+
+// raw measures the raw consume rate of the workload topic.
+func (b *bench) raw() {
+	b.prog.printf("raw consume: reading all %d events, no processing", b.o.Workload.Events)
+	d, n, err := consumeAll(b.ctx, b.brokers, b.input)
+	if err != nil {
+		b.fail(nil, "raw consume: %v", err)
+		return
+	}
+	rate := float64(n) / d.Seconds()
+	b.res.Raw.Runs = append(b.res.Raw.Runs, rate)
+	b.res.Raw.Method = "a bare sarama consumer with the job's settings (read-committed, 4 MiB fetches) reads every partition to its end, touching only the offset; timed from client creation to the last record; run before and after the strategies, mean shown"
+	b.prog.finished(float64(b.o.Workload.Events)/800_000 + 1)
+	b.prog.printf("raw consume: %s events in %s: %s events/s", group(n), d.Round(time.Millisecond), group(int64(rate)))
+}
+
+// baseline measures the hand-written per-record consumer.
+func (b *bench) baseline() {
+	limit := min(b.o.BaselineEvents, b.o.Workload.Events)
+	b.prog.printf("per-record baseline: sarama consumer group, one autocommitted upsert per record, auto-committed marks; first %d events (at most %s)", limit, b.o.BaselineWindow)
+	res, err := runBaseline(b.ctx, b.sql, b.brokers, b.input, "mb-bench-"+b.runID+"-baseline", limit, b.o.BaselineWindow)
+	b.prog.finished(min(float64(b.o.BaselineEvents)/3000+3, b.o.BaselineWindow.Seconds()))
+	if err != nil {
+		b.fail(nil, "per-record baseline: %v", err)
+		return
+	}
+	b.res.Baseline = &res
+	b.prog.printf("per-record baseline: %s events/s (%s)", group(int64(res.EventsPerSec)), res.Method)
+}
+
+// Step estimates in seconds, for the ETA.
+func (b *bench) estClean(s spec) float64 {
+	rate := 300_000.0
+	if s.strategy == strategies.StrategyCheckpoint {
+		rate = 100_000
+	}
+	return float64(b.o.Workload.Events)/rate + 3
+}
+
+func (b *bench) estLatency() float64 { return b.o.LatencyDuration.Seconds() + 4 }
+
+func (b *bench) estFault(s spec) float64 {
+	iv := b.o.Interval.Seconds()
+	return float64(max(b.o.Crashes, 0))*(2.5*iv+0.5) + float64(len(s.points))*(2*iv+1) + 4 + 2*iv
+}
+
+// job names a job of one phase of s. Short enough for an XA branch
+// qualifier (64 bytes) and a Kafka transactional id.
+func (b *bench) job(s spec, phase string) string {
+	return fmt.Sprintf("mb%s-%s-%s", b.runID, s.name, phase)
+}
+
+// sinkFor returns the sink DSN for job.
+func (b *bench) sinkFor(s spec, job string) string {
+	switch s.sink {
+	case "redis":
+		return b.o.Redis
+	case "kafka":
+		return "kafka://" + strings.Join(b.brokers, ",") + "/" + job + "-out"
+	case "file":
+		return "file://" + filepath.Join(b.workDir, job+"-out")
+	}
+	return b.o.MySQL
+}
+
+// sinkLabel describes s's sink for the table.
+func (b *bench) sinkLabel(s spec) string {
+	switch s.sink {
+	case "redis":
+		return "Redis"
+	case "kafka":
+		return "Kafka (2PC)"
+	case "file":
+		return "files (2PC)"
+	}
+	d := "MySQL"
+	if b.sql != nil && b.sql.Dialect() == offsets.SQLite {
+		d = "SQLite"
+	}
+	switch s.name {
+	case "checkpoint-xa":
+		return d + " (XA)"
+	case "checkpoint-wal":
+		return d + " (write-ahead)"
+	}
+	return d
+}
+
+// runArgs are the `microbatch run` arguments of s on topic for job.
+func (b *bench) runArgs(s spec, topic, job string, more ...string) []string {
+	args := []string{"run", "--strategy", s.strategy, "--brokers", strings.Join(b.brokers, ","), "--topic", topic,
+		"--job", job, "--sink", b.sinkFor(s, job), "--interval", b.o.Interval.String()}
+	if s.strategy == strategies.StrategyCheckpoint {
+		args = append(args, "--checkpoint-interval", b.o.Interval.String(), "--state-dir", filepath.Join(b.workDir, job+"-state"))
+	}
+	return slices.Concat(args, s.extra, more)
+}
+
+func (b *bench) logPath(job, what string) string {
+	return filepath.Join(b.logDir, job+"-"+what+".log")
+}
+
+// group writes n with thousands separators.
+func group(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i, c := range []byte(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, c)
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}

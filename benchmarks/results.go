@@ -1,0 +1,240 @@
+package benchmarks
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/microbatch/microbatch/strategies"
+)
+
+// Results is one bench run: written as results.json, and as the table in
+// results.md and the chart.
+type Results struct {
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
+	Command  string    `json:"command"`
+	Machine  Machine   `json:"machine"`
+	Workload Workload  `json:"workload"`
+	Settings Settings  `json:"settings"`
+
+	Raw      RawResult       `json:"raw_consume"`
+	Baseline *BaselineResult `json:"baseline,omitempty"` // nil: not run
+	Rows     []Row           `json:"strategies"`
+	Skipped  []Skip          `json:"skipped,omitempty"`
+
+	// FaultValidity says whether the fault run proved anything: "valid"
+	// when every control in the run showed its fault (at-least-once
+	// duplicates, at-most-once losses), "invalid" when a control came out
+	// clean (the kills missed the windows), "unvalidated" without a control.
+	FaultValidity string   `json:"fault_validity"`
+	FaultNote     string   `json:"fault_note"`
+	Targets       []Target `json:"targets"`
+	Errors        []string `json:"errors,omitempty"`
+}
+
+// Machine is where the bench ran.
+type Machine struct {
+	CPUs     int    `json:"cpus"`
+	CPUModel string `json:"cpu_model"`
+	OS       string `json:"os"`
+	Go       string `json:"go"`
+	Broker   string `json:"broker"`
+	MySQL    string `json:"mysql,omitempty"`
+	Redis    string `json:"redis,omitempty"`
+}
+
+// Settings are the bench's knobs besides the workload.
+type Settings struct {
+	Interval        string  `json:"interval"`
+	Crashes         int     `json:"crashes"`
+	LatencyRate     float64 `json:"latency_rate"`
+	LatencySeconds  float64 `json:"latency_seconds"`
+	FeedRate        float64 `json:"fault_feed_rate"`
+	FaultInitial    int64   `json:"fault_initial_events"`
+	BaselineEvents  int64   `json:"baseline_events"`
+	KillSeed        uint64  `json:"kill_seed"`
+	ThroughputTimer string  `json:"throughput_timer"`
+	LatencyMethod   string  `json:"latency_method"`
+	RecoveryMethod  string  `json:"recovery_method"`
+}
+
+// RawResult is the raw consume rate (read everything, no processing),
+// measured before and after the strategies; EventsPerSec is their mean.
+type RawResult struct {
+	EventsPerSec float64   `json:"events_per_sec"`
+	Runs         []float64 `json:"runs"`
+	Method       string    `json:"method"`
+}
+
+// Skip is a strategy the bench did not run, and why.
+type Skip struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// Row is one strategy's results.
+type Row struct {
+	Name      string   `json:"name"`     // the bench's name (txn, checkpoint-xa, …)
+	Strategy  string   `json:"strategy"` // --strategy
+	Sink      string   `json:"sink"`     // what it writes to
+	Guarantee string   `json:"guarantee"`
+	Clean     Clean    `json:"clean"`
+	Fault     Fault    `json:"fault"`
+	Errors    []string `json:"errors,omitempty"`
+}
+
+// Clean is the run without faults: throughput on the pre-produced backlog,
+// latency under steady production.
+type Clean struct {
+	Events       int64       `json:"events"`
+	Seconds      float64     `json:"seconds"`      // process start → the commit that held the last event
+	WallSeconds  float64     `json:"wall_seconds"` // process start → exit (includes --until-idle 1s)
+	EventsPerSec float64     `json:"events_per_sec"`
+	RatioToRaw   float64     `json:"ratio_to_raw"`
+	CPUSeconds   float64     `json:"cpu_seconds"`
+	PeakRSS      int64       `json:"peak_rss_bytes"`
+	Exact        bool        `json:"exact"` // the sink held every event once
+	Latency      Percentiles `json:"latency"`
+}
+
+// Fault is the run with crashes: random SIGKILLs and the strategy's crash
+// points while input keeps arriving, a drain, and verify.
+type Fault struct {
+	Ran            bool     `json:"ran"`
+	Produced       int64    `json:"produced"`
+	Kills          int      `json:"kills"`        // random SIGKILLs
+	KillsInside    int      `json:"kills_inside"` // of them, landed inside a batch / checkpoint
+	Points         []string `json:"points"`       // crash points armed (<point>:2)
+	PointsReached  int      `json:"points_reached"`
+	Recoveries     int      `json:"recoveries"`       // restarts that reached their first commit
+	KilledEarly    int      `json:"killed_early"`     // restarts killed before their first commit
+	MeanRecoveryMs float64  `json:"mean_recovery_ms"` // restart → first commit
+	MaxRecoveryMs  float64  `json:"max_recovery_ms"`
+	Found          int64    `json:"found"`
+	Duplicates     int64    `json:"duplicates"`
+	Losses         int64    `json:"losses"`
+	Verdict        string   `json:"verdict"` // verify's last line
+}
+
+// Target is one of the issue's goals, measured in this run.
+type Target struct {
+	Name   string  `json:"name"`
+	Want   string  `json:"want"`
+	Value  float64 `json:"value"`
+	Shown  string  `json:"shown"`
+	Status string  `json:"status"` // met, missed, n/a
+}
+
+func (r *Results) row(name string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Name == name {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+// judge fills FaultValidity and Targets.
+func (r *Results) judge() {
+	var controls, clean []string
+	for _, row := range r.Rows {
+		if !row.Fault.Ran {
+			continue
+		}
+		switch strategies.Guarantee(row.Guarantee) {
+		case strategies.AtLeastOnce:
+			controls = append(controls, row.Name)
+			if row.Fault.Duplicates == 0 {
+				clean = append(clean, row.Name+" (no duplicates)")
+			}
+		case strategies.AtMostOnce:
+			controls = append(controls, row.Name)
+			if row.Fault.Losses == 0 {
+				clean = append(clean, row.Name+" (no losses)")
+			}
+		}
+	}
+	switch {
+	case len(controls) == 0:
+		r.FaultValidity = "unvalidated"
+		r.FaultNote = "no control (at-least-once, at-most-once) in this run, so nothing shows that the kills hit the windows where a strategy can go wrong"
+	case len(clean) > 0:
+		r.FaultValidity = "invalid"
+		r.FaultNote = fmt.Sprintf("the controls came out clean: %v; the kills missed the windows, so the exactly-once rows' 0/0 proves nothing", clean)
+	default:
+		r.FaultValidity = "valid"
+		r.FaultNote = fmt.Sprintf("the controls (%v) showed their faults, so the kills hit the windows where a strategy can go wrong", controls)
+	}
+
+	r.Targets = nil
+	ratio := func(name, want string, min float64, a, b *float64) {
+		t := Target{Name: name, Want: want, Status: "n/a"}
+		if a != nil && b != nil && *b > 0 {
+			t.Value = *a / *b
+			t.Shown = fmt.Sprintf("%.2f", t.Value)
+			t.Status = status(t.Value >= min)
+		}
+		r.Targets = append(r.Targets, t)
+	}
+	rate := func(name string) *float64 {
+		if row := r.row(name); row != nil && row.Clean.EventsPerSec > 0 {
+			return &row.Clean.EventsPerSec
+		}
+		return nil
+	}
+	var baseline, raw *float64
+	if r.Baseline != nil && r.Baseline.EventsPerSec > 0 {
+		baseline = &r.Baseline.EventsPerSec
+	}
+	if r.Raw.EventsPerSec > 0 {
+		raw = &r.Raw.EventsPerSec
+	}
+	ratio("txn / at-least-once events/s (same interval)", "≥ 0.80", 0.8, rate("txn"), rate("at-least-once"))
+	ratio("txn / per-record baseline events/s", "≥ 10", 10, rate("txn"), baseline)
+	ratio("txn / raw consume events/s", "≥ 0.50", 0.5, rate("txn"), raw)
+	control := func(name, what string, get func(Fault) int64) {
+		t := Target{Name: name + " shows " + what + " in the fault run", Want: "> 0", Status: "n/a"}
+		if row := r.row(name); row != nil && row.Fault.Ran {
+			t.Value = float64(get(row.Fault))
+			t.Shown = fmt.Sprint(get(row.Fault))
+			t.Status = status(t.Value > 0)
+		}
+		r.Targets = append(r.Targets, t)
+	}
+	control("at-least-once", "duplicates", func(f Fault) int64 { return f.Duplicates })
+	control("at-most-once", "losses", func(f Fault) int64 { return f.Losses })
+	eo := Target{Name: "every exactly-once strategy: 0 duplicates, 0 losses", Want: "0 / 0", Status: "n/a"}
+	var bad []string
+	n := 0
+	for _, row := range r.Rows {
+		if strategies.Guarantee(row.Guarantee) != strategies.ExactlyOnce {
+			continue
+		}
+		if !row.Fault.Ran {
+			if len(row.Errors) > 0 {
+				bad = append(bad, row.Name+" (failed)")
+			}
+			continue
+		}
+		n++
+		if row.Fault.Duplicates != 0 || row.Fault.Losses != 0 || row.Fault.Verdict != "OK: exactly once" {
+			bad = append(bad, fmt.Sprintf("%s (%d/%d)", row.Name, row.Fault.Duplicates, row.Fault.Losses))
+		}
+	}
+	if n > 0 || len(bad) > 0 {
+		eo.Status = status(len(bad) == 0)
+		eo.Shown = fmt.Sprintf("%d of %d clean", n-len(bad), n)
+		if len(bad) > 0 {
+			eo.Shown += fmt.Sprintf("; not: %v", bad)
+		}
+		eo.Value = float64(len(bad))
+	}
+	r.Targets = append(r.Targets, eo)
+}
+
+func status(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}

@@ -1,0 +1,112 @@
+package benchmarks
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func row(name, guarantee string, rate float64, dups, losses int64, verdict string) Row {
+	return Row{Name: name, Strategy: name, Guarantee: guarantee, Clean: Clean{Events: 1000, EventsPerSec: rate, Exact: true},
+		Fault: Fault{Ran: true, Duplicates: dups, Losses: losses, Verdict: verdict}}
+}
+
+// TestJudge: the fault run is valid only when every control in it showed
+// its fault, and the targets compare the right rows.
+func TestJudge(t *testing.T) {
+	const exact = "OK: exactly once"
+	for _, c := range []struct {
+		name     string
+		rows     []Row
+		validity string
+		targets  map[string]string // target name prefix → status
+	}{
+		{
+			name: "controls fired",
+			rows: []Row{
+				row("txn", "exactly-once", 900, 0, 0, exact),
+				row("at-least-once", "at-least-once", 1000, 12, 0, "OK for at-least-once"),
+				row("at-most-once", "at-most-once", 1000, 0, 7, "OK for at-most-once"),
+			},
+			validity: "valid",
+			targets: map[string]string{"txn / at-least-once": "met", "txn / per-record": "met", "txn / raw": "met",
+				"at-least-once shows": "met", "at-most-once shows": "met", "every exactly-once": "met"},
+		},
+		{
+			name: "a control came out clean",
+			rows: []Row{
+				row("txn", "exactly-once", 700, 0, 0, exact),
+				row("at-least-once", "at-least-once", 1000, 0, 0, exact),
+			},
+			validity: "invalid",
+			targets:  map[string]string{"txn / at-least-once": "missed", "at-least-once shows": "missed", "at-most-once shows": "n/a"},
+		},
+		{
+			name:     "no control",
+			rows:     []Row{row("txn", "exactly-once", 900, 1, 0, "FAIL")},
+			validity: "unvalidated",
+			targets:  map[string]string{"txn / at-least-once": "n/a", "every exactly-once": "missed"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &Results{Rows: c.rows, Raw: RawResult{EventsPerSec: 1000}, Baseline: &BaselineResult{EventsPerSec: 50}}
+			r.judge()
+			if r.FaultValidity != c.validity {
+				t.Errorf("validity %q (%s), want %q", r.FaultValidity, r.FaultNote, c.validity)
+			}
+			for prefix, want := range c.targets {
+				found := false
+				for _, tg := range r.Targets {
+					if strings.HasPrefix(tg.Name, prefix) {
+						found = true
+						if tg.Status != want {
+							t.Errorf("target %q: %s (%s), want %s", tg.Name, tg.Status, tg.Shown, want)
+						}
+					}
+				}
+				if !found {
+					t.Errorf("no target %q", prefix)
+				}
+			}
+			md := Markdown(r, "chart.svg")
+			if c.validity == "invalid" && !strings.Contains(md, "Fault run: INVALID") {
+				t.Errorf("results.md does not mark the fault run invalid:\n%s", md)
+			}
+			var svg bytes.Buffer
+			if err := WriteChart(&svg, r, "svg"); err != nil || !strings.Contains(svg.String(), "<svg") {
+				t.Errorf("chart: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseLine(t *testing.T) {
+	const (
+		started = `time=2026-01-01T00:00:00.000Z level=INFO msg="job started" job=j strategy=txn` + "\n"
+		open1   = `time=2026-01-01T00:00:00.001Z level=DEBUG msg="batch started" batch=11 partitions=4 offsets=20000`
+		commit1 = `time=2026-01-01T00:00:00.030Z level=INFO msg="batch committed" batch=11 partitions=4 records=20000 dead_letters=0`
+		trig    = `time=2026-01-01T00:00:00.200Z level=DEBUG msg="checkpoint triggered" checkpoint=42`
+		done    = `time=2026-01-01T00:00:00.230Z level=INFO msg="checkpoint completed" checkpoint=42 records=977 dead_letters=0`
+		fin     = `time=2026-01-01T00:00:01.000Z level=INFO msg="run finished" job=j records=20977`
+	)
+	var l runLog
+	for _, line := range []string{started, open1} {
+		l.parseLine(line, at(0), 20500)
+	}
+	if !l.open() || l.commits != 0 || l.started.IsZero() {
+		t.Fatalf("after a batch start: %+v", l)
+	}
+	l.parseLine(commit1, at(1), 20500)
+	if l.open() || l.records != 20000 || !l.reachedAt.IsZero() || !l.firstCommit.Equal(at(1)) {
+		t.Fatalf("after its commit: %+v", l)
+	}
+	l.parseLine(trig, at(2), 20500)
+	l.parseLine(done, at(3), 20500)
+	l.parseLine(fin, at(4), 20500) // not a commit: records unchanged
+	if l.open() || l.records != 20977 || !l.reachedAt.Equal(at(3)) || l.commits != 2 {
+		t.Fatalf("after a checkpoint: %+v", l)
+	}
+}
+
+func at(s int) time.Time { return time.Unix(1_700_000_000+int64(s), 0) }
