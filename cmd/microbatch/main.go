@@ -28,7 +28,7 @@ func run(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(runCmd(), brokerCmd(), produceCmd(), verifyCmd())
+	root.AddCommand(runCmd(), brokerCmd(), produceCmd(), verifyCmd(), benchCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	switch {

@@ -1,0 +1,123 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/microbatch/microbatch/benchmarks"
+	"github.com/microbatch/microbatch/internal/testutil"
+)
+
+// TestBenchTiny runs `microbatch bench` on a tiny configuration — its own
+// dev broker, txn and the at-least-once control, one random kill plus the
+// crash points — and checks that the table, the JSON and the chart are
+// written and say what they must: the control duplicated (so the fault run
+// is valid) and txn stayed exact. It uses MariaDB when
+// MICROBATCH_TEST_MYSQL is set, SQLite otherwise.
+func TestBenchTiny(t *testing.T) {
+	binary(t)
+	sink := os.Getenv(testutil.EnvMySQL)
+	if sink == "" {
+		sink = "sqlite://" + filepath.Join(t.TempDir(), "sink.db")
+	}
+	out := filepath.Join(t.TempDir(), "results")
+	start := time.Now()
+	r := runBin(t, t.TempDir(), nil, 3*time.Minute, "bench", "--strategies", "txn,at-least-once", "--events", "5000",
+		"--crashes", "1", "--interval", "200ms", "--latency-rate", "2000", "--latency-duration", "2s",
+		"--baseline-events", "1000", "--mysql", sink, "--out", out)
+	t.Logf("bench took %s", time.Since(start).Round(time.Millisecond))
+	if r.code != 0 {
+		t.Fatalf("microbatch bench: %s", r)
+	}
+	for _, f := range []string{"results.md", "results.json", "chart.svg"} {
+		if info, err := os.Stat(filepath.Join(out, f)); err != nil || info.Size() == 0 {
+			t.Fatalf("%s missing or empty (%v)", f, err)
+		}
+	}
+	svg, _ := os.ReadFile(filepath.Join(out, "chart.svg"))
+	if !strings.Contains(string(svg), "<svg") || !strings.Contains(string(svg), "at-least-once") {
+		t.Errorf("chart.svg is not an SVG naming the strategies")
+	}
+
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res benchmarks.Results
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if res.Machine.CPUs < 1 || res.Machine.Go == "" || !strings.Contains(res.Machine.Broker, "kfake") {
+		t.Errorf("machine not recorded: %+v", res.Machine)
+	}
+	if res.Raw.EventsPerSec <= 0 || res.Baseline == nil || res.Baseline.EventsPerSec <= 0 {
+		t.Errorf("references missing: raw %+v, baseline %+v", res.Raw, res.Baseline)
+	}
+	if len(res.Rows) != 2 || len(res.Errors) != 0 {
+		t.Fatalf("want 2 rows and no errors, got %d rows, errors %v", len(res.Rows), res.Errors)
+	}
+	for _, row := range res.Rows {
+		c, f := row.Clean, row.Fault
+		if c.EventsPerSec <= 0 || !c.Exact || c.CPUSeconds <= 0 || c.PeakRSS <= 0 {
+			t.Errorf("%s: clean run %+v", row.Name, c)
+		}
+		if c.Latency.Samples != 4000 || c.Latency.P50 <= 0 || c.Latency.P99 < c.Latency.P50 {
+			t.Errorf("%s: latency %+v", row.Name, c.Latency)
+		}
+		if !f.Ran || f.Kills != 1 || f.PointsReached != len(f.Points) || f.Produced <= 20_000 {
+			t.Errorf("%s: fault run %+v", row.Name, f)
+		}
+		switch row.Name {
+		case "txn":
+			if f.Duplicates != 0 || f.Losses != 0 || f.Verdict != "OK: exactly once" {
+				t.Errorf("txn after crashes: %d duplicates, %d losses, %q", f.Duplicates, f.Losses, f.Verdict)
+			}
+		case "at-least-once":
+			if f.Duplicates == 0 || f.Losses != 0 {
+				t.Errorf("the control came out with %d duplicates, %d losses: the kills missed", f.Duplicates, f.Losses)
+			}
+		}
+	}
+	if res.FaultValidity != "valid" {
+		t.Errorf("fault run %s: %s", res.FaultValidity, res.FaultNote)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
+	for _, want := range []string{"| strategy | sink | guarantee promised | events/s |", "| txn |", "| at-least-once |", "raw consume", "per-record baseline", "chart.svg", "Fault run: valid"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q", want)
+		}
+	}
+	if !strings.Contains(r.stdout, "| txn |") || !strings.Contains(r.stderr, "ETA") {
+		t.Errorf("want the table on stdout and progress with an ETA on stderr\n%s", r)
+	}
+}
+
+// TestBenchConfigErrors: bad bench settings exit 2 with one line, before
+// anything starts.
+func TestBenchConfigErrors(t *testing.T) {
+	binary(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown strategy", []string{"--strategies", "txn,nope"}, []string{`"nope"`, "strategies"}},
+		{"malformed crashes", []string{"--crashes", "many"}, []string{"many", "crashes"}},
+		{"zero events", []string{"--events", "0"}, []string{"events"}},
+		{"bad mysql DSN", []string{"--mysql", "postgres://x"}, []string{"mysql", "postgres"}},
+		{"bad interval", []string{"--interval", "soon"}, []string{"soon", "interval"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r := runBin(t, dir, nil, time.Minute, append([]string{"bench", "--out", filepath.Join(dir, "out")}, c.args...)...)
+			checkConfigError(t, r, c.want...)
+			if _, err := os.Stat(filepath.Join(dir, "out")); err == nil {
+				t.Errorf("a bench refused for its configuration created its output directory")
+			}
+		})
+	}
+}
