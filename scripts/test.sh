@@ -73,6 +73,7 @@ log "  Redis:   $MICROBATCH_TEST_REDIS"
 log "$(go version)"
 
 vet_rc=0
+fmt_rc=0
 test_rc=0
 if (($# == 0)); then
 	log "go vet ./..."
@@ -81,7 +82,7 @@ if (($# == 0)); then
 	unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.services/*'))"
 	if [[ -n $unformatted ]]; then
 		log "gofmt would change: $unformatted"
-		vet_rc=1
+		fmt_rc=1
 	fi
 	log "go test -race -count=1 -timeout 18m ./..."
 	go test -race -count=1 -timeout 18m ./... || test_rc=$?
@@ -126,8 +127,12 @@ fi
 if ((vet_rc != 0)); then
 	log "go vet failed (exit $vet_rc)"
 fi
+if ((fmt_rc != 0)); then
+	log "gofmt check failed: run gofmt -w on the files above"
+fi
 if ((test_rc != 0)); then
 	log "go test failed (exit $test_rc)"
 	exit "$test_rc"
 fi
-exit "$vet_rc"
+((vet_rc != 0)) && exit "$vet_rc"
+exit "$fmt_rc"
