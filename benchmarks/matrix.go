@@ -361,8 +361,10 @@ func (b *bench) setUp() error {
 }
 
 func (b *bench) tearDown() {
-	if len(b.o.Brokers) > 0 {
-		deleteTopics(b.brokers, b.topics)
+	if len(b.res.Errors) == 0 {
+		b.cleanUp()
+	} else {
+		b.prog.printf("keeping the bench's topics and sink data (jobs mb%s-*) for inspection", b.runID)
 	}
 	if b.dev != nil {
 		b.prog.printf("stopping the dev broker")
@@ -374,6 +376,30 @@ func (b *bench) tearDown() {
 	}
 	if b.redis != nil {
 		b.redis.Close()
+	}
+}
+
+// cleanUp removes what the bench's jobs left: their topics on an external
+// broker, their rows in the SQL sink, their keys in Redis (best effort).
+// The workload topic stays, for the next run.
+func (b *bench) cleanUp() {
+	if len(b.o.Brokers) > 0 {
+		deleteTopics(b.brokers, b.topics)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := "mb" + b.runID + "-"
+	if b.sql != nil {
+		for _, table := range []string{"mb_totals", "mb_offsets", "mb_dead_letters", writers.XATable, writers.WALTable, baselineTable} {
+			_, _ = b.sql.DB().ExecContext(ctx, `DELETE FROM `+table+` WHERE job LIKE ?`, prefix+"%")
+		}
+	}
+	if b.redis != nil {
+		c := b.redis.Client()
+		it := c.Scan(ctx, 0, "mb:{"+prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			_ = c.Del(ctx, it.Val()).Err()
+		}
 	}
 }
 
@@ -481,7 +507,7 @@ func (b *bench) raw() {
 func (b *bench) baseline() {
 	limit := min(b.o.BaselineEvents, b.o.Workload.Events)
 	b.prog.printf("per-record baseline: sarama consumer group, one autocommitted upsert per record, auto-committed marks; first %d events (at most %s)", limit, b.o.BaselineWindow)
-	res, err := runBaseline(b.ctx, b.sql, b.brokers, b.input, "mb-bench-"+b.runID+"-baseline", limit, b.o.BaselineWindow)
+	res, err := runBaseline(b.ctx, b.sql, b.brokers, b.input, "mb"+b.runID+"-baseline", limit, b.o.BaselineWindow)
 	b.prog.finished(min(float64(b.o.BaselineEvents)/3000+3, b.o.BaselineWindow.Seconds()))
 	if err != nil {
 		b.fail(nil, "per-record baseline: %v", err)

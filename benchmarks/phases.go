@@ -219,7 +219,7 @@ func (b *bench) fault(s spec, row *Row) error {
 		align := i%4 != 3 // three of four wait for a batch / checkpoint to open
 		runs++
 		b.prog.printf("%s: fault run, kill %d/%d after %s%s", s.name, i+1, o.Crashes, delay.Round(time.Millisecond),
-			map[bool]string{true: " + next batch start", false: ""}[align])
+			map[bool]string{true: " + the next batch start / checkpoint trigger", false: ""}[align])
 		c, err := startChild(o.Binary, args, nil, b.logPath(job, fmt.Sprintf("run%02d-kill", runs)), 0)
 		if err != nil {
 			return err
