@@ -215,7 +215,7 @@ func (b *bench) fault(s spec, row *Row) error {
 		if b.ctx.Err() != nil {
 			return b.ctx.Err()
 		}
-		delay := iv + time.Duration(b.rng.Int64N(int64(2*iv)+1))
+		delay := killMinDelay + time.Duration(b.rng.Int64N(int64(killSpan(iv))+1))
 		align := i%4 != 3 // three of four wait for a batch / checkpoint to open
 		runs++
 		b.prog.printf("%s: fault run, kill %d/%d after %s%s", s.name, i+1, o.Crashes, delay.Round(time.Millisecond),
@@ -238,6 +238,8 @@ func (b *bench) fault(s spec, row *Row) error {
 			return fmt.Errorf("run ended with %v, not by the bench's SIGKILL (log %s)", ps, c.logPath)
 		}
 		f.Kills++
+		b.prog.finished(b.estKill())
+		b.faultDone += b.estKill()
 		if c.snapshot().open() {
 			f.KillsInside++
 		}
@@ -262,6 +264,8 @@ func (b *bench) fault(s spec, row *Row) error {
 		default:
 			f.PointsReached++
 		}
+		b.prog.finished(b.estPoint())
+		b.faultDone += b.estPoint()
 		restart(c, runs > 1)
 	}
 	events, amount, err := feed.finish()
@@ -301,6 +305,12 @@ func (b *bench) fault(s spec, row *Row) error {
 		s.name, f.Kills, f.KillsInside, f.PointsReached, len(f.Points), f.Duplicates, f.Losses, f.Recoveries, f.MeanRecoveryMs, f.Verdict)
 	return nil
 }
+
+// Random kills come killMinDelay plus up to killSpan after a run starts,
+// so that most runs get past start-up and do some work before they die.
+const killMinDelay = 300 * time.Millisecond
+
+func killSpan(interval time.Duration) time.Duration { return max(3*interval, 1500*time.Millisecond) }
 
 var (
 	verifyFoundRE = regexp.MustCompile(`(?m)^\s+events\s+(\d+)\s+(\d+)$`)

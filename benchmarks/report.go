@@ -119,8 +119,8 @@ func Markdown(r *Results, chart string) string {
 	p("- **Throughput:** each strategy drains the same pre-produced topic with a fresh job, as a `microbatch run` subprocess; timed from %s. CPU seconds (user + system) and peak RSS are the subprocess's own (rusage).\n", s.ThroughputTimer)
 	p("- **Raw consume:** %s.\n", r.Raw.Method)
 	p("- **Latency:** %s.\n", s.LatencyMethod)
-	p("- **Faults:** a fresh job on a fresh topic (%s events, then %.0f events/s more while runs are killed). Each random kill comes %s to 3× that after the start; three of four then wait for the next batch start / checkpoint trigger and a few ms more, so they land in open work. Then each crash point the strategy reaches is armed once (`<point>:2`), the input stops, a run with `--until-idle 1s` drains, and `microbatch verify --strategy <promise>` compares the sink's totals with what was produced (duplicates = events over, losses = events short). Recovery: %s. Kill timing seed %d.\n",
-		group(s.FaultInitial), s.FeedRate, s.Interval, s.RecoveryMethod, s.KillSeed)
+	p("- **Faults:** a fresh job on a fresh topic (%s events, then %.0f events/s more while runs are killed). Each random kill comes %s to %s after the start (at random); three of four then wait for the next batch start / checkpoint trigger and a few ms more, so they land in open work. Then each crash point the strategy reaches is armed once (`<point>:2`), the input stops, a run with `--until-idle 1s` drains, and `microbatch verify --strategy <promise>` compares the sink's totals with what was produced (duplicates = events over, losses = events short). Recovery: %s. Kill timing seed %d.\n",
+		group(s.FaultInitial), s.FeedRate, s.KillFrom, s.KillTo, s.RecoveryMethod, s.KillSeed)
 	if len(r.Skipped) > 0 {
 		p("\n## Skipped\n\n")
 		for _, sk := range r.Skipped {

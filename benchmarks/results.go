@@ -53,6 +53,8 @@ type Settings struct {
 	FaultInitial    int64   `json:"fault_initial_events"`
 	BaselineEvents  int64   `json:"baseline_events"`
 	KillSeed        uint64  `json:"kill_seed"`
+	KillFrom        string  `json:"kill_from"` // random kills come between these after a run starts
+	KillTo          string  `json:"kill_to"`
 	ThroughputTimer string  `json:"throughput_timer"`
 	LatencyMethod   string  `json:"latency_method"`
 	RecoveryMethod  string  `json:"recovery_method"`
