@@ -1,8 +1,11 @@
 // Package writers holds the sink writers a Go program can embed without the
 // batch driver: the SQL transaction writer (MySQL/MariaDB and SQLite), which
 // writes a batch's rows, its dead letters and its offset advance in one
-// transaction, and the Redis writer of the idempotent strategy (redis.go:
-// deterministic per-range contributions and an atomic, offset-guarded fold).
+// transaction; the Redis writer of the idempotent strategy (redis.go:
+// deterministic per-range contributions and an atomic, offset-guarded fold);
+// and the two-phase writers of checkpoint mode (twophase.go: the contract;
+// kafkatxn.go: Kafka transactions that another process can finish, xa.go:
+// MySQL/MariaDB XA, filetxn.go: temp file + rename, wal.go: write-ahead).
 //
 // Writers never import the driver (batch) or the strategies; they take
 // plain values and a context, and leave retry policy to the caller

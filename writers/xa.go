@@ -118,14 +118,6 @@ const (
 	xaRBDEADLOCK = 1614
 )
 
-// ErrXABusy means a prepared XA transaction is still held by another
-// database session, usually a connection of ours that just broke or a
-// process that just died, which the server has not yet noticed is gone.
-// Commit or Abort again a little later; IsRetryable says so (the error
-// wraps driver.ErrBadConn for that). If it persists, a live process still
-// holds the transaction.
-var ErrXABusy = fmt.Errorf("writers: prepared XA transaction still held by another session: %w", driver.ErrBadConn)
-
 var errXAClosed = errors.New("writers: XA writer closed")
 
 type xaState uint8
