@@ -339,7 +339,7 @@ func (b *bench) setUp() error {
 	// The plan, for the ETA.
 	w := o.Workload
 	b.prog.plan(float64(w.Events)/150_000 + 2)       // produce
-	b.prog.plan(2 * (float64(w.Events)/800_000 + 1)) // raw consume twice
+	b.prog.plan(3 * (float64(w.Events)/800_000 + 1)) // raw consume three times
 	if b.sql != nil {
 		b.prog.plan(min(float64(o.BaselineEvents)/3000+3, o.BaselineWindow.Seconds()))
 	}
@@ -434,6 +434,10 @@ func (b *bench) skipReason(s spec) string {
 
 func (b *bench) runAll() {
 	o := b.o
+	// The ceiling is the best of three raw reads (two now, one at the
+	// end): on a shared machine one read can be slowed by the broker's
+	// own housekeeping, and a ceiling that is too low flatters everyone.
+	b.raw()
 	b.raw()
 	if b.sql != nil && b.ctx.Err() == nil {
 		b.baseline()
@@ -473,13 +477,8 @@ func (b *bench) runAll() {
 	if b.ctx.Err() == nil {
 		b.raw()
 	}
-	raws := b.res.Raw.Runs
-	if len(raws) > 0 {
-		var sum float64
-		for _, r := range raws {
-			sum += r
-		}
-		b.res.Raw.EventsPerSec = sum / float64(len(raws))
+	if raws := b.res.Raw.Runs; len(raws) > 0 {
+		b.res.Raw.EventsPerSec = slices.Max(raws)
 		for i := range b.res.Rows {
 			b.res.Rows[i].Clean.RatioToRaw = b.res.Rows[i].Clean.EventsPerSec / b.res.Raw.EventsPerSec
 		}
@@ -506,7 +505,7 @@ func (b *bench) raw() {
 	}
 	rate := float64(n) / d.Seconds()
 	b.res.Raw.Runs = append(b.res.Raw.Runs, rate)
-	b.res.Raw.Method = "a bare sarama consumer with the job's settings (read-committed, 4 MiB fetches) reads every partition to its end, touching only the offset; timed from client creation to the last record; run before and after the strategies, mean shown"
+	b.res.Raw.Method = "a bare sarama consumer with the job's settings (read-committed, 4 MiB fetches) reads every partition to its end, touching only the offset; timed from client creation to the last record; run twice before the strategies and once after, the best of the three shown"
 	b.prog.finished(float64(b.o.Workload.Events)/800_000 + 1)
 	b.prog.printf("raw consume: %s events in %s: %s events/s", group(n), d.Round(time.Millisecond), group(int64(rate)))
 }

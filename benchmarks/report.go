@@ -53,7 +53,7 @@ func Markdown(r *Results, chart string) string {
 	p("| strategy | sink | guarantee promised | events/s | × raw consume | latency p50 / p99 | duplicates%s | losses%s | recovery (mean) |\n", mark, mark)
 	p("|---|---|---|--:|--:|--:|--:|--:|--:|\n")
 	if r.Raw.EventsPerSec > 0 {
-		p("| raw consume (ceiling) | — | — | %s | 1.00 | — | — | — | — |\n", group(int64(r.Raw.EventsPerSec)))
+		p("| raw consume (ceiling)² | — | — | %s | 1.00 | — | — | — | — |\n", group(int64(r.Raw.EventsPerSec)))
 	}
 	if bl := r.Baseline; bl != nil {
 		p("| per-record baseline¹ | %s | at-least-once (hand-written) | %s | %s | — | — | — | — |\n",
@@ -84,6 +84,13 @@ func Markdown(r *Results, chart string) string {
 	p("\n")
 	if bl := r.Baseline; bl != nil {
 		p("¹ A sarama consumer group whose handler upserts each record with its own autocommitted `INSERT … ON DUPLICATE KEY UPDATE` and marks it (offsets auto-committed every second) — what people write by hand. Slow, so measured on a bounded slice: %s, timed from the first record received to the last upserted (the group join not counted). Not run under faults.\n\n", bl.Method)
+	}
+	if len(r.Raw.Runs) > 0 {
+		runs := make([]string, len(r.Raw.Runs))
+		for i, x := range r.Raw.Runs {
+			runs[i] = group(int64(x))
+		}
+		p("² Best of %d raw reads of the whole topic (events/s: %s).\n\n", len(runs), strings.Join(runs, ", "))
 	}
 	p("Recovery: mean time from a restart to its first commit, over the restarts that got that far (their number in parentheses). ⚠: the strategy failed a step (see Errors).\n\n")
 	if chart != "" {

@@ -61,7 +61,7 @@ type Settings struct {
 }
 
 // RawResult is the raw consume rate (read everything, no processing),
-// measured before and after the strategies; EventsPerSec is their mean.
+// measured before and after the strategies; EventsPerSec is the best run.
 type RawResult struct {
 	EventsPerSec float64   `json:"events_per_sec"`
 	Runs         []float64 `json:"runs"`
