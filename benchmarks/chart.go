@@ -84,6 +84,7 @@ func WriteChart(out io.Writer, r *Results, format string) error {
 		return err
 	}
 	tp.NominalY(names...)
+	tp.X.Tick.Marker = labelTicks(si)
 
 	faults := plot.New()
 	faults.Title.Text = fmt.Sprintf("After %d kills + crash points (%s)", r.Settings.Crashes, r.FaultValidity)
@@ -96,6 +97,7 @@ func WriteChart(out io.Writer, r *Results, format string) error {
 		return err
 	}
 	faults.NominalY(names...)
+	faults.X.Tick.Marker = labelTicks(func(v float64) string { return group(int64(v)) })
 	faults.Legend.Top = true
 
 	lat := plot.New()
@@ -109,6 +111,7 @@ func WriteChart(out io.Writer, r *Results, format string) error {
 		return err
 	}
 	lat.NominalY(names...)
+	lat.X.Tick.Marker = labelTicks(func(v float64) string { return group(int64(v)) })
 	lat.Legend.Top = true
 
 	w := vg.Points(1200)
@@ -215,6 +218,19 @@ func rowHasAny(row chartRow, ss []series) bool {
 		}
 	}
 	return false
+}
+
+// labelTicks are the default ticks, labelled by label.
+func labelTicks(label func(float64) string) plot.Ticker {
+	return plot.TickerFunc(func(min, max float64) []plot.Tick {
+		ts := plot.DefaultTicks{}.Ticks(min, max)
+		for i := range ts {
+			if ts[i].Label != "" {
+				ts[i].Label = label(ts[i].Value)
+			}
+		}
+		return ts
+	})
 }
 
 // si writes v with a k/M suffix.
