@@ -333,8 +333,15 @@ func (s *KafkaSource) Close() error {
 		return nil
 	}
 	s.closed = true
+	// Each partition consumer stops only once its broker's fetch returns
+	// (up to Consumer.MaxWaitTime): ask them all first, then wait, so the
+	// waits overlap instead of adding up.
+	for _, pr := range s.readers {
+		pr.pc.AsyncClose()
+	}
 	for p, pr := range s.readers {
-		_ = pr.pc.Close()
+		for range pr.pc.Errors() { // closed when the consumer has stopped
+		}
 		delete(s.readers, p)
 	}
 	return s.consumer.Close()
