@@ -2,7 +2,6 @@ package benchmarks
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
@@ -25,8 +21,7 @@ const (
 	latencyRate      = 10_000           // events/s produced while latency is measured
 	latencyDuration  = 12 * time.Second // of steady production
 	catchUpEvents    = 300_000          // pre-filled events for the throughput run
-	visibilityPoll   = 10 * time.Millisecond
-	latencyStartWait = 2 * time.Second // job warm-up before production starts
+	latencyStartWait = 2 * time.Second  // job warm-up before production starts
 )
 
 // BenchmarkLatency compares checkpoint mode with txn at the same
@@ -114,18 +109,22 @@ func benchLatency(b *testing.B, brokers []string, mysql, kind string, interval t
 	time.Sleep(latencyStartWait)
 	total := int64(latencyRate * latencyDuration.Seconds())
 	var lat []time.Duration
-	var visible []time.Time
+	var latErr error
+	var prodStart atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		mctx, cancel := context.WithTimeout(context.Background(), latencyDuration+time.Minute)
+		defer cancel()
 		if kind == "checkpoint-kafka" {
-			lat = kafkaLatencies(b, brokers, topic+"-out", total)
-		} else {
-			visible = sqlVisibility(b, mysql, job, total)
+			lat, latErr = topicLatencies(mctx, brokers, topic+"-out", total)
+			return
 		}
+		w := sinktest.OpenSQL(b, mysql)
+		lat, latErr = countLatencies(mctx, sqlCounter(w, job), total, latencyRate, func() time.Time { return time.Unix(0, prodStart.Load()) })
 	}()
-	prodStart := time.Now()
+	prodStart.Store(time.Now().UnixNano())
 	if _, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{Brokers: brokers, Topic: topic, Count: total, Keys: benchKeys, Seed: benchSeed, Rate: latencyRate}); err != nil {
 		b.Fatal(err)
 	}
@@ -134,10 +133,8 @@ func benchLatency(b *testing.B, brokers []string, mysql, kind string, interval t
 	if err := <-jobDone; err != nil {
 		b.Fatal(err)
 	}
-	// For SQL, counted from the production schedule (the reader only sees
-	// sums; Produce paces event k to start + k/rate).
-	for k, v := range visible {
-		lat = append(lat, v.Sub(prodStart.Add(time.Duration(float64(k)/latencyRate*float64(time.Second)))))
+	if latErr != nil {
+		b.Fatal(latErr)
 	}
 	slices.Sort(lat)
 	p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
@@ -145,90 +142,4 @@ func benchLatency(b *testing.B, brokers []string, mysql, kind string, interval t
 	b.ReportMetric(p(0.50), "p50_ms")
 	b.ReportMetric(p(0.99), "p99_ms")
 	b.Logf("%s interval %s: catch-up %.0f events/s; latency p50 %.0f ms, p99 %.0f ms (%d records)", kind, interval, rate, p(0.5), p(0.99), len(lat))
-}
-
-// sqlVisibility polls the job's visible event count until it reaches total
-// and returns, for event k, when the count first reached k+1.
-func sqlVisibility(b *testing.B, dsn, job string, total int64) []time.Time {
-	w := sinktest.OpenSQL(b, dsn)
-	out := make([]time.Time, 0, total)
-	deadline := time.Now().Add(latencyDuration + time.Minute)
-	for int64(len(out)) < total {
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d events visible", len(out), total)
-		}
-		var n int64
-		if err := w.DB().QueryRow(`SELECT COALESCE(SUM(events), 0) FROM mb_totals WHERE job = ?`, job).Scan(&n); err != nil {
-			b.Fatal(err)
-		}
-		now := time.Now()
-		for int64(len(out)) < min(n, total) {
-			out = append(out, now)
-		}
-		time.Sleep(visibilityPoll)
-	}
-	return out
-}
-
-// kafkaLatencies reads the output topic read-committed until total output
-// records arrived and returns now - ts for each.
-func kafkaLatencies(b *testing.B, brokers []string, topic string, total int64) []time.Duration {
-	deadline := time.Now().Add(latencyDuration + time.Minute)
-	// The job creates the output topic; wait for it.
-	var client sarama.Client
-	for {
-		var err error
-		if client, err = sarama.NewClient(brokers, kafkautil.Config("bench-latency-reader")); err != nil {
-			b.Fatal(err)
-		}
-		if parts, err := client.Partitions(topic); err == nil && len(parts) > 0 {
-			break
-		}
-		client.Close()
-		if time.Now().After(deadline) {
-			b.Fatalf("output topic %s never appeared", topic)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer consumer.Close()
-	parts, _ := client.Partitions(topic)
-	msgs := make(chan *sarama.ConsumerMessage, 1024)
-	done := make(chan struct{})
-	defer close(done)
-	for _, p := range parts {
-		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer pc.Close()
-		go func() {
-			for m := range pc.Messages() {
-				select {
-				case msgs <- m:
-				case <-done:
-					return
-				}
-			}
-		}()
-	}
-	out := make([]time.Duration, 0, total)
-	var o event.Output
-	for int64(len(out)) < total {
-		select {
-		case m := <-msgs:
-			now := time.Now()
-			if err := json.Unmarshal(m.Value, &o); err != nil {
-				b.Fatal(err)
-			}
-			out = append(out, now.Sub(time.UnixMilli(o.TS)))
-		case <-time.After(time.Until(deadline)):
-			b.Fatalf("only %d of %d output records", len(out), total)
-		}
-	}
-	return out
 }
