@@ -152,66 +152,21 @@ func ensureWorkload(ctx context.Context, w Workload, brokers []string, topic str
 	return true, err
 }
 
-// feeder keeps producing the workload's sequence to a topic until stopped,
-// in chunks whose every event is acknowledged, so the number produced is
-// known exactly.
-type feeder struct {
-	stop, done chan struct{}
-	events     int64 // in the topic, including what was there before; read after done
-	amount     int64
-	err        error
-}
+// feeder keeps input flowing while runs are killed (kafkautil.Feeder).
+type feeder struct{ f *kafkautil.Feeder }
 
 const feedChunk = 1000
 
 func startFeeder(w Workload, brokers []string, topic string, rate float64, events, amount int64) *feeder {
-	f := &feeder{stop: make(chan struct{}), done: make(chan struct{}), events: events, amount: amount}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		<-f.stop
-		cancel()
-	}()
-	go func() {
-		defer close(f.done)
-		for {
-			select {
-			case <-f.stop:
-				return
-			default:
-			}
-			exp, err := kafkautil.Produce(ctx, kafkautil.ProduceOptions{
-				Brokers: brokers, Topic: topic, Count: feedChunk, Keys: w.Keys, Seed: w.Seed, Skip: f.events, Rate: rate,
-			})
-			if errors.Is(err, context.Canceled) {
-				// Stopped inside a chunk: Produce waited for what it
-				// queued, so the part it reports is in the topic.
-				f.events += exp.Events
-				f.amount += exp.Amount
-				return
-			}
-			if err != nil {
-				f.err = err
-				return
-			}
-			f.events += exp.Events
-			f.amount += exp.Amount
-		}
-	}()
-	return f
+	return &feeder{kafkautil.StartFeeder(kafkautil.ProduceOptions{
+		Brokers: brokers, Topic: topic, Count: feedChunk, Keys: w.Keys, Seed: w.Seed, Rate: rate,
+	}, event.Expected{Events: events, Amount: amount})}
 }
 
 // finish stops the feeder and returns the input's totals.
 func (f *feeder) finish() (events, amount int64, err error) {
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
-	}
-	<-f.done
-	if f.err != nil {
-		return f.events, f.amount, fmt.Errorf("feeding the input: %w (the topic may hold part of a chunk)", f.err)
-	}
-	return f.events, f.amount, nil
+	t, err := f.f.Finish()
+	return t.Events, t.Amount, err
 }
 
 // consumeAll reads every partition of topic from its start to its end

@@ -14,7 +14,6 @@ package main_test
 // inside a checkpoint from the run's log — not assumed.
 
 import (
-	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -237,54 +236,25 @@ func ckptRNG(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, seed^0x5eed))
 }
 
-// feeder keeps producing the crash sequence to a topic until stopped, in
-// chunks whose every event is acknowledged, so the number produced is known
-// exactly.
-type feeder struct {
-	stop, done chan struct{}
-	events     int64 // in the topic, including what was there before; read after done
-	amount     int64
-	err        error
-}
+// feeder keeps producing the crash sequence to a topic until stopped
+// (kafkautil.Feeder).
+type feeder struct{ f *kafkautil.Feeder }
 
 func startFeeder(brokers, topic string, events, amount int64) *feeder {
-	f := &feeder{stop: make(chan struct{}), done: make(chan struct{}), events: events, amount: amount}
-	go func() {
-		defer close(f.done)
-		for {
-			select {
-			case <-f.stop:
-				return
-			default:
-			}
-			exp, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{
-				Brokers: kafkautil.SplitBrokers(brokers), Topic: topic, Count: ckptFeedChunk,
-				Keys: crashKeys, Seed: crashSeed, Skip: f.events, Rate: ckptFeedRate,
-			})
-			if err != nil {
-				f.err = err
-				return
-			}
-			f.events += exp.Events
-			f.amount += exp.Amount
-		}
-	}()
-	return f
+	return &feeder{kafkautil.StartFeeder(kafkautil.ProduceOptions{
+		Brokers: kafkautil.SplitBrokers(brokers), Topic: topic, Count: ckptFeedChunk,
+		Keys: crashKeys, Seed: crashSeed, Rate: ckptFeedRate,
+	}, event.Expected{Events: events, Amount: amount})}
 }
 
 // finish stops the feeder and returns the input's totals.
 func (f *feeder) finish(t *testing.T) (events, amount int64) {
 	t.Helper()
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
+	total, err := f.f.Finish()
+	if err != nil {
+		t.Fatal(err)
 	}
-	<-f.done
-	if f.err != nil {
-		t.Fatalf("feeding the input: %v (the topic may hold part of a chunk)", f.err)
-	}
-	return f.events, f.amount
+	return total.Events, total.Amount
 }
 
 // ckptKill is one killed run.

@@ -210,3 +210,50 @@ func EndOffsets(brokers []string, topic string) (map[int32]int64, error) {
 	}
 	return out, nil
 }
+
+// Feeder keeps producing a generator sequence to a topic until stopped, in
+// chunks whose every event is acknowledged, so that what the topic holds is
+// known exactly: tests and benchmarks use it to keep input flowing while
+// they kill jobs.
+type Feeder struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	total  event.Expected // in the topic, what was there before included; read after done
+	err    error
+}
+
+// StartFeeder produces opts's sequence in chunks of opts.Count events at
+// opts.Rate, continuing after have.Events (what the topic already holds of
+// the sequence; opts.Skip is ignored), until Finish.
+func StartFeeder(opts ProduceOptions, have event.Expected) *Feeder {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Feeder{done: make(chan struct{}), cancel: cancel, total: have}
+	go func() {
+		defer close(f.done)
+		for ctx.Err() == nil {
+			o := opts
+			o.Skip = f.total.Events
+			exp, err := Produce(ctx, o)
+			// Stopped inside a chunk, Produce still waited for what it had
+			// queued: the part it reports is in the topic.
+			f.total.Events += exp.Events
+			f.total.Amount += exp.Amount
+			if err != nil && !errors.Is(err, context.Canceled) {
+				f.err = err
+				return
+			}
+		}
+	}()
+	return f
+}
+
+// Finish stops the feeder and returns what the topic holds of the sequence.
+// Safe to call twice.
+func (f *Feeder) Finish() (event.Expected, error) {
+	f.cancel()
+	<-f.done
+	if f.err != nil {
+		return f.total, fmt.Errorf("feeding the input: %w (the topic may hold part of a chunk)", f.err)
+	}
+	return f.total, nil
+}
