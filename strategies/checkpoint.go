@@ -187,7 +187,7 @@ func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Res
 	var store offsets.CheckpointStore
 	if cfg.StateBackend == StateBackendMemory {
 		store = offsets.NewMemoryCheckpoints()
-	} else if store, err = offsets.NewFileCheckpoints(filepath.Join(cfg.StateDir), 0); err != nil {
+	} else if store, err = offsets.NewFileCheckpoints(cfg.StateDir, 0); err != nil {
 		return Result{}, err
 	}
 	crash := func(string) {}
