@@ -88,6 +88,9 @@ type Progress struct {
 	RecordsPerSec float64
 	Lag           int64 // offsets left to read after this batch
 	Retries       int
+	// Fenced counts partitions whose commit the sink refused because
+	// another instance owns them now (see Driver.Drop); they were dropped.
+	Fenced int
 }
 
 // Summary is reported when Run returns.
@@ -98,6 +101,7 @@ type Summary struct {
 	Elapsed     time.Duration
 	Lag         int64
 	Next        map[int32]int64
+	Fenced      int // partitions dropped after a fenced commit
 }
 
 // Driver runs batches until stopped, idle for UntilIdle, or failed.
@@ -134,6 +138,19 @@ type Driver struct {
 	// unless Commit succeeds. It gets a context the stop request does not
 	// cancel, and reports its retries.
 	Commit func(ctx context.Context, b Info, ranges []Range) (CommitResult, error)
+
+	// Drop, when set, says which task or Commit errors mean "this partition
+	// is not ours any more" (a commit fenced by a newer instance of a
+	// consumer group). Such a partition is dropped — no batch is planned for
+	// it again in this run — and counted in Progress.Fenced, and the run goes
+	// on with the others instead of failing. OnDrop is told which.
+	Drop   func(err error) bool
+	OnDrop func(partition int32, err error)
+
+	// BatchIDs, when set, gives each batch its id (a counter shared by the
+	// processes of a group, so that none reuses another's); by default ids
+	// count up from LastBatch.
+	BatchIDs func(ctx context.Context) (int64, error)
 }
 
 // CommitResult is what a batch-level Commit reports.
@@ -180,7 +197,9 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 			}
 		} else {
 			idleSince = time.Time{}
-			batchID++
+			if batchID, err = d.nextBatchID(ctx, batchID); err != nil {
+				return sum, err
+			}
 			if d.Prepare != nil {
 				if err := d.Prepare(context.WithoutCancel(ctx), Info{ID: batchID, Epoch: d.Epoch}, ranges); err != nil {
 					return sum, fmt.Errorf("preparing batch %d: %w", batchID, err)
@@ -192,6 +211,7 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 			p, err := d.runBatch(ctx, Info{ID: batchID, Epoch: d.Epoch}, ranges, next)
 			sum.Records += p.Records // committed partitions only, even on error
 			sum.DeadLetters += p.DeadLetters
+			sum.Fenced += p.Fenced
 			if err != nil {
 				return sum, err
 			}
@@ -225,6 +245,7 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 	start := d.clock().Now()
 	results := make([]TaskResult, len(ranges))
 	committed := make([]bool, len(ranges))
+	dropped := make([]error, len(ranges))
 	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
 	if d.Parallelism > 0 {
 		g.SetLimit(d.Parallelism)
@@ -234,7 +255,13 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 			res, err := d.Task(gctx, b, r)
 			results[i] = res
 			if err != nil {
-				return fmt.Errorf("batch %d, %s: %w", b.ID, r, err)
+				err = fmt.Errorf("batch %d, %s: %w", b.ID, r, err)
+				if d.drops(err) {
+					// Not ours any more: the others go on.
+					dropped[i] = err
+					return nil
+				}
+				return err
 			}
 			committed[i] = true
 			return nil
@@ -254,10 +281,26 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 			}
 			if err != nil {
 				err = fmt.Errorf("batch %d: %w", b.ID, err)
+				if d.drops(err) {
+					// One transaction for all: all of them were refused.
+					for i := range dropped {
+						dropped[i] = err
+					}
+					err = nil
+				}
 			}
 		}
-		if err != nil {
+		if err != nil || dropped[0] != nil {
 			clear(committed)
+		}
+	}
+	for i, r := range ranges {
+		if dropped[i] != nil {
+			delete(next, r.Partition)
+			p.Fenced++
+			if d.OnDrop != nil {
+				d.OnDrop(r.Partition, dropped[i])
+			}
 		}
 	}
 	for i, r := range ranges {
@@ -284,6 +327,19 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 		p.RecordsPerSec = float64(p.Records+p.DeadLetters) / s
 	}
 	return p, nil
+}
+
+func (d *Driver) drops(err error) bool { return d.Drop != nil && d.Drop(err) }
+
+func (d *Driver) nextBatchID(ctx context.Context, last int64) (int64, error) {
+	if d.BatchIDs == nil {
+		return last + 1, nil
+	}
+	id, err := d.BatchIDs(context.WithoutCancel(ctx))
+	if err != nil {
+		return 0, fmt.Errorf("allocating a batch id: %w", err)
+	}
+	return id, nil
 }
 
 func (d *Driver) clock() Clock {

@@ -846,3 +846,84 @@ func TestDriverOverrunStartsNextBatchAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestDriverDropsFencedPartitions: a task whose error Drop accepts loses
+// its partition — no batch plans it again, its offset is not moved, its
+// records don't count — while the other partitions go on; the run ends
+// without error. The same for a batch-level Commit, which drops every
+// partition of the batch.
+func TestDriverDropsFencedPartitions(t *testing.T) {
+	fenced := errors.New("fenced")
+	for _, level := range []string{"task", "commit"} {
+		t.Run(level, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src := newFakeSource(map[int32]int64{0: 0, 1: 0, 2: 0}, map[int32]int64{0: 100, 1: 100, 2: 100})
+				var mu sync.Mutex
+				seen := map[int32][]int64{} // partition -> batch ids that planned it
+				task := func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+					mu.Lock()
+					seen[r.Partition] = append(seen[r.Partition], b.ID)
+					mu.Unlock()
+					if level == "task" && r.Partition == 1 && b.ID == 12 {
+						return TaskResult{Records: r.Len()}, fmt.Errorf("committing: %w", fenced)
+					}
+					return TaskResult{Records: r.Len()}, nil
+				}
+				ids := int64(10)
+				var dropped []int32
+				var progress []Progress
+				d := &Driver{
+					Source: src, Task: task, Topic: "events", Next: map[int32]int64{0: 0, 1: 0, 2: 0},
+					Interval: 100 * time.Millisecond, MaxRecords: 10, UntilIdle: time.Second,
+					Drop:     func(err error) bool { return errors.Is(err, fenced) },
+					OnDrop:   func(p int32, err error) { dropped = append(dropped, p) },
+					BatchIDs: func(context.Context) (int64, error) { ids++; return ids, nil },
+					OnProgress: func(p Progress) { progress = append(progress, p) },
+				}
+				if level == "commit" {
+					d.Commit = func(ctx context.Context, b Info, ranges []Range) (CommitResult, error) {
+						if b.ID == 12 {
+							return CommitResult{}, fmt.Errorf("batch commit: %w", fenced)
+						}
+						return CommitResult{}, nil
+					}
+				}
+				sum, err := d.Run(t.Context())
+				if err != nil {
+					t.Fatalf("Run = %v, want nil: a fenced partition must not stop the others", err)
+				}
+				wantDropped := []int32{1}
+				if level == "commit" {
+					wantDropped = []int32{0, 1, 2}
+				}
+				slices.Sort(dropped)
+				if !slices.Equal(dropped, wantDropped) {
+					t.Fatalf("dropped %v, want %v", dropped, wantDropped)
+				}
+				if sum.Fenced != len(wantDropped) {
+					t.Errorf("Summary.Fenced = %d, want %d", sum.Fenced, len(wantDropped))
+				}
+				if progress[1].BatchID != 12 || progress[1].Fenced != len(wantDropped) {
+					t.Errorf("progress of the fenced batch = %+v, want batch 12 with Fenced %d", progress[1], len(wantDropped))
+				}
+				for _, p := range wantDropped {
+					if got := seen[p]; !slices.Equal(got, []int64{11, 12}) {
+						t.Errorf("partition %d planned in batches %v, want [11 12] (never again after the fence)", p, got)
+					}
+					if _, ok := sum.Next[p]; ok {
+						t.Errorf("Summary.Next still has dropped partition %d", p)
+					}
+				}
+				// The first batch (id 11) committed for every partition; the
+				// fenced one's records don't count.
+				var want int64 = 30
+				if level == "task" {
+					want = 30 + 20 + 2*80 // batch 12: partitions 0 and 2; then the rest of 0 and 2
+				}
+				if sum.Records != want {
+					t.Errorf("Summary.Records = %d, want %d", sum.Records, want)
+				}
+			})
+		})
+	}
+}

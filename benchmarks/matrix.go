@@ -594,6 +594,10 @@ func (b *bench) runArgs(s spec, topic, job string, more ...string) []string {
 		"--job", job, "--sink", b.sinkFor(s, job), "--interval", b.o.Interval.String()}
 	if s.strategy == strategies.StrategyCheckpoint {
 		args = append(args, "--checkpoint-interval", b.o.Interval.String(), "--state-dir", filepath.Join(b.workDir, job+"-state"))
+	} else {
+		// A static group member: a restart after a kill takes the
+		// partitions back at once instead of waiting out the session.
+		args = append(args, "--instance-id", job)
 	}
 	return slices.Concat(args, s.extra, more)
 }

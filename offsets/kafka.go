@@ -18,12 +18,27 @@ type KafkaGroup struct {
 	client sarama.Client
 	group  string
 	topic  string
+	// member and generation identify a member of the group's current
+	// generation; commits carry them, so Kafka refuses those of a member
+	// the group has moved on from.
+	member     string
+	generation int32
 }
 
 // NewKafkaGroup stores offsets of topic under group. The client stays the
 // caller's.
 func NewKafkaGroup(client sarama.Client, group, topic string) *KafkaGroup {
-	return &KafkaGroup{client: client, group: group, topic: topic}
+	return &KafkaGroup{client: client, group: group, topic: topic, generation: sarama.GroupGenerationUndefined}
+}
+
+// AsMember returns a copy of g that commits as member memberID of the
+// group's generation: Kafka then refuses the commits once the group has
+// rebalanced without it (reported as ErrFenced), which a commit without
+// membership would not be.
+func (g *KafkaGroup) AsMember(memberID string, generation int32) *KafkaGroup {
+	c := *g
+	c.member, c.generation = memberID, generation
+	return &c
 }
 
 // Bounded retries of coordinator moves and loads.
@@ -74,12 +89,17 @@ func (g *KafkaGroup) Load(ctx context.Context, parts []int32) (map[int32]int64, 
 func (g *KafkaGroup) Commit(ctx context.Context, partition int32, next int64) error {
 	err := g.withCoordinator(ctx, func(b *sarama.Broker) error {
 		req := sarama.NewOffsetCommitRequest(g.client.Config(), g.group)
+		req.ConsumerID, req.ConsumerGroupGeneration = g.member, g.generation
 		req.AddBlock(g.topic, partition, next, 0, "")
 		resp, err := b.CommitOffset(req)
 		if err != nil {
 			return err
 		}
 		if kerr, ok := resp.Errors[g.topic][partition]; ok && !errors.Is(kerr, sarama.ErrNoError) {
+			if errors.Is(kerr, sarama.ErrUnknownMemberId) || errors.Is(kerr, sarama.ErrIllegalGeneration) ||
+				errors.Is(kerr, sarama.ErrRebalanceInProgress) || errors.Is(kerr, sarama.ErrFencedInstancedId) {
+				return fmt.Errorf("%w: %w", ErrFenced, kerr)
+			}
 			return kerr
 		}
 		return nil

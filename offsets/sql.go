@@ -156,6 +156,72 @@ func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partiti
 	return c, nil
 }
 
+// ClaimPartitions claims some partitions of a job for one member of a
+// consumer group, in one transaction of tx: it takes
+// epoch = max(minEpoch, 1 + the highest epoch stored for the job) — minEpoch
+// is the group generation, and the +1 keeps every claim newer than all
+// before it even after a deleted group restarted its generations at 1 —
+// and stamps it on the rows of mine only, so that the member that held them
+// before is fenced at its next commit while the other members' partitions
+// stay theirs.
+//
+// Rows missing for any partition of all are created at the offset start
+// returns (with epoch 0 when they are not mine), so that a new job's
+// start-from is resolved once for the whole topic, not by each member at
+// the time it happens to claim. Claim.Positions holds mine only.
+func ClaimPartitions(ctx context.Context, tx Queryer, d Dialect, job, topic string, all, mine []int32, minEpoch int64, start StartFunc) (Claim, error) {
+	lock := ""
+	if d == MySQL {
+		lock = " FOR UPDATE"
+	}
+	var maxEpoch, maxBatch sql.NullInt64
+	if err := tx.QueryRowContext(ctx,
+		`SELECT MAX(epoch), MAX(batch_id) FROM mb_offsets WHERE job = ?`+lock, job).Scan(&maxEpoch, &maxBatch); err != nil {
+		return Claim{}, fmt.Errorf("claiming partitions of job %q: %w", job, err)
+	}
+	c := Claim{Epoch: max(minEpoch, maxEpoch.Int64+1), LastBatch: maxBatch.Int64}
+	now := time.Now().UTC()
+	existing, err := Load(ctx, tx, job, topic)
+	if err != nil {
+		return Claim{}, err
+	}
+	newJob := len(existing) == 0
+	owned := make(map[int32]bool, len(mine))
+	for _, p := range mine {
+		owned[p] = true
+	}
+	for _, p := range all {
+		if _, ok := existing[p]; ok {
+			continue
+		}
+		off, err := start(p, newJob)
+		if err != nil {
+			return Claim{}, err
+		}
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO mb_offsets (job, topic, part, next_offset, epoch, batch_id, updated_at) VALUES (?, ?, ?, ?, 0, 0, ?)`,
+			job, topic, p, off, now); err != nil {
+			return Claim{}, fmt.Errorf("creating offset row %s/%d: %w", topic, p, err)
+		}
+		existing[p] = Position{Partition: p, NextOffset: off}
+	}
+	c.Positions = make(map[int32]Position, len(mine))
+	for _, p := range mine {
+		pos, ok := existing[p]
+		if !ok {
+			return Claim{}, fmt.Errorf("claiming %s/%d: the partition is not in the topic", topic, p)
+		}
+		if _, err := tx.ExecContext(ctx,
+			`UPDATE mb_offsets SET epoch = ?, updated_at = ? WHERE job = ? AND topic = ? AND part = ?`,
+			c.Epoch, now, job, topic, p); err != nil {
+			return Claim{}, fmt.Errorf("claiming %s/%d: %w", topic, p, err)
+		}
+		pos.Epoch = c.Epoch
+		c.Positions[p] = pos
+	}
+	return c, nil
+}
+
 // Advance moves one partition's offset from From to To for batch BatchID.
 type Advance struct {
 	Job       string

@@ -545,6 +545,8 @@ transaction.state.log.num.partitions=8
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# tests run groups with short session timeouts (the default minimum is 6 s)
+group.min.session.timeout.ms=500
 
 message.max.bytes=2097152
 replica.fetch.max.bytes=2097152

@@ -81,6 +81,13 @@ const (
 	StartLatest   = "latest"
 )
 
+// Partition assignment strategies of the consumer group (Config.Assignment).
+const (
+	AssignSticky     = "sticky"
+	AssignRange      = "range"
+	AssignRoundRobin = "roundrobin"
+)
+
 // Defaults.
 const (
 	DefaultTopic               = "events"
@@ -93,6 +100,9 @@ const (
 	DefaultStateDir            = "microbatch-state"
 	DefaultKafkaTxnTimeout     = 10 * time.Minute
 	DefaultMaxRestartTime      = 2 * time.Minute
+	DefaultSessionTimeout      = 10 * time.Second
+	DefaultRebalanceTimeout    = time.Minute
+	DefaultAssignment          = AssignSticky
 	// MaxBatchRecordsLimit keeps a batch's per-key sums inside int64 (with
 	// event.MaxAbsAmount) and its retry cost bounded.
 	MaxBatchRecordsLimit = 1_000_000
@@ -110,6 +120,15 @@ type Config struct {
 	Parallelism     int   // 0 = number of partitions
 	MaxBatchRecords int64 // per partition per batch
 	UntilIdle       time.Duration
+
+	// Scale-out (every strategy but checkpoint; see group.go): processes
+	// of one job join the Kafka consumer group Group, which assigns them
+	// partitions.
+	Group            string        // default: Job
+	Assignment       string        // sticky, range or roundrobin
+	SessionTimeout   time.Duration // a member silent this long loses its partitions
+	RebalanceTimeout time.Duration // how long a rebalance waits for a member's batch in flight
+	InstanceID       string        // static membership (KIP-345): a restart with the same id gets its partitions back at once
 
 	// Checkpoint mode (strategy checkpoint); see checkpoint.go.
 	OperatorParallelism int           // keyed operator instances (= sink subtasks)
@@ -132,6 +151,7 @@ type Config struct {
 var (
 	jobRE   = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`) // no leading dot: names files
 	topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+	groupRE = topicRE
 )
 
 // SetDefaults fills the settings left zero with their defaults.
@@ -153,6 +173,18 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxBatchRecords == 0 {
 		c.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if c.Group == "" {
+		c.Group = c.Job
+	}
+	if c.Assignment == "" {
+		c.Assignment = DefaultAssignment
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	if c.OperatorParallelism == 0 {
 		c.OperatorParallelism = DefaultOperatorParallelism
@@ -219,6 +251,25 @@ func (c Config) Validate() error {
 		return bad("parallelism %d is negative", c.Parallelism)
 	case c.MaxBatchRecords < 0 || c.MaxBatchRecords > MaxBatchRecordsLimit:
 		return bad("max-batch-records %d is outside 1..%d", c.MaxBatchRecords, MaxBatchRecordsLimit)
+	}
+	return c.validateGroup(bad)
+}
+
+// validateGroup checks the consumer-group settings.
+func (c Config) validateGroup(bad func(string, ...any) error) error {
+	switch {
+	case !groupRE.MatchString(c.Group):
+		return bad("group %q: use 1-249 of [A-Za-z0-9._-]", c.Group)
+	case c.Assignment != AssignSticky && c.Assignment != AssignRange && c.Assignment != AssignRoundRobin:
+		return bad("assignment-strategy %q: want sticky, range or roundrobin", c.Assignment)
+	case c.SessionTimeout < 100*time.Millisecond:
+		return bad("session-timeout %s: must be at least 100ms (the broker's group.min.session.timeout.ms is usually 6s)", c.SessionTimeout)
+	case c.RebalanceTimeout < c.SessionTimeout:
+		return bad("rebalance-timeout %s: must be at least session-timeout %s", c.RebalanceTimeout, c.SessionTimeout)
+	case c.RebalanceTimeout < 2*c.Interval:
+		return bad("rebalance-timeout %s: must cover a batch in flight, at least 2 intervals (%s)", c.RebalanceTimeout, 2*c.Interval)
+	case c.InstanceID != "" && !groupRE.MatchString(c.InstanceID):
+		return bad("instance-id %q: use 1-249 of [A-Za-z0-9._-]", c.InstanceID)
 	}
 	return nil
 }

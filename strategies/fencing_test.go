@@ -3,6 +3,7 @@ package strategies_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,9 +13,14 @@ import (
 	"github.com/microbatch/microbatch/strategies"
 )
 
-// TestFencing checks invariant 3 end to end: while instance A is still
-// working through a job, instance B claims it; A's next commit must be
-// refused with offsets.ErrFenced, and B ends with every event exactly once.
+// TestFencing checks invariant 3 end to end with two instances of one job
+// that the consumer group can't keep apart: they run in different groups
+// (the same --job with another --group), so each is assigned every
+// partition and claims it in the sink with a newer epoch than the other.
+// The sink must refuse every commit of the instance that was claimed over
+// (offsets.ErrFenced), so nothing is counted twice; the instance fenced
+// maxFencedSessions sessions in a row stops with an error naming the cause;
+// and a final run ends with every event exactly once.
 func TestFencing(t *testing.T) {
 	for _, sink := range []sinkTarget{sqliteSink, mariaDB} {
 		t.Run("kfakeTo"+sink.name, func(t *testing.T) {
@@ -30,55 +36,77 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	job := uniqueName(t, "fence")
 	exp := produce(t, brokers, topic, 5, 0, events)
 
-	// A: slow batches, never idle-stops.
-	cfgA := baseConfig(t, brokers, topic, job, dsn)
-	cfgA.UntilIdle = 0
-	cfgA.MaxBatchRecords = 500
-	committed := make(chan int64, 1000)
-	cfgA.OnProgress = func(p batch.Progress) { committed <- p.BatchID }
-	ctxA, cancelA := context.WithCancel(context.Background())
-	defer cancelA()
 	type outcome struct {
-		res strategies.Result
-		err error
+		name string
+		res  strategies.Result
+		err  error
 	}
-	doneA := make(chan outcome, 1)
-	go func() {
-		res, err := strategies.Run(ctxA, cfgA)
-		doneA <- outcome{res, err}
-	}()
+	done := make(chan outcome, 2)
+	start := func(name, group string, maxBatch int64, progress chan<- int64) context.CancelFunc {
+		cfg := baseConfig(t, brokers, topic, job, dsn)
+		cfg.Group = group
+		cfg.UntilIdle = 0
+		cfg.MaxBatchRecords = maxBatch
+		if progress != nil {
+			cfg.OnProgress = func(p batch.Progress) {
+				select {
+				case progress <- p.BatchID:
+				default:
+				}
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			res, err := strategies.Run(ctx, cfg)
+			done <- outcome{name, res, err}
+		}()
+		return cancel
+	}
+
+	// A: slow batches. B starts once A has committed twice.
+	committed := make(chan int64, 1000)
+	cancelA := start("A", job+"-a", 500, committed)
+	defer cancelA()
 	for range 2 {
 		select {
 		case <-committed:
-		case o := <-doneA:
-			t.Fatalf("instance A ended before its second batch: %v", o.err)
 		case <-time.After(time.Minute):
 			t.Fatal("instance A committed no two batches within a minute")
 		}
 	}
+	cancelB := start("B", job+"-b", 2000, nil)
+	defer cancelB()
 
-	// B claims the job and drains it.
-	resB := runJob(t, baseConfig(t, brokers, topic, job, dsn))
-
-	var a outcome
+	var first, second outcome
 	select {
-	case a = <-doneA:
-	case <-time.After(30 * time.Second):
-		cancelA()
-		a = <-doneA
-		t.Fatalf("instance A was not stopped within 30s of B draining the job (returned %v after cancel): a zombie keeps running", a.err)
+	case first = <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("neither instance stopped within 90s although they keep claiming the same partitions: a zombie keeps running")
 	}
-	if !errors.Is(a.err, offsets.ErrFenced) {
-		t.Errorf("instance A returned %v, want offsets.ErrFenced", a.err)
+	if !errors.Is(first.err, offsets.ErrFenced) || !strings.Contains(first.err.Error(), "--group") {
+		t.Fatalf("instance %s returned %v, want offsets.ErrFenced naming --group", first.name, first.err)
 	}
-	if resB.Epoch <= a.res.Epoch {
-		t.Errorf("B has epoch %d, not newer than A's %d", resB.Epoch, a.res.Epoch)
+	if first.res.Fenced < 3 {
+		t.Errorf("instance %s reports %d fenced commits, want at least 3 (one per fenced session)", first.name, first.res.Fenced)
 	}
-	t.Logf("A (epoch %d) committed %d records before it was fenced; B (epoch %d) %d", a.res.Epoch, a.res.Records, resB.Epoch, resB.Records)
-	if a.res.Records+resB.Records != events {
-		// Counting a task that rolled back would over-report.
-		t.Errorf("A and B report %d + %d records committed, want %d together (sink is exact: A's Result counts records of its failed, rolled-back batch)",
-			a.res.Records, resB.Records, events)
+	cancelA()
+	cancelB()
+	second = <-done
+	if second.err != nil && !errors.Is(second.err, offsets.ErrFenced) {
+		t.Fatalf("instance %s returned %v", second.name, second.err)
+	}
+	t.Logf("%s stopped fenced (%v) after committing %d records, %d fenced commits; %s committed %d records, %d fenced",
+		first.name, first.err, first.res.Records, first.res.Fenced, second.name, second.res.Records, second.res.Fenced)
+
+	// A third instance in the job's own group drains what is left.
+	resC := runJob(t, baseConfig(t, brokers, topic, job, dsn))
+	if resC.Epoch <= max(first.res.Epoch, second.res.Epoch) {
+		t.Errorf("C has epoch %d, not newer than %d and %d", resC.Epoch, first.res.Epoch, second.res.Epoch)
+	}
+	if n := first.res.Records + second.res.Records + resC.Records; n != events {
+		// Counting a fenced, rolled-back task would over-report.
+		t.Errorf("the instances report %d + %d + %d records committed, want %d together",
+			first.res.Records, second.res.Records, resC.Records, events)
 	}
 
 	w := sinktest.OpenSQL(t, dsn)

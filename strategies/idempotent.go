@@ -95,43 +95,39 @@ func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []batch.Ra
 	return batch.CommitResult{Duration: time.Since(start), Attempts: attempts}, err
 }
 
-// recover finishes the last logged batch if a crash interrupted it: the
-// ranges whose offsets are still at their start are read again (the same
-// records: the plan fixed them), re-contributed and folded.
-func (s *idempotent) recover(ctx context.Context, topic string) (lastBatch int64, err error) {
-	id, plan, ok, err := s.r.LastPlan(ctx, s.job)
-	if err != nil || !ok {
-		return 0, err
+// recover finishes the ranges of the session's partitions that were
+// planned but not folded — by this job's last run, or by the member that
+// held them before a rebalance: they are read again (the same records: the
+// plan fixed them), re-contributed and folded under the batch id they were
+// planned with.
+func (s *idempotent) recover(ctx context.Context, topic string, parts []int32) error {
+	pending, err := s.r.PendingRanges(ctx, s.job, topic, parts)
+	if err != nil || len(pending) == 0 {
+		return err
 	}
-	stored, err := s.r.Offsets(ctx, s.job, topic)
-	if err != nil {
-		return 0, err
+	byBatch := map[int64][]batch.Range{}
+	for _, p := range pending {
+		byBatch[p.BatchID] = append(byBatch[p.BatchID], batch.Range{Topic: p.Topic, Partition: p.Partition, From: p.From, To: p.To})
 	}
-	var pending []batch.Range
-	for _, w := range plan {
-		if w.Topic == topic && stored[w.Partition] == w.From {
-			pending = append(pending, batch.Range{Topic: w.Topic, Partition: w.Partition, From: w.From, To: w.To})
+	for id, ranges := range byBatch {
+		s.log.Info("finishing a logged batch interrupted by a crash or a rebalance", "batch", id, "ranges", len(ranges))
+		b := batch.Info{ID: id, Epoch: s.epoch}
+		// The partitions' contributions are independent, as in a live
+		// batch: write them in parallel (one after another made restarts 3×
+		// slower).
+		g, gctx := errgroup.WithContext(ctx)
+		for _, r := range ranges {
+			g.Go(func() error {
+				_, err := s.task(gctx, b, r)
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return fmt.Errorf("replaying batch %d: %w", id, err)
+		}
+		if _, err := s.commit(ctx, b, ranges); err != nil {
+			return fmt.Errorf("replaying batch %d: %w", id, err)
 		}
 	}
-	if len(pending) == 0 {
-		return id, nil
-	}
-	s.log.Info("finishing the logged batch interrupted by a crash", "batch", id, "ranges", len(pending))
-	b := batch.Info{ID: id, Epoch: s.epoch}
-	// The partitions' contributions are independent, as in a live batch:
-	// write them in parallel (one after another made restarts 3× slower).
-	g, gctx := errgroup.WithContext(ctx)
-	for _, r := range pending {
-		g.Go(func() error {
-			_, err := s.task(gctx, b, r)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return 0, fmt.Errorf("replaying batch %d: %w", id, err)
-	}
-	if _, err := s.commit(ctx, b, pending); err != nil {
-		return 0, fmt.Errorf("replaying batch %d: %w", id, err)
-	}
-	return id, nil
+	return nil
 }

@@ -3,7 +3,6 @@ package strategies
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -78,69 +77,100 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.CrashPoint != nil {
 		crash = cfg.CrashPoint
 	}
-	d := &batch.Driver{
-		Source:      src,
-		Topic:       cfg.Topic,
-		Interval:    cfg.Interval,
-		MaxRecords:  cfg.MaxBatchRecords,
-		Parallelism: cfg.Parallelism,
-		UntilIdle:   cfg.UntilIdle,
-		OnProgress:  cfg.OnProgress,
-		OnStart: func(b batch.Info, ranges []batch.Range) {
-			if cfg.OnBatchStart != nil {
-				cfg.OnBatchStart(b, ranges)
-			}
-			crash(CrashAfterPlan)
-		},
+	// Each group session gets a driver of its own over its partitions.
+	newDriver := func() *batch.Driver {
+		return &batch.Driver{
+			Source:      src,
+			Topic:       cfg.Topic,
+			Interval:    cfg.Interval,
+			MaxRecords:  cfg.MaxBatchRecords,
+			Parallelism: cfg.Parallelism,
+			UntilIdle:   cfg.UntilIdle,
+			OnProgress:  cfg.OnProgress,
+			OnStart: func(b batch.Info, ranges []batch.Range) {
+				if cfg.OnBatchStart != nil {
+					cfg.OnBatchStart(b, ranges)
+				}
+				crash(CrashAfterPlan)
+			},
+		}
 	}
 	res := Result{}
+	var start sessionStart
 	switch cfg.Strategy {
 	case StrategyIdempotent:
 		res.Sink = rw.String()
-		s, err := startIdempotent(ctx, rw, src, cfg, log, crash)
-		if err != nil {
-			return Result{}, err
+		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
+			d := newDriver()
+			st, err := startIdempotent(ctx, rw, src, cfg, s, crash)
+			if err != nil {
+				return nil, 0, err
+			}
+			if err := st.recover(ctx, cfg.Topic, s.Partitions); err != nil {
+				return nil, 0, err
+			}
+			all, err := rw.Offsets(ctx, cfg.Job, cfg.Topic)
+			if err != nil {
+				return nil, 0, err
+			}
+			d.Next = make(map[int32]int64, len(s.Partitions))
+			for _, p := range s.Partitions {
+				d.Next[p] = all[p]
+			}
+			d.Epoch = st.epoch
+			d.BatchIDs = func(ctx context.Context) (id int64, err error) {
+				// A repeat after a lost reply only skips an id.
+				_, err = withRetry(ctx, cfg.Logger, "allocating a batch id", func() error {
+					id, err = rw.NextBatchID(ctx, cfg.Job)
+					return err
+				})
+				return id, err
+			}
+			d.Prepare, d.Task, d.Commit = st.prepare, st.task, st.commit
+			return d, st.epoch, nil
 		}
-		res.Epoch = s.epoch
-		if d.LastBatch, err = s.recover(ctx, cfg.Topic); err != nil {
-			return Result{}, err
-		}
-		if d.Next, err = rw.Offsets(ctx, cfg.Job, cfg.Topic); err != nil {
-			return Result{}, err
-		}
-		d.Epoch = s.epoch
-		d.Prepare, d.Task, d.Commit = s.prepare, s.task, s.commit
 	case StrategyTxn, StrategySingle:
 		res.Sink = w.String()
-		claim, err := claimJob(ctx, w, src, cfg)
-		if err != nil {
-			return Result{}, err
-		}
-		res.Epoch = claim.Epoch
-		d.Next = make(map[int32]int64, len(claim.Positions))
-		for p, pos := range claim.Positions {
-			d.Next[p] = pos.NextOffset
-		}
-		d.LastBatch, d.Epoch = claim.LastBatch, claim.Epoch
-		if cfg.Strategy == StrategyTxn {
-			d.Task = (&txnTask{src: src, w: w, job: cfg.Job, log: log, crash: crash}).run
-		} else {
-			s := newSingle(src, w, cfg.Job, log, crash)
-			d.Task, d.Commit = s.compute, s.commit
+		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
+			d := newDriver()
+			claim, err := claimPartitions(ctx, w, src, cfg, s)
+			if err != nil {
+				return nil, 0, err
+			}
+			d.Next = make(map[int32]int64, len(claim.Positions))
+			for p, pos := range claim.Positions {
+				d.Next[p] = pos.NextOffset
+			}
+			d.LastBatch, d.Epoch = claim.LastBatch, claim.Epoch
+			if cfg.Strategy == StrategyTxn {
+				d.Task = (&txnTask{src: src, w: w, job: cfg.Job, log: log, crash: crash}).run
+			} else {
+				s := newSingle(src, w, cfg.Job, log, crash)
+				d.Task, d.Commit = s.compute, s.commit
+			}
+			return d, claim.Epoch, nil
 		}
 	case StrategyAtLeastOnce, StrategyAtMostOnce:
 		res.Sink = w.String()
-		group := offsets.NewKafkaGroup(client, cfg.Job, cfg.Topic)
-		if d.Next, err = groupStart(ctx, group, src, cfg); err != nil {
-			return Result{}, err
+		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
+			d := newDriver()
+			group := offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).AsMember(s.MemberID, s.Generation)
+			var err error
+			if d.Next, err = groupStart(ctx, group, src, cfg, s.Partitions); err != nil {
+				return nil, 0, err
+			}
+			d.Epoch = int64(s.Generation)
+			c := &control{src: src, w: w, group: group, job: cfg.Job, log: log, crash: crash, atMostOnce: cfg.Strategy == StrategyAtMostOnce}
+			d.Task = c.run
+			return d, d.Epoch, nil
 		}
-		c := &control{src: src, w: w, group: group, job: cfg.Job, log: log, crash: crash, atMostOnce: cfg.Strategy == StrategyAtMostOnce}
-		d.Task = c.run
 	}
-	res.Started = true
-	log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
-		"topic", cfg.Topic, "partitions", len(d.Next), "epoch", res.Epoch, "sink", res.Sink)
-	res.Summary, err = d.Run(ctx)
+	onStart := func(epoch int64) {
+		log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
+			"topic", cfg.Topic, "partitions", len(src.Partitions()), "group", cfg.Group, "epoch", epoch, "sink", res.Sink)
+	}
+	res.Summary, res.Epoch, err = runGroup(ctx, cfg, src.Partitions(), start, onStart)
+	res.Started = res.Epoch != 0
 	return res, err
 }
 
@@ -158,21 +188,22 @@ func openSource(cfg Config) (sarama.Client, *batch.KafkaSource, error) {
 	return client, src, nil
 }
 
-// claimJob takes a new epoch for the job and makes sure every partition has
-// an offset row, resolving start-from for the new ones.
-func claimJob(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg Config) (offsets.Claim, error) {
+// claimPartitions takes a new epoch for the session's partitions and makes
+// sure every partition of the topic has an offset row, resolving
+// start-from for the new ones.
+func claimPartitions(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg Config, s session) (offsets.Claim, error) {
 	start, err := startRule(ctx, src, cfg)
 	if err != nil {
 		return offsets.Claim{}, err
 	}
 	var claim offsets.Claim
-	_, err = withRetry(ctx, cfg.Logger, fmt.Sprintf("claiming job %q", cfg.Job), func() error {
+	_, err = withRetry(ctx, cfg.Logger, fmt.Sprintf("claiming partitions of job %q", cfg.Job), func() error {
 		tx, err := w.DB().BeginTxx(ctx, nil)
 		if err != nil {
-			return fmt.Errorf("claiming job %q: %w", cfg.Job, err)
+			return fmt.Errorf("claiming partitions of job %q: %w", cfg.Job, err)
 		}
 		defer tx.Rollback() // no-op after Commit
-		if claim, err = offsets.Init(ctx, tx, w.Dialect(), cfg.Job, cfg.Topic, src.Partitions(), start); err != nil {
+		if claim, err = offsets.ClaimPartitions(ctx, tx, w.Dialect(), cfg.Job, cfg.Topic, s.All, s.Partitions, int64(s.Generation), start); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -180,12 +211,11 @@ func claimJob(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg C
 	return claim, err
 }
 
-// groupStart reads where the controls start: the consumer group's
-// committed offsets; start-from for a group that has none at all, earliest
-// for a partition that appeared later.
-func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSource, cfg Config) (map[int32]int64, error) {
-	parts := src.Partitions()
-	committed, err := g.Load(ctx, parts)
+// groupStart reads where the controls start on the session's partitions:
+// the consumer group's committed offsets; start-from for a group that has
+// none at all, earliest for a partition that appeared later.
+func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSource, cfg Config, parts []int32) (map[int32]int64, error) {
+	committed, err := g.Load(ctx, src.Partitions())
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +232,7 @@ func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSour
 		if next[p], err = start(p, len(committed) == 0); err != nil {
 			return nil, err
 		}
-		// Record the start before the first batch, as claimJob does for
+		// Record the start before the first batch, as claimPartitions does for
 		// mb_offsets: otherwise a crash before the partition's first commit
 		// would resolve "latest" again on restart and skip what arrived.
 		if err := g.Commit(ctx, p, next[p]); err != nil {
@@ -212,14 +242,11 @@ func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSour
 	return next, nil
 }
 
-// startIdempotent claims the job in Redis (a new epoch fences older
-// instances inside the fold script) and creates the offsets of partitions
-// that have none: start-from for a new job, earliest for later partitions.
-func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSource, cfg Config, log *slog.Logger, crash func(string)) (*idempotent, error) {
-	epoch, err := rw.Claim(ctx, cfg.Job)
-	if err != nil {
-		return nil, err
-	}
+// startIdempotent claims the session's partitions in Redis (a new epoch,
+// checked per partition inside every script, fences their previous owner)
+// after creating the offsets of partitions that have none: start-from for a
+// new job, earliest for later partitions.
+func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSource, cfg Config, s session, crash func(string)) (*idempotent, error) {
 	stored, err := rw.Offsets(ctx, cfg.Job, cfg.Topic)
 	if err != nil {
 		return nil, err
@@ -229,7 +256,7 @@ func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSou
 		return nil, err
 	}
 	starts := map[int32]int64{}
-	for _, p := range src.Partitions() {
+	for _, p := range s.All {
 		if _, ok := stored[p]; ok {
 			continue
 		}
@@ -240,7 +267,11 @@ func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSou
 	if err := rw.InitOffsets(ctx, cfg.Job, cfg.Topic, starts); err != nil {
 		return nil, err
 	}
-	return &idempotent{src: src, r: rw, job: cfg.Job, epoch: epoch, log: log, crash: crash}, nil
+	epoch, err := rw.ClaimPartitions(ctx, cfg.Job, cfg.Topic, s.Partitions, int64(s.Generation))
+	if err != nil {
+		return nil, err
+	}
+	return &idempotent{src: src, r: rw, job: cfg.Job, epoch: epoch, log: cfg.Logger, crash: crash}, nil
 }
 
 // startRule is where a partition without stored progress begins, for every

@@ -6,7 +6,8 @@ package writers
 // from three pieces instead:
 //
 //  1. A logged plan. The offset ranges of batch N are written (LogPlan)
-//     before the batch is read, and a restart re-runs the logged plan, so a
+//     before the batch is read, and whoever finishes the batch after a
+//     crash or a rebalance re-runs the logged ranges (PendingRanges), so a
 //     replay reads exactly the records of the first attempt even if more
 //     arrived in between.
 //  2. Deterministic contribution keys. Each partition range's results are
@@ -15,11 +16,29 @@ package writers
 //     the key held: writing a range twice leaves the same key, not twice the
 //     totals.
 //  3. An atomic, offset-guarded fold. One Lua script (Fold) checks the
-//     fencing epoch and every range's stored offset first, and only then adds
-//     the contributions into the users' totals, moves their dead letters,
-//     advances the offsets and deletes the contributions. A range is folded
-//     only while its offset still equals the range's start, so no batch is
-//     ever counted twice, and a fold that fails changes nothing.
+//     fencing epochs, the logged plan and every range's stored offset first,
+//     and only then adds the contributions into the users' totals, moves
+//     their dead letters, advances the offsets and deletes the
+//     contributions. A range is folded only while its offset still equals
+//     the range's start, so no batch is ever counted twice, and a fold that
+//     fails changes nothing.
+//
+// Fencing and the plan log are per partition, because the processes of a
+// consumer group share a job, each owning some partitions, and partitions
+// move between them at rebalances. A claim (ClaimPartitions) stamps a new
+// epoch on the partitions it takes, and every script refuses a range whose
+// partition carries a newer epoch than the caller's: the process that held
+// a partition before can't write it any more, even if it still owns others,
+// while a member claiming its own partitions fences nobody else's. A
+// partition without an epoch of its own falls back to the job's epoch, which
+// is always the newest ever handed out; Claim, the whole-job claim of a
+// single instance, raises it and drops every partition's own epoch, so it
+// fences every older holder of every partition. Likewise the plan log keeps
+// each partition's last logged range (plan:parts): a process given a
+// partition at a rebalance finishes the range its previous owner logged but
+// did not fold, with the same records and batch id, so no contribution is
+// orphaned. Batch ids come from one counter per job (NextBatchID), so no two
+// processes log the same id.
 //
 // Key layout ({job} is a Redis hash tag: all keys of a job live in one
 // cluster slot, which a multi-key script needs):
@@ -27,9 +46,15 @@ package writers
 //	mb:{job}:totals:events   hash  event key -> events      (users' view)
 //	mb:{job}:totals:amount   hash  event key -> amount sum  (users' view)
 //	mb:{job}:offsets         hash  "topic/partition" -> next offset
-//	mb:{job}:epoch           string  highest epoch that claimed the job
+//	mb:{job}:epoch           string  highest epoch handed out for the job;
+//	                               the epoch of partitions not in epochs
+//	mb:{job}:epochs          hash  "topic/partition" -> epoch of its last claim
+//	mb:{job}:batch           string  last batch id handed out (NextBatchID)
 //	mb:{job}:plan:{batchID}  string  JSON [{topic, partition, from, to}]
-//	mb:{job}:plan:last       string  id of the last planned batch
+//	                               (for LastPlan and inspection; the last 100 ids kept)
+//	mb:{job}:plan:last       string  highest batch id logged
+//	mb:{job}:plan:parts      hash  "topic/partition" -> "{batchID} {from} {to}",
+//	                               the partition's last logged range
 //	mb:{job}:contrib:{topic}:{partition}:{from}-{to}
 //	                         hash  "t:"+key -> "events,amount",
 //	                               "d:"+offset -> dead letter JSON,
@@ -53,6 +78,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,8 +99,9 @@ const (
 	redisDefaultPort  = "6379"
 )
 
-// redisPlansKept is how many logged plans LogPlan keeps: only the last one
-// is ever re-run, the others are there for inspection.
+// redisPlansKept is how many batch ids back LogPlan keeps plan:{id} keys.
+// They are there for inspection and LastPlan: replays take their ranges from
+// plan:parts, which holds every partition's last logged range however old.
 const redisPlansKept = 100
 
 // redisHSETChunk bounds the field/value pairs of one HSET inside a script
@@ -94,7 +121,7 @@ func (r Range) String() string {
 	return fmt.Sprintf("%s/%d [%d, %d)", r.Topic, r.Partition, r.From, r.To)
 }
 
-// field is the range's field in mb:{job}:offsets.
+// field is the range's field in mb:{job}:offsets, epochs and plan:parts.
 func (r Range) field() string { return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) }
 
 // topicRE is Kafka's legal topic name; it also keeps ":" and "/" out of the
@@ -147,8 +174,11 @@ func RedisEventsKey(job string) string { return redisKey(job, "totals", "events"
 // RedisAmountKey is the hash of per-key amount sums users read.
 func RedisAmountKey(job string) string { return redisKey(job, "totals", "amount") }
 
-func redisOffsetsKey(job string) string { return redisKey(job, "offsets") }
-func redisEpochKey(job string) string   { return redisKey(job, "epoch") }
+func redisOffsetsKey(job string) string   { return redisKey(job, "offsets") }
+func redisEpochKey(job string) string     { return redisKey(job, "epoch") }
+func redisEpochsKey(job string) string    { return redisKey(job, "epochs") }
+func redisBatchKey(job string) string     { return redisKey(job, "batch") }
+func redisPlanPartsKey(job string) string { return redisKey(job, "plan", "parts") }
 func redisPlanKey(job string, id int64) string {
 	return redisKey(job, "plan", strconv.FormatInt(id, 10))
 }
@@ -243,8 +273,9 @@ func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) 
 // Every call may be repeated after a retryable error (IsRedisRetryable),
 // even when the first attempt may have landed: WriteContribution replaces
 // its key or does nothing once the range is folded, LogPlan accepts the same
-// plan again, Fold skips ranges already folded, and a repeated Claim only
-// takes a higher epoch, which fences nobody but this instance's own past.
+// plan again, Fold skips ranges already folded, a repeated Claim or
+// ClaimPartitions only takes a higher epoch, which fences nobody but the
+// caller's own past, and a repeated NextBatchID skips an id.
 type Redis struct {
 	c       redis.UniversalClient
 	display string
@@ -289,18 +320,105 @@ func (w *Redis) Close() error {
 	return w.closeErr
 }
 
-// Claim takes the job for this instance: it increments the job's epoch and
-// returns the new value. Writes carrying an older epoch are refused from
-// then on (offsets.ErrFenced), so an instance that lost the job can't write.
+// claimScript: KEYS epoch, epochs. The new job epoch is newer than every
+// partition's (the job epoch is the highest ever handed out), and with the
+// partitions' own epochs gone it is every partition's effective epoch.
+var claimScript = redis.NewScript(`
+local e = redis.call('INCR', KEYS[1])
+redis.call('DEL', KEYS[2])
+return e
+`)
+
+// Claim takes the whole job for this instance: it increments the job's
+// epoch, drops every partition's own epoch (ClaimPartitions) so that all
+// fall back to the new job epoch, and returns it. Writes carrying an older
+// epoch are refused from then on for every partition (offsets.ErrFenced), so
+// no earlier instance or group member can write. It is the claim of a
+// single instance; the members of a consumer group use ClaimPartitions.
 func (w *Redis) Claim(ctx context.Context, job string) (int64, error) {
 	if err := checkJob(job); err != nil {
 		return 0, err
 	}
-	epoch, err := w.c.Incr(ctx, redisEpochKey(job)).Result()
+	epoch, err := claimScript.Run(ctx, w.c, []string{redisEpochKey(job), redisEpochsKey(job)}).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("claiming job %s on %s: %w", job, w.display, err)
 	}
 	return epoch, nil
+}
+
+// claimPartsScript: KEYS epoch, epochs; ARGV minEpoch, then the partitions'
+// fields.
+var claimPartsScript = redis.NewScript(`
+local e = tonumber(redis.call('GET', KEYS[1]) or '0') + 1
+if tonumber(ARGV[1]) > e then
+  e = tonumber(ARGV[1])
+end
+local s = string.format('%d', e)
+redis.call('SET', KEYS[1], s)
+for i = 2, #ARGV do
+  redis.call('HSET', KEYS[2], ARGV[i], s)
+end
+return e
+`)
+
+// ClaimPartitions takes partitions parts of topic for one member of a
+// consumer group, in one atomic step: it takes
+// epoch = max(minEpoch, 1 + the job's epoch) — minEpoch is the group
+// generation, and the +1 keeps every claim newer than all before it even
+// after a deleted group restarted its generations at 1 — raises the job's
+// epoch to it and stamps it on parts only. The member that held one of parts
+// before is fenced (offsets.ErrFenced) from then on for that partition,
+// while the other members keep theirs; so is a whole-job Claim holder, for
+// every partition, because partitions without an epoch of their own take the
+// job's.
+func (w *Redis) ClaimPartitions(ctx context.Context, job, topic string, parts []int32, minEpoch int64) (int64, error) {
+	if err := checkJob(job); err != nil {
+		return 0, err
+	}
+	if !topicRE.MatchString(topic) {
+		return 0, fmt.Errorf("writers: bad topic name %q", topic)
+	}
+	args := make([]any, 0, 1+len(parts))
+	args = append(args, minEpoch)
+	for _, p := range parts {
+		if p < 0 {
+			return 0, fmt.Errorf("writers: bad partition %d", p)
+		}
+		args = append(args, Range{Topic: topic, Partition: p}.field())
+	}
+	epoch, err := claimPartsScript.Run(ctx, w.c, []string{redisEpochKey(job), redisEpochsKey(job)}, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("claiming partitions %v of %s for job %s on %s: %w", parts, topic, job, w.display, err)
+	}
+	return epoch, nil
+}
+
+// nextBatchScript: KEYS batch, plan:last.
+var nextBatchScript = redis.NewScript(`
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if last > n then
+  n = last
+end
+n = n + 1
+redis.call('SET', KEYS[1], string.format('%d', n))
+return n
+`)
+
+// NextBatchID hands out the job's next batch id from a counter all the
+// processes of the job share (mb:{job}:batch), so no two of them log the
+// same id. Ids increase strictly and are always above every id logged so
+// far (plan:last), also when a job logged ids of its own before it used
+// the counter.
+func (w *Redis) NextBatchID(ctx context.Context, job string) (int64, error) {
+	if err := checkJob(job); err != nil {
+		return 0, err
+	}
+	id, err := nextBatchScript.Run(ctx, w.c, []string{redisBatchKey(job), redisLastPlanKey(job)}).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("taking a batch id for job %s: %w", job, err)
+	}
+	return id, nil
 }
 
 // Offsets returns the job's next offsets for topic, by partition.
@@ -354,33 +472,72 @@ func (w *Redis) InitOffsets(ctx context.Context, job, topic string, start map[in
 	return nil
 }
 
-// logPlanScript: KEYS epoch, plan:{id}, plan:last, plan:{id-kept};
-// ARGV epoch, id, plan JSON. A plan, once logged, is never replaced by a
-// different one: a replay must read the same records.
-var logPlanScript = redis.NewScript(`
-local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
-if stored > tonumber(ARGV[1]) then
-  return redis.error_reply('MBFENCED job epoch is ' .. stored .. ', the plan has ' .. ARGV[1])
+// redisFenceLua defines fence(epochKey, epochsKey, field, epoch, what) for
+// the scripts: an error reply if the effective epoch of partition field —
+// its own in epochs, else the job's — is newer than the caller's epoch, else
+// nil. Only the partitions a script touches are checked: a newer epoch on
+// another member's partitions is none of this caller's business.
+const redisFenceLua = `
+local function fence(ek, esk, field, epoch, what)
+  local e = redis.call('HGET', esk, field) or redis.call('GET', ek) or '0'
+  if tonumber(e) > tonumber(epoch) then
+    return redis.error_reply('MBFENCED ' .. field .. ' was claimed with epoch ' .. e .. ', the ' .. what .. ' has ' .. epoch)
+  end
+  return nil
 end
-local last = redis.call('GET', KEYS[3])
-if last and tonumber(ARGV[2]) < tonumber(last) then
-  return redis.error_reply('MBCONFLICT batch ' .. ARGV[2] .. ' is older than the last planned batch ' .. last)
+`
+
+// logPlanScript: KEYS epoch, epochs, offsets, plan:parts, plan:{id},
+// plan:last, plan:{id-kept}; ARGV epoch, id, plan JSON, then per range its
+// field, from, to. It checks everything before it writes anything.
+var logPlanScript = redis.NewScript(redisFenceLua + `
+local n = (#ARGV - 3) / 3
+for i = 1, n do
+  local err = fence(KEYS[1], KEYS[2], ARGV[3 * i + 1], ARGV[1], 'plan')
+  if err then
+    return err
+  end
 end
-local cur = redis.call('GET', KEYS[2])
+local cur = redis.call('GET', KEYS[5])
 if cur and cur ~= ARGV[3] then
   return redis.error_reply('MBCONFLICT batch ' .. ARGV[2] .. ' was planned with other ranges: ' .. cur)
 end
-redis.call('SET', KEYS[2], ARGV[3])
-redis.call('SET', KEYS[3], ARGV[2])
-redis.call('DEL', KEYS[4])
+for i = 1, n do
+  local field, from, to = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  local logged = redis.call('HGET', KEYS[4], field)
+  if logged then
+    local lid, lfrom, lto = string.match(logged, '^(%d+) (%d+) (%d+)$')
+    if not lid then
+      return redis.error_reply('MBCORRUPT ' .. KEYS[4] .. ' field ' .. field .. ' = ' .. logged)
+    end
+    if (from ~= lfrom or to ~= lto) and redis.call('HGET', KEYS[3], field) == lfrom then
+      return redis.error_reply('MBCONFLICT ' .. field .. ' ' .. from .. '-' .. to .. ': the range ' .. lfrom .. '-' .. lto .. ' logged by batch ' .. lid .. ' is not folded yet')
+    end
+  end
+end
+redis.call('SET', KEYS[5], ARGV[3])
+for i = 1, n do
+  redis.call('HSET', KEYS[4], ARGV[3 * i + 1], ARGV[2] .. ' ' .. ARGV[3 * i + 2] .. ' ' .. ARGV[3 * i + 3])
+end
+local last = redis.call('GET', KEYS[6])
+if not last or tonumber(last) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[6], ARGV[2])
+end
+redis.call('DEL', KEYS[7])
 return 1
 `)
 
-// LogPlan records batch batchID's ranges before the batch is processed. It
-// is fenced by epoch, accepts the same plan again (a replay) and refuses a
-// different plan for a logged batch or a batch older than the last planned
-// (offsets.ErrConflict): either would mean a replay that reads other records
-// than the first attempt.
+// LogPlan records batch batchID's ranges before the batch is processed: as
+// each partition's last logged range (plan:parts), which Fold checks and
+// PendingRanges returns, and as plan:{batchID}. It is fenced per partition
+// (offsets.ErrFenced if any range's partition was claimed with a newer epoch
+// than epoch) and accepts the same plan again (a replay). It refuses
+// (offsets.ErrConflict) a different plan for a logged batch id, and, for a
+// partition whose logged range is not folded yet, any other range than
+// that one: either would mean a replay that reads other records than the
+// first attempt. Ids may arrive out of order (processes of a group take
+// them from NextBatchID); plan:last keeps the highest. An empty plan is
+// refused: there is nothing to replay, and nothing to fence it by.
 func (w *Redis) LogPlan(ctx context.Context, job string, epoch, batchID int64, ranges []Range) error {
 	if err := checkJob(job); err != nil {
 		return err
@@ -391,24 +548,34 @@ func (w *Redis) LogPlan(ctx context.Context, job string, epoch, batchID int64, r
 	if batchID < 0 {
 		return fmt.Errorf("writers: bad batch id %d", batchID)
 	}
-	if ranges == nil {
-		ranges = []Range{}
+	if len(ranges) == 0 {
+		return fmt.Errorf("writers: batch %d has no ranges to log", batchID)
 	}
 	plan, err := json.Marshal(ranges)
 	if err != nil {
 		return fmt.Errorf("logging plan of batch %d: %w", batchID, err)
 	}
-	keys := []string{redisEpochKey(job), redisPlanKey(job, batchID), redisLastPlanKey(job), redisPlanKey(job, batchID-redisPlansKept)}
-	if err := logPlanScript.Run(ctx, w.c, keys, epoch, batchID, plan).Err(); err != nil {
+	keys := []string{redisEpochKey(job), redisEpochsKey(job), redisOffsetsKey(job), redisPlanPartsKey(job),
+		redisPlanKey(job, batchID), redisLastPlanKey(job), redisPlanKey(job, batchID-redisPlansKept)}
+	args := make([]any, 0, 3+3*len(ranges))
+	args = append(args, epoch, batchID, plan)
+	for _, r := range ranges {
+		args = append(args, r.field(), r.From, r.To)
+	}
+	if err := logPlanScript.Run(ctx, w.c, keys, args...).Err(); err != nil {
 		return fmt.Errorf("logging plan of batch %d of job %s: %w", batchID, job, scriptError(err))
 	}
 	return nil
 }
 
-// LastPlan returns the last logged plan; ok is false if the job has none.
-// After a restart, re-run it: ranges whose offset already equals To were
-// folded and are to be skipped (WriteContribution and Fold skip them
-// anyway), the others are re-read and re-written.
+// LastPlan returns the logged plan with the highest batch id; ok is false if
+// the job has none. It is the recovery of a single instance, which logs
+// every partition in every batch: after a restart, re-run it — ranges whose
+// offset already equals To were folded and are to be skipped
+// (WriteContribution and Fold skip them anyway), the others are re-read and
+// re-written. In a consumer group the last plan is just some member's; a
+// member finishes what its partitions' previous owners left with
+// PendingRanges instead.
 func (w *Redis) LastPlan(ctx context.Context, job string) (batchID int64, ranges []Range, ok bool, err error) {
 	if err := checkJob(job); err != nil {
 		return 0, nil, false, err
@@ -433,16 +600,82 @@ func (w *Redis) LastPlan(ctx context.Context, job string) (batchID int64, ranges
 	return id, ranges, true, nil
 }
 
-// writeContribScript: KEYS epoch, offsets, contrib; ARGV epoch, offsets
-// field, from, to, then field/value pairs. Returns 1 if written, 0 if the
-// range was folded already (nothing to write; a late write would only leave
-// a contribution no fold ever takes).
-var writeContribScript = redis.NewScript(`
-local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
-if stored > tonumber(ARGV[1]) then
-  return redis.error_reply('MBFENCED job epoch is ' .. stored .. ', the write has ' .. ARGV[1])
+// PlannedRange is a logged range with the batch that logged it.
+type PlannedRange struct {
+	BatchID int64
+	Range
+}
+
+// PendingRanges returns, sorted by partition, the logged ranges of the given
+// partitions of topic that are not folded yet: those whose stored offset
+// still equals the logged From. A process that was just given partitions
+// (at a start or a rebalance) finishes these first, before it plans
+// anything new for them: it writes each contribution again (the same
+// records: the range is fixed) and folds them with their logged BatchID.
+// LogPlan refuses other ranges for those partitions until then.
+//
+// It reads without fencing. The answer is one consistent snapshot, but a
+// partition's previous owner may still fold its range afterwards until it
+// is fenced by a claim: claim the partitions (ClaimPartitions) before
+// calling it.
+func (w *Redis) PendingRanges(ctx context.Context, job, topic string, parts []int32) ([]PlannedRange, error) {
+	if err := checkJob(job); err != nil {
+		return nil, err
+	}
+	if !topicRE.MatchString(topic) {
+		return nil, fmt.Errorf("writers: bad topic name %q", topic)
+	}
+	parts = slices.Clone(parts)
+	slices.Sort(parts)
+	parts = slices.Compact(parts)
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	fields := make([]string, len(parts))
+	for i, p := range parts {
+		if p < 0 {
+			return nil, fmt.Errorf("writers: bad partition %d", p)
+		}
+		fields[i] = Range{Topic: topic, Partition: p}.field()
+	}
+	var logged, stored *redis.SliceCmd
+	if _, err := w.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		logged = p.HMGet(ctx, redisPlanPartsKey(job), fields...)
+		stored = p.HMGet(ctx, redisOffsetsKey(job), fields...)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading pending ranges of job %s: %w", job, err)
+	}
+	var out []PlannedRange
+	for i, p := range parts {
+		entry, ok := logged.Val()[i].(string)
+		if !ok {
+			continue // never planned
+		}
+		var pr PlannedRange
+		if _, err := fmt.Sscanf(entry, "%d %d %d", &pr.BatchID, &pr.From, &pr.To); err != nil {
+			return nil, fmt.Errorf("reading pending ranges of job %s: bad plan entry %s = %q", job, fields[i], entry)
+		}
+		off, ok := stored.Val()[i].(string)
+		if !ok || off != strconv.FormatInt(pr.From, 10) {
+			continue // folded (or the offset is elsewhere, which Fold reports)
+		}
+		pr.Topic, pr.Partition = topic, p
+		out = append(out, pr)
+	}
+	return out, nil
+}
+
+// writeContribScript: KEYS epoch, epochs, offsets, contrib; ARGV epoch,
+// the range's field, from, to, then field/value pairs. Returns 1 if written,
+// 0 if the range was folded already (nothing to write; a late write would
+// only leave a contribution no fold ever takes).
+var writeContribScript = redis.NewScript(redisFenceLua + `
+local err = fence(KEYS[1], KEYS[2], ARGV[2], ARGV[1], 'write')
+if err then
+  return err
 end
-local off = redis.call('HGET', KEYS[2], ARGV[2])
+local off = redis.call('HGET', KEYS[3], ARGV[2])
 if not off then
   return redis.error_reply('MBNOROW no offset for ' .. ARGV[2])
 end
@@ -452,11 +685,11 @@ end
 if off ~= ARGV[3] then
   return redis.error_reply('MBCONFLICT ' .. ARGV[2] .. ' is at ' .. off .. ', the range is ' .. ARGV[3] .. '-' .. ARGV[4])
 end
-redis.call('DEL', KEYS[3])
+redis.call('DEL', KEYS[4])
 local i = 5
 while i <= #ARGV do
   local j = math.min(i + 2 * ` + strconv.Itoa(redisHSETChunk) + ` - 1, #ARGV)
-  redis.call('HSET', KEYS[3], unpack(ARGV, i, j))
+  redis.call('HSET', KEYS[4], unpack(ARGV, i, j))
   i = j + 1
 end
 return 1
@@ -473,7 +706,8 @@ type deadLetterJSON struct {
 // contribution key in one atomic step, so a fold sees the old or the new
 // content, never a mix, and writing a range again (a replay) is harmless.
 // Once the range is folded it writes nothing and returns nil. Nothing is
-// visible to users until Fold.
+// visible to users until Fold. It is fenced by the epoch of r's partition
+// (offsets.ErrFenced).
 func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, r Range, totals []Total, dls []DeadLetter) error {
 	if err := checkJob(job); err != nil {
 		return err
@@ -506,37 +740,32 @@ func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, 
 		}
 		args = append(args, "d:"+strconv.FormatInt(d.Offset, 10), v)
 	}
-	keys := []string{redisEpochKey(job), redisOffsetsKey(job), redisContribKey(job, r)}
+	keys := []string{redisEpochKey(job), redisEpochsKey(job), redisOffsetsKey(job), redisContribKey(job, r)}
 	if err := writeContribScript.Run(ctx, w.c, keys, args...).Err(); err != nil {
 		return fmt.Errorf("writing contribution of %v for job %s: %w", r, job, scriptError(err))
 	}
 	return nil
 }
 
-// foldScript: KEYS epoch, offsets, totals:events, totals:amount,
-// plan:{batchID}, then per range its contrib and dead keys; ARGV epoch,
-// batchID, then per range its offsets field, from, to.
+// foldScript: KEYS epoch, epochs, offsets, totals:events, totals:amount,
+// plan:parts, then per range its contrib and dead keys; ARGV epoch,
+// batchID, then per range its field, from, to.
 //
 // It runs in two passes so that a failure changes nothing (Redis does not
 // undo a script's writes when it fails half-way): the first pass reads and
-// checks everything a write could trip over — epoch, plan, offsets, key
+// checks everything a write could trip over — epochs, plan, offsets, key
 // types, stored values, int64 overflow — and the second only writes. The
 // overflow check uses Lua doubles with a bound well below 2^63, which their
 // rounding can't cross; the increments themselves are passed to HINCRBY as
 // the exact decimal strings.
-var foldScript = redis.NewScript(`
+var foldScript = redis.NewScript(redisFenceLua + `
 local LIMIT = 9.2e18
-local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
-if stored > tonumber(ARGV[1]) then
-  return redis.error_reply('MBFENCED job epoch is ' .. stored .. ', the fold has ' .. ARGV[1])
-end
-local plan = redis.call('GET', KEYS[5])
-if not plan then
-  return redis.error_reply('MBMISSING no logged plan for batch ' .. ARGV[2])
-end
-local planned = {}
-for _, r in ipairs(cjson.decode(plan)) do
-  planned[r.topic .. '/' .. string.format('%d', r.partition) .. ' ' .. string.format('%d', r.from) .. '-' .. string.format('%d', r.to)] = true
+local n = (#KEYS - 6) / 2
+for i = 1, n do
+  local err = fence(KEYS[1], KEYS[2], ARGV[3 * i], ARGV[1], 'fold')
+  if err then
+    return err
+  end
 end
 local function isint(s)
   return #s <= 20 and string.match(s, '^%-?%d+$') ~= nil
@@ -545,21 +774,24 @@ local function ishash(k)
   local t = redis.call('TYPE', k)['ok']
   return t == 'hash' or t == 'none'
 end
-for k = 2, 4 do
+for k = 3, 5 do
   if not ishash(KEYS[k]) then
     return redis.error_reply('MBCORRUPT ' .. KEYS[k] .. ' is not a hash')
   end
 end
 local run = {{}, {}}
 local todo = {}
-local n = (#KEYS - 5) / 2
 for i = 1, n do
-  local ck, dk = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local ck, dk = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
   local field, from, to = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
-  if not planned[field .. ' ' .. from .. '-' .. to] then
-    return redis.error_reply('MBCONFLICT ' .. field .. ' ' .. from .. '-' .. to .. ' is not in the logged plan of batch ' .. ARGV[2])
+  local logged = redis.call('HGET', KEYS[6], field)
+  if not logged then
+    return redis.error_reply('MBMISSING no logged plan for ' .. field)
   end
-  local off = redis.call('HGET', KEYS[2], field)
+  if logged ~= ARGV[2] .. ' ' .. from .. ' ' .. to then
+    return redis.error_reply('MBCONFLICT ' .. field .. ' ' .. from .. '-' .. to .. ' is not the range batch ' .. ARGV[2] .. ' logged for it (the log has "' .. logged .. '")')
+  end
+  local off = redis.call('HGET', KEYS[3], field)
   if not off then
     return redis.error_reply('MBNOROW no offset for ' .. field)
   end
@@ -590,15 +822,15 @@ for i = 1, n do
           end
           local cur = run[h][key]
           if cur == nil then
-            local s = redis.call('HGET', KEYS[2 + h], key) or '0'
+            local s = redis.call('HGET', KEYS[3 + h], key) or '0'
             if not isint(s) then
-              return redis.error_reply('MBCORRUPT ' .. KEYS[2 + h] .. ' field ' .. key .. ' is not an integer')
+              return redis.error_reply('MBCORRUPT ' .. KEYS[3 + h] .. ' field ' .. key .. ' is not an integer')
             end
             cur = tonumber(s)
           end
           cur = cur + tonumber(d[h])
           if math.abs(cur) > LIMIT then
-            return redis.error_reply('MBOVERFLOW folding ' .. field .. ' ' .. from .. '-' .. to .. ' would overflow ' .. KEYS[2 + h] .. ' field ' .. key)
+            return redis.error_reply('MBOVERFLOW folding ' .. field .. ' ' .. from .. '-' .. to .. ' would overflow ' .. KEYS[3 + h] .. ' field ' .. key)
           end
           run[h][key] = cur
         end
@@ -617,13 +849,13 @@ for _, t in ipairs(todo) do
     if p == 't:' then
       local c = string.find(v, ',', 1, true)
       local key = string.sub(f, 3)
-      redis.call('HINCRBY', KEYS[3], key, string.sub(v, 1, c - 1))
-      redis.call('HINCRBY', KEYS[4], key, string.sub(v, c + 1))
+      redis.call('HINCRBY', KEYS[4], key, string.sub(v, 1, c - 1))
+      redis.call('HINCRBY', KEYS[5], key, string.sub(v, c + 1))
     elseif p == 'd:' then
       redis.call('HSET', dk, string.sub(f, 3), v)
     end
   end
-  redis.call('HSET', KEYS[2], field, to)
+  redis.call('HSET', KEYS[3], field, to)
   redis.call('DEL', ck)
 end
 return #todo
@@ -636,12 +868,14 @@ return #todo
 // skipped (folded before: a repeated or replayed fold adds nothing). It
 // returns how many ranges it folded.
 //
-// Nothing changes if any range fails: offsets.ErrFenced (a newer epoch
-// claimed the job: stop), offsets.ErrConflict (an offset is neither From nor
-// To, or a range is not in the logged plan: stop), offsets.ErrNoRow
-// (InitOffsets first) or ErrRedisMissing (the plan or a contribution is
-// gone). The ranges must belong to the logged plan of batchID; passing all
-// of a batch's ranges in one call makes the whole batch visible at once.
+// Each range must be its partition's last logged range (plan:parts), logged
+// by batch batchID; passing all of a batch's ranges in one call makes the
+// whole batch visible at once. Nothing changes if any range fails:
+// offsets.ErrFenced (its partition was claimed with a newer epoch: stop
+// writing it), offsets.ErrConflict (an offset is neither From nor To, or a
+// range is not what batchID logged for its partition: stop),
+// offsets.ErrNoRow (InitOffsets first) or ErrRedisMissing (a partition has
+// no logged range, or a contribution is gone).
 //
 // The script holds Redis for the time it takes, which grows with the keys in
 // the batch (about a millisecond per thousand).
@@ -652,8 +886,9 @@ func (w *Redis) Fold(ctx context.Context, job string, epoch, batchID int64, rang
 	if err := validateRanges(ranges); err != nil {
 		return 0, err
 	}
-	keys := make([]string, 0, 5+2*len(ranges))
-	keys = append(keys, redisEpochKey(job), redisOffsetsKey(job), RedisEventsKey(job), RedisAmountKey(job), redisPlanKey(job, batchID))
+	keys := make([]string, 0, 6+2*len(ranges))
+	keys = append(keys, redisEpochKey(job), redisEpochsKey(job), redisOffsetsKey(job),
+		RedisEventsKey(job), RedisAmountKey(job), redisPlanPartsKey(job))
 	args := make([]any, 0, 2+3*len(ranges))
 	args = append(args, epoch, batchID)
 	for _, r := range ranges {

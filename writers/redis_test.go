@@ -363,16 +363,22 @@ func TestRedisPlanRoundTrip(t *testing.T) {
 	if err := w.LogPlan(ctx, job, epoch, 7, plan); err != nil {
 		t.Fatalf("logging the same plan again: %v", err)
 	}
-	// Another plan for a logged batch, or an older batch: refused.
-	other := []Range{{Topic: "in", Partition: 0, From: 10, To: 25}}
+	// Another plan for a logged batch: refused.
+	other := []Range{{Topic: "in", Partition: 1, From: 10, To: 25}}
 	if err := w.LogPlan(ctx, job, epoch, 7, other); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("logging another plan for batch 7 = %v, want ErrConflict", err)
 	}
-	if err := w.LogPlan(ctx, job, epoch, 6, other); !errors.Is(err, offsets.ErrConflict) {
-		t.Fatalf("logging batch 6 after 7 = %v, want ErrConflict", err)
+	// An older batch id is fine (the processes of a group log theirs out of
+	// order), and the last plan stays the highest id.
+	if err := w.LogPlan(ctx, job, epoch, 6, other); err != nil {
+		t.Fatalf("logging batch 6 after 7: %v", err)
+	}
+	if id, _, _, err := w.LastPlan(ctx, job); err != nil || id != 7 {
+		t.Fatalf("LastPlan after logging 7 and 6 = %d, %v; want 7", id, err)
 	}
 	// Invalid ranges never reach Redis.
 	for _, bad := range [][]Range{
+		nil,
 		{{Topic: "in", Partition: 0, From: 5, To: 5}},
 		{{Topic: "in:x", Partition: 0, From: 0, To: 5}},
 		{{Topic: "in", Partition: 0, From: 0, To: 5}, {Topic: "in", Partition: 0, From: 5, To: 9}},
@@ -507,10 +513,16 @@ func TestRedisFoldConflictIsAtomic(t *testing.T) {
 	if _, err := w.Fold(ctx, job, epoch, 1, other); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("Fold of an unplanned range = %v, want ErrConflict", err)
 	}
-	// …a batch never logged…
-	if _, err := w.Fold(ctx, job, epoch, 2, ranges); !errors.Is(err, ErrRedisMissing) {
-		t.Fatalf("Fold of an unlogged batch = %v, want ErrRedisMissing", err)
+	// …a batch that did not log these ranges…
+	if _, err := w.Fold(ctx, job, epoch, 2, ranges); !errors.Is(err, offsets.ErrConflict) {
+		t.Fatalf("Fold of an unlogged batch = %v, want ErrConflict", err)
 	}
+	// …a partition nothing was logged for…
+	never := append(ranges[:3:3], Range{Topic: "in", Partition: 5, From: 0, To: 10})
+	if _, err := w.Fold(ctx, job, epoch, 1, never); !errors.Is(err, ErrRedisMissing) {
+		t.Fatalf("Fold of a partition without a logged range = %v, want ErrRedisMissing", err)
+	}
+	sameSnapshot(t, "folds of unplanned ranges", before, snapshot(t, w, job))
 	// …a partition without an offset…
 	if err := w.Client().HDel(ctx, redisOffsetsKey(job), "in/1").Err(); err != nil {
 		t.Fatal(err)

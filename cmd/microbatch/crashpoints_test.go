@@ -89,7 +89,7 @@ func crashAt(t *testing.T, brokers, sink, strategy, point string, want crashOutc
 	events, amount := produceCLI(t, brokers, topic, 5, 0, 20_000)
 	dir := t.TempDir()
 	args := []string{"run", "--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink, "--strategy", strategy,
-		"--interval", "100ms", "--max-batch-records", "3000", "--until-idle", "1s"}
+		"--interval", "100ms", "--max-batch-records", "3000", "--until-idle", "1s", "--instance-id", job}
 	// The second time the point is reached: one partition of the first
 	// batch got through it, so the crash lands in a batch in progress.
 	crashed := runBin(t, dir, cmdEnv("MICROBATCH_CRASH_AT="+point+":2"), 2*time.Minute, args...)

@@ -61,6 +61,11 @@ works on a machine with nothing installed.`,
 	fs.Duration("until-idle", 0, "exit 0 once all partitions are consumed and stay so this long (0: run forever)")
 	fs.Int64("demo-events", 100000, "events the embedded demo broker's topic is filled with (without --brokers)")
 	fs.Float64("demo-rate", 25000, "events per second of the demo generator (0: as fast as possible)")
+	fs.String("group", "", "Kafka consumer group the job's processes join to share its partitions (empty: the job name)")
+	fs.String("assignment-strategy", strategies.DefaultAssignment, "how the group spreads partitions over processes: sticky, range or roundrobin")
+	fs.Duration("session-timeout", strategies.DefaultSessionTimeout, "a process silent this long loses its partitions to the others (within the broker's group.min/max.session.timeout.ms)")
+	fs.Duration("rebalance-timeout", strategies.DefaultRebalanceTimeout, "how long a rebalance waits for a process to finish its batch in flight")
+	fs.String("instance-id", "", "static group membership: a restart with the same id gets its partitions back without a rebalance (one id per process)")
 	fs.Int("operator-parallelism", strategies.DefaultOperatorParallelism, "checkpoint: keyed operator instances, each with its own sink subtask")
 	fs.Duration("checkpoint-interval", strategies.DefaultCheckpointInterval, "checkpoint: how often barriers are injected (and sink transactions committed)")
 	fs.Duration("checkpoint-timeout", strategies.DefaultCheckpointTimeout, "checkpoint: a checkpoint not complete by then fails and the job restarts from the previous one")
@@ -109,6 +114,9 @@ func runJob(ctx context.Context, s *settings) error {
 		return badConfig("max-batch-records: must be positive")
 	}
 	if err := checkpointSettings(s, &cfg); err != nil {
+		return err
+	}
+	if err := groupSettings(s, &cfg); err != nil {
 		return err
 	}
 	par, err := s.int64("parallelism")
@@ -160,7 +168,8 @@ func runJob(ctx context.Context, s *settings) error {
 		}
 		log.Info("batch committed", "batch", p.BatchID, "partitions", p.Partitions, "records", p.Records,
 			"dead_letters", p.DeadLetters, "records_per_sec", int64(p.RecordsPerSec), "lag", p.Lag,
-			"duration", p.Duration.Round(time.Millisecond), "commit", p.MaxCommit.Round(time.Millisecond), "retries", p.Retries)
+			"duration", p.Duration.Round(time.Millisecond), "commit", p.MaxCommit.Round(time.Millisecond), "retries", p.Retries,
+			"fenced", p.Fenced)
 	}
 
 	if cfg.CrashPoint, err = crashPointFromEnv(); err != nil {
@@ -192,7 +201,7 @@ func runJob(ctx context.Context, s *settings) error {
 			rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
 		}
 		log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
-			"records", res.Records, "dead_letters", res.DeadLetters, "elapsed", res.Elapsed.Round(time.Millisecond),
+			"records", res.Records, "dead_letters", res.DeadLetters, "fenced", res.Fenced, "elapsed", res.Elapsed.Round(time.Millisecond),
 			"records_per_sec", int64(rate), "lag", res.Lag)
 	}
 	if err != nil {
@@ -208,6 +217,21 @@ func runJob(ctx context.Context, s *settings) error {
 }
 
 // checkpointSettings reads the settings of checkpoint mode.
+func groupSettings(s *settings, cfg *strategies.Config) error {
+	var err error
+	cfg.Group, cfg.InstanceID = s.str("group"), s.str("instance-id")
+	if cfg.Assignment, err = s.oneOf("assignment-strategy", strategies.AssignSticky, strategies.AssignRange, strategies.AssignRoundRobin); err != nil {
+		return err
+	}
+	if cfg.SessionTimeout, err = s.duration("session-timeout"); err != nil {
+		return err
+	}
+	if cfg.RebalanceTimeout, err = s.duration("rebalance-timeout"); err != nil {
+		return err
+	}
+	return nil
+}
+
 func checkpointSettings(s *settings, cfg *strategies.Config) error {
 	var err error
 	ops, err := s.int64("operator-parallelism")
@@ -313,7 +337,10 @@ func (d *demoRun) report(ctx context.Context, cfg strategies.Config, interrupted
 // crashEnv names the variable that arms a crash point: <point>:<n> makes
 // the process SIGKILL itself the n-th time it reaches point. For tests and
 // benchmarks; nothing happens unless it is set.
-const crashEnv = "MICROBATCH_CRASH_AT"
+const (
+	crashEnv       = "MICROBATCH_CRASH_AT"
+	crashSignalEnv = "MICROBATCH_CRASH_SIGNAL"
+)
 
 func crashPointFromEnv() (func(string), error) {
 	spec := os.Getenv(crashEnv)
@@ -326,12 +353,24 @@ func crashPointFromEnv() (func(string), error) {
 	if !ok || err != nil || n < 1 || !slices.Contains(points, point) {
 		return nil, badConfig("%s=%q: want <point>:<n>, n ≥ 1, point one of %s", crashEnv, spec, strings.Join(points, ", "))
 	}
+	// MICROBATCH_CRASH_SIGNAL=STOP pauses the process there instead (SIGSTOP, to
+	// be continued with SIGCONT): how tests make a zombie mid-batch.
+	sig := syscall.SIGKILL
+	switch v := os.Getenv(crashSignalEnv); v {
+	case "", "KILL":
+	case "STOP":
+		sig = syscall.SIGSTOP
+	default:
+		return nil, badConfig("%s=%q: want KILL or STOP", crashSignalEnv, v)
+	}
 	var reached atomic.Int64
 	return func(p string) {
 		if p == point && reached.Add(1) == n {
-			// No cleanup, no deferred calls: a crash, not a stop.
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
+			_ = syscall.Kill(os.Getpid(), sig)
+			if sig == syscall.SIGKILL {
+				// No cleanup, no deferred calls: a crash, not a stop.
+				select {} // the signal is on its way
+			}
 		}
 	}, nil
 }

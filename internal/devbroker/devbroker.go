@@ -7,6 +7,7 @@ package devbroker
 import (
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -36,6 +37,8 @@ func Start(o Options) (*Broker, error) {
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.DefaultNumPartitions(int(o.Partitions)),
+		// Tests run consumer groups with short session timeouts.
+		kfake.GroupMinSessionTimeout(500 * time.Millisecond),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, addr) }),
 	}
 	if len(o.Topics) > 0 {

@@ -1,0 +1,286 @@
+package strategies
+
+// Scale-out. Every process of a job (micro-batch strategies) is a member of
+// one Kafka consumer group (Config.Group, default the job name), joined with
+// sarama's ConsumerGroup and used for membership and partition assignment
+// only: the members never read through the group's claims (they are paused)
+// and, except for the at-least-once / at-most-once controls, never commit
+// offsets to it. Offsets come from and go to the sink.
+//
+// One group session (a generation) is one driver run over the partitions
+// the member was assigned:
+//
+//	Setup        claim the partitions in the sink: a new epoch, stamped on
+//	             their offset rows (fencing whoever held them), and the
+//	             stored offsets to plan from
+//	             start the driver on them
+//	ConsumeClaim wait for the session to end (a rebalance, or a stop)
+//	Cleanup      wait for the driver: the batch in flight commits or rolls
+//	             back before the partitions are released to the next owner
+//
+// A member that lost its partitions without noticing — paused past the
+// session timeout, a long GC, a network split: a zombie — still runs the
+// old session's batch; its commit carries the old epoch and the sink
+// refuses it (offsets.ErrFenced). The driver drops that partition and counts
+// the fenced commit, and the member leaves the stale session and rejoins
+// the group for a fresh assignment.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/offsets"
+)
+
+// maxFencedSessions is how many sessions in a row may end with fenced
+// commits before the member gives up: a healthy member is fenced at most
+// once per stall, while two processes of one job in different groups (the
+// same --job with another --group) fence each other forever.
+const maxFencedSessions = 3
+
+// session is one generation of the group, as far as this member is
+// concerned.
+type session struct {
+	Partitions []int32 // assigned to this member, sorted
+	All        []int32 // every partition of the topic
+	Generation int32
+	MemberID   string
+}
+
+// sessionStart claims a session's partitions in the sink and returns the
+// driver that processes them and the epoch it commits with.
+type sessionStart func(ctx context.Context, s session) (*batch.Driver, int64, error)
+
+// isFenced is the driver's Drop rule: the sink refused a commit because a
+// newer epoch owns the partition.
+func isFenced(err error) bool { return errors.Is(err, offsets.ErrFenced) }
+
+// groupConfig is the sarama configuration of the membership client.
+func groupConfig(cfg Config) *sarama.Config {
+	c := kafkautil.Config("microbatch-" + cfg.Job)
+	g := &c.Consumer.Group
+	g.Session.Timeout = cfg.SessionTimeout
+	g.Heartbeat.Interval = max(cfg.SessionTimeout/4, 10*time.Millisecond)
+	g.Rebalance.Timeout = cfg.RebalanceTimeout
+	g.InstanceId = cfg.InstanceID
+	switch cfg.Assignment {
+	case AssignRange:
+		g.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	case AssignRoundRobin:
+		g.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRoundRobin()}
+	default:
+		g.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategySticky()}
+	}
+	// The claims' partition consumers are paused at once; keep what they
+	// fetch before that small.
+	c.Consumer.Offsets.Initial = sarama.OffsetNewest
+	c.Consumer.Offsets.AutoCommit.Enable = false
+	c.Consumer.Fetch.Default = 1024
+	c.ChannelBufferSize = 1
+	return c
+}
+
+// groupRun is the state of a member across sessions.
+type groupRun struct {
+	cfg   Config
+	log   *slog.Logger
+	cg    sarama.ConsumerGroup
+	all   []int32
+	start sessionStart
+	// onStart is called when the first session has claimed its partitions.
+	onStart func(epoch int64)
+
+	mu      sync.Mutex
+	sum     batch.Summary
+	epoch   int64
+	fatal   error
+	idle    bool // a driver stopped on UntilIdle: the member is done
+	fenced  int  // sessions in a row that ended with fenced commits
+	started bool
+
+	// Of the current session.
+	rejoin  context.CancelFunc // ends the session to rejoin the group
+	drvDone chan struct{}
+}
+
+// runGroup joins the group and runs one driver per session until ctx is
+// cancelled (the batch in flight finishes), a driver idles out, or a fatal
+// error.
+func runGroup(ctx context.Context, cfg Config, all []int32, start sessionStart, onStart func(int64)) (batch.Summary, int64, error) {
+	cg, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.Group, groupConfig(cfg))
+	if err != nil {
+		return batch.Summary{}, 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group, err)
+	}
+	g := &groupRun{cfg: cfg, log: cfg.Logger, cg: cg, all: all, start: start, onStart: onStart, sum: batch.Summary{Next: map[int32]int64{}}}
+	errsDone := make(chan struct{})
+	go func() {
+		defer close(errsDone)
+		for err := range cg.Errors() {
+			g.log.Warn("consumer group", "group", cfg.Group, "err", err)
+		}
+	}()
+	began := time.Now()
+	for {
+		sctx, rejoin := context.WithCancel(ctx)
+		g.mu.Lock()
+		g.rejoin = rejoin
+		g.mu.Unlock()
+		err = cg.Consume(sctx, []string{cfg.Topic}, g)
+		rejoin()
+		g.mu.Lock()
+		fatal, idle := g.fatal, g.idle
+		g.mu.Unlock()
+		if fatal != nil {
+			err = fatal
+			break
+		}
+		if ctx.Err() != nil || idle {
+			err = nil
+			break
+		}
+		if err != nil {
+			if errors.Is(err, sarama.ErrClosedConsumerGroup) {
+				break
+			}
+			// sarama retried the join already; a group that can't be joined
+			// is as fatal as a sink that can't be reached.
+			err = fmt.Errorf("consumer group %q: %w", cfg.Group, err)
+			break
+		}
+	}
+	if cerr := cg.Close(); cerr != nil && err == nil && ctx.Err() == nil {
+		g.log.Warn("leaving consumer group", "group", cfg.Group, "err", cerr)
+	}
+	<-errsDone
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sum.Elapsed = time.Since(began)
+	return g.sum, g.epoch, err
+}
+
+// Setup claims the session's partitions and starts their driver.
+func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
+	parts := slices.Clone(sess.Claims()[g.cfg.Topic])
+	slices.Sort(parts)
+	s := session{Partitions: parts, All: g.all, Generation: sess.GenerationID(), MemberID: sess.MemberID()}
+	// A rebalance during the claim must not turn into a failed claim: the
+	// claim is bounded by its retries, and the session ends right after.
+	d, epoch, err := g.start(context.WithoutCancel(sess.Context()), s)
+	if isFenced(err) {
+		// The group moved on while we claimed: this session is stale.
+		g.log.Warn("claim fenced: rejoining the group", "generation", s.Generation, "err", err)
+		g.rejoinNow()
+		return nil
+	}
+	if err != nil {
+		g.mu.Lock()
+		g.fatal = err
+		g.mu.Unlock()
+		return err
+	}
+	g.log.Info("partitions assigned", "group", g.cfg.Group, "generation", s.Generation, "member", s.MemberID,
+		"partitions", fmt.Sprint(parts), "epoch", epoch)
+	fenced := false
+	d.Drop = isFenced
+	d.OnDrop = func(p int32, err error) {
+		g.log.Warn("commit fenced: another instance owns the partition now; dropping it", "partition", p, "epoch", epoch, "err", err)
+		g.mu.Lock()
+		fenced = true
+		g.mu.Unlock()
+		// This session is stale: leave it and rejoin for a fresh
+		// assignment (the batch in flight finishes first).
+		g.rejoinNow()
+	}
+	done := make(chan struct{})
+	g.mu.Lock()
+	g.epoch, g.drvDone = epoch, done
+	first := !g.started
+	g.started = true
+	g.mu.Unlock()
+	if first && g.onStart != nil {
+		g.onStart(epoch)
+	}
+	go func() {
+		defer close(done)
+		sum, err := d.Run(sess.Context())
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.add(sum)
+		if fenced {
+			g.fenced++
+		} else if sum.Batches > 0 {
+			g.fenced = 0
+		}
+		switch {
+		case err != nil:
+			g.fatal = err
+		case g.fenced >= maxFencedSessions:
+			g.fatal = fmt.Errorf("%w: this member's partitions were claimed by another instance in %d sessions in a row: is job %q also running under another --group?",
+				offsets.ErrFenced, g.fenced, g.cfg.Job)
+		case sess.Context().Err() == nil:
+			g.idle = true // the driver idled out: the member is done
+		default:
+			return
+		}
+		g.rejoin()
+	}()
+	return nil
+}
+
+// ConsumeClaim holds the claim until the session ends; records are read
+// by the driver, not through the claim, which is paused.
+func (g *groupRun) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	g.cg.Pause(map[string][]int32{claim.Topic(): {claim.Partition()}})
+	for {
+		select {
+		case <-sess.Context().Done():
+			return nil
+		case _, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+		}
+	}
+}
+
+// Cleanup releases the partitions only once the driver's batch in flight
+// has committed or rolled back.
+func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
+	g.mu.Lock()
+	done := g.drvDone
+	g.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	return nil
+}
+
+func (g *groupRun) rejoinNow() {
+	g.mu.Lock()
+	rejoin := g.rejoin
+	g.mu.Unlock()
+	if rejoin != nil {
+		rejoin()
+	}
+}
+
+// add merges one session's summary into the run's. Called with g.mu held.
+func (g *groupRun) add(s batch.Summary) {
+	g.sum.Batches += s.Batches
+	g.sum.Records += s.Records
+	g.sum.DeadLetters += s.DeadLetters
+	g.sum.Fenced += s.Fenced
+	g.sum.Lag = s.Lag
+	for p, n := range s.Next {
+		g.sum.Next[p] = n
+	}
+}
