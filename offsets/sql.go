@@ -209,7 +209,7 @@ func ClaimPartitions(ctx context.Context, tx Queryer, d Dialect, job, topic stri
 	for _, p := range mine {
 		pos, ok := existing[p]
 		if !ok {
-			return Claim{}, fmt.Errorf("claiming %s/%d: the partition is not in the topic", topic, p)
+			return Claim{}, fmt.Errorf("claiming %s/%d: not one of the topic's partitions this process knows (partitions added since it started? restart it)", topic, p)
 		}
 		if _, err := tx.ExecContext(ctx,
 			`UPDATE mb_offsets SET epoch = ?, updated_at = ? WHERE job = ? AND topic = ? AND part = ?`,

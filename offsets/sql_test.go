@@ -514,3 +514,79 @@ func TestInitNewJob(t *testing.T) {
 		}
 	})
 }
+
+func claimParts(t *testing.T, db testDB, job string, all, mine []int32, minEpoch int64, start map[int32]int64) Claim {
+	t.Helper()
+	var c Claim
+	err := withTx(t, db, func(tx *sql.Tx) error {
+		var err error
+		c, err = ClaimPartitions(t.Context(), tx, db.d, job, "events", all, mine, minEpoch, fixedStart(start))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("ClaimPartitions: %v", err)
+	}
+	return c
+}
+
+// TestClaimPartitions: members of a consumer group claim their partitions
+// generation by generation. Each claim is newer than every one before it
+// (even when the generation restarted at 1), stamps only the member's rows,
+// creates every missing row at the start offset once (a new job's
+// start-from is not re-resolved by later members), and fences the
+// partitions' previous owner without touching the other members'.
+func TestClaimPartitions(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		job := uniqueJob(t)
+		all := []int32{0, 1, 2, 3}
+		// Generation 5: A gets 0,1 and B 2,3.
+		a := claimParts(t, db, job, all, []int32{0, 1}, 5, map[int32]int64{0: 100, 1: 100, 2: 100, 3: 100})
+		b := claimParts(t, db, job, all, []int32{2, 3}, 5, map[int32]int64{0: 999, 1: 999, 2: 999, 3: 999})
+		if a.Epoch != 5 || b.Epoch != 6 {
+			t.Fatalf("epochs %d, %d; want 5 (the generation) and 6 (newer than A's)", a.Epoch, b.Epoch)
+		}
+		if len(a.Positions) != 2 || a.Positions[1].NextOffset != 100 {
+			t.Errorf("A's positions %+v, want partitions 0 and 1 at 100", a.Positions)
+		}
+		if b.Positions[2].NextOffset != 100 {
+			t.Errorf("B starts partition 2 at %d, want 100: the rows A created pin the start for the whole topic", b.Positions[2].NextOffset)
+		}
+		// Both commit their own partitions.
+		if err := apply(t, db, Advance{job, "events", 0, 100, 110, a.Epoch, 1}); err != nil {
+			t.Fatalf("A on 0: %v", err)
+		}
+		if err := apply(t, db, Advance{job, "events", 2, 100, 120, b.Epoch, 1}); err != nil {
+			t.Fatalf("B on 2: %v", err)
+		}
+		// A rebalance after the group was deleted: generation 1 again. B
+		// takes partition 1 from A; the claim is still the newest.
+		b2 := claimParts(t, db, job, all, []int32{1, 2, 3}, 1, nil)
+		if b2.Epoch != 7 {
+			t.Fatalf("epoch %d after a generation reset, want 7", b2.Epoch)
+		}
+		if err := apply(t, db, Advance{job, "events", 1, 100, 105, a.Epoch, 2}); !errors.Is(err, ErrFenced) {
+			t.Fatalf("A (zombie) on partition 1 it lost = %v, want ErrFenced", err)
+		}
+		if err := apply(t, db, Advance{job, "events", 0, 110, 115, a.Epoch, 2}); err != nil {
+			t.Fatalf("A on partition 0, still its own: %v", err)
+		}
+		if err := apply(t, db, Advance{job, "events", 1, 100, 105, b2.Epoch, 2}); err != nil {
+			t.Fatalf("B on partition 1: %v", err)
+		}
+		pos := load(t, db, job, "events")
+		want := map[int32]Position{0: {0, 115, 5, 2}, 1: {1, 105, 7, 2}, 2: {2, 120, 7, 1}, 3: {3, 100, 7, 0}}
+		for p, w := range want {
+			if pos[p] != w {
+				t.Errorf("row %d = %+v, want %+v", p, pos[p], w)
+			}
+		}
+		// A partition the topic doesn't have (as far as the caller knows).
+		err := withTx(t, db, func(tx *sql.Tx) error {
+			_, err := ClaimPartitions(t.Context(), tx, db.d, job, "events", all, []int32{9}, 1, fixedStart(nil))
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "events/9") {
+			t.Errorf("claiming an unknown partition: %v, want an error naming events/9", err)
+		}
+	})
+}

@@ -78,6 +78,8 @@ func TestCLIConfigErrors(t *testing.T) {
 		{name: "bad start-from", args: []string{"run", "--start-from", "middle"}, want: []string{"middle", "start-from"}},
 		{name: "bad max-batch-records in env", args: []string{"run"}, env: []string{"MICROBATCH_MAX_BATCH_RECORDS=lots"}, want: []string{"lots", "max-batch-records"}},
 		{name: "bad log level", args: []string{"run", "--log-level", "loud"}, want: []string{"loud", "log-level"}},
+		{name: "bad assignment strategy", args: []string{"run", "--assignment-strategy", "fair", "--brokers", unreachable}, want: []string{"fair", "assignment-strategy"}},
+		{name: "session timeout too short", args: []string{"run", "--session-timeout", "10ms", "--brokers", unreachable}, want: []string{"session-timeout"}},
 		{name: "unknown key in config", args: []string{"run"}, config: "topik: events\n", want: []string{`"topik"`}},
 		{name: "config file is not YAML", args: []string{"run"}, config: "topic: [unclosed\n", want: []string{"config"}},
 		{name: "config file missing", args: []string{"run", "--config", "/nonexistent/mb.yaml"}, want: []string{"/nonexistent/mb.yaml"}},
