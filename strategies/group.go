@@ -72,6 +72,9 @@ func groupConfig(cfg Config) *sarama.Config {
 	g.Heartbeat.Interval = max(cfg.SessionTimeout/4, 10*time.Millisecond)
 	g.Rebalance.Timeout = cfg.RebalanceTimeout
 	g.InstanceId = cfg.InstanceID
+	// A JoinGroup is answered only when every member rejoined, which may
+	// take a member's whole batch in flight: up to the rebalance timeout.
+	c.Net.ReadTimeout = max(c.Net.ReadTimeout, cfg.RebalanceTimeout+5*time.Second)
 	switch cfg.Assignment {
 	case AssignRange:
 		g.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
