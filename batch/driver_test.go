@@ -875,9 +875,9 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 				d := &Driver{
 					Source: src, Task: task, Topic: "events", Next: map[int32]int64{0: 0, 1: 0, 2: 0},
 					Interval: 100 * time.Millisecond, MaxRecords: 10, UntilIdle: time.Second,
-					Drop:     func(err error) bool { return errors.Is(err, fenced) },
-					OnDrop:   func(p int32, err error) { dropped = append(dropped, p) },
-					BatchIDs: func(context.Context) (int64, error) { ids++; return ids, nil },
+					Drop:       func(err error) bool { return errors.Is(err, fenced) },
+					OnDrop:     func(p int32, err error) { dropped = append(dropped, p) },
+					BatchIDs:   func(context.Context) (int64, error) { ids++; return ids, nil },
 					OnProgress: func(p Progress) { progress = append(progress, p) },
 				}
 				if level == "commit" {

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,7 +67,7 @@ func isFenced(err error) bool { return errors.Is(err, offsets.ErrFenced) }
 
 // groupConfig is the sarama configuration of the membership client.
 func groupConfig(cfg Config) *sarama.Config {
-	c := kafkautil.Config("microbatch-" + cfg.Job)
+	c := kafkautil.Config(clientIDPrefix + cfg.Job)
 	g := &c.Consumer.Group
 	g.Session.Timeout = cfg.SessionTimeout
 	g.Heartbeat.Interval = max(cfg.SessionTimeout/4, 10*time.Millisecond)
@@ -98,13 +99,46 @@ func groupConfig(cfg Config) *sarama.Config {
 	return c
 }
 
+// clientIDPrefix + the job is every Kafka client id of a job, which is how
+// members tell that their group is shared with another job. (The join
+// metadata's user data can't carry it: the sticky assignor owns it.)
+const clientIDPrefix = "microbatch-"
+
+// sharedWith names a member of the group that is not this job's — another
+// job given the same --group, or a consumer that isn't microbatch — or ""
+// if there is none. Such a member would be assigned some of the partitions
+// and this job would never read them.
+func sharedWith(client sarama.Client, group, job string) (string, error) {
+	b, err := client.Coordinator(group)
+	if err != nil {
+		return "", err
+	}
+	resp, err := b.DescribeGroups(&sarama.DescribeGroupsRequest{Version: 5, Groups: []string{group}})
+	if err != nil {
+		return "", err
+	}
+	for _, gd := range resp.Groups {
+		for _, m := range gd.Members {
+			other, ok := strings.CutPrefix(m.ClientId, clientIDPrefix)
+			switch {
+			case !ok:
+				return fmt.Sprintf("a consumer that is not microbatch (client id %q)", m.ClientId), nil
+			case other != job:
+				return fmt.Sprintf("job %q", other), nil
+			}
+		}
+	}
+	return "", nil
+}
+
 // groupRun is the state of a member across sessions.
 type groupRun struct {
-	cfg   Config
-	log   *slog.Logger
-	cg    sarama.ConsumerGroup
-	all   []int32
-	start sessionStart
+	client sarama.Client // for describing the group
+	cfg    Config
+	log    *slog.Logger
+	cg     sarama.ConsumerGroup
+	all    []int32
+	start  sessionStart
 	// onStart is called when the first session has claimed its partitions.
 	onStart func(epoch int64)
 
@@ -124,12 +158,12 @@ type groupRun struct {
 // runGroup joins the group and runs one driver per session until ctx is
 // cancelled (the batch in flight finishes), a driver idles out, or a fatal
 // error.
-func runGroup(ctx context.Context, cfg Config, all []int32, start sessionStart, onStart func(int64)) (batch.Summary, int64, error) {
+func runGroup(ctx context.Context, cfg Config, client sarama.Client, all []int32, start sessionStart, onStart func(int64)) (batch.Summary, int64, error) {
 	cg, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.Group, groupConfig(cfg))
 	if err != nil {
 		return batch.Summary{}, 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group, err)
 	}
-	g := &groupRun{cfg: cfg, log: cfg.Logger, cg: cg, all: all, start: start, onStart: onStart, sum: batch.Summary{Next: map[int32]int64{}}}
+	g := &groupRun{client: client, cfg: cfg, log: cfg.Logger, cg: cg, all: all, start: start, onStart: onStart, sum: batch.Summary{Next: map[int32]int64{}}}
 	errsDone := make(chan struct{})
 	go func() {
 		defer close(errsDone)
@@ -181,6 +215,16 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	parts := slices.Clone(sess.Claims()[g.cfg.Topic])
 	slices.Sort(parts)
 	s := session{Partitions: parts, All: g.all, Generation: sess.GenerationID(), MemberID: sess.MemberID()}
+	if other, err := sharedWith(g.client, g.cfg.Group, g.cfg.Job); err != nil {
+		g.log.Warn("could not describe the consumer group", "group", g.cfg.Group, "err", err)
+	} else if other != "" {
+		err := fmt.Errorf("%w: consumer group %q is shared with %s, which takes some of the partitions: give each job its own --group",
+			ErrConfig, g.cfg.Group, other)
+		g.mu.Lock()
+		g.fatal = err
+		g.mu.Unlock()
+		return err
+	}
 	// A rebalance during the claim must not turn into a failed claim: the
 	// claim is bounded by its retries, and the session ends right after.
 	d, epoch, err := g.start(context.WithoutCancel(sess.Context()), s)

@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
 			"topic", cfg.Topic, "partitions", len(src.Partitions()), "group", cfg.Group, "epoch", epoch, "sink", res.Sink)
 	}
-	res.Summary, res.Epoch, err = runGroup(ctx, cfg, src.Partitions(), start, onStart)
+	res.Summary, res.Epoch, err = runGroup(ctx, cfg, client, src.Partitions(), start, onStart)
 	res.Started = res.Epoch != 0
 	return res, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -365,12 +366,21 @@ func crashPointFromEnv() (func(string), error) {
 	}
 	var reached atomic.Int64
 	return func(p string) {
-		if p == point && reached.Add(1) == n {
-			_ = syscall.Kill(os.Getpid(), sig)
-			if sig == syscall.SIGKILL {
-				// No cleanup, no deferred calls: a crash, not a stop.
-				select {} // the signal is on its way
-			}
+		if p != point || reached.Add(1) != n {
+			return
 		}
+		if sig == syscall.SIGKILL {
+			_ = syscall.Kill(os.Getpid(), sig)
+			// No cleanup, no deferred calls: a crash, not a stop.
+			select {} // the signal is on its way
+		}
+		// kill(2) may return before every thread has stopped: wait for
+		// the SIGCONT, so that nothing past the point runs before the stop
+		// (the tests saw the zombie open its transaction first otherwise).
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
+		_ = syscall.Kill(os.Getpid(), sig)
+		<-cont
 	}, nil
 }
