@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
@@ -76,6 +77,10 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	}
 	cancelB := start("B", job+"-b", 2000, nil)
 	defer cancelB()
+	// Input keeps coming while they fight: an instance fenced with nothing
+	// left to commit would just idle (no harm done, and no stop either).
+	feed := kafkautil.StartFeeder(kafkautil.ProduceOptions{Brokers: brokers, Topic: topic, Count: 500, Keys: testKeys, Seed: 5, Rate: 5000}, exp)
+	defer feed.Finish()
 
 	var first, second outcome
 	select {
@@ -88,6 +93,10 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	}
 	if first.res.Fenced < 3 {
 		t.Errorf("instance %s reports %d fenced commits, want at least 3 (one per fenced session)", first.name, first.res.Fenced)
+	}
+	total, err := feed.Finish()
+	if err != nil {
+		t.Fatal(err)
 	}
 	cancelA()
 	cancelB()
@@ -103,17 +112,17 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	if resC.Epoch <= max(first.res.Epoch, second.res.Epoch) {
 		t.Errorf("C has epoch %d, not newer than %d and %d", resC.Epoch, first.res.Epoch, second.res.Epoch)
 	}
-	if n := first.res.Records + second.res.Records + resC.Records; n != events {
+	if n := first.res.Records + second.res.Records + resC.Records; n != total.Events {
 		// Counting a fenced, rolled-back task would over-report.
 		t.Errorf("the instances report %d + %d + %d records committed, want %d together",
-			first.res.Records, second.res.Records, resC.Records, events)
+			first.res.Records, second.res.Records, resC.Records, total.Events)
 	}
 
 	w := sinktest.OpenSQL(t, dsn)
 	got := readSinkTotals(t, w, job)
-	if got.Events != exp.Events || got.Amount != exp.Amount {
-		t.Errorf("sink totals %+v, want events=%d amount=%d", got, exp.Events, exp.Amount)
+	if got.Events != total.Events || got.Amount != total.Amount {
+		t.Errorf("sink totals %+v, want events=%d amount=%d", got, total.Events, total.Amount)
 	}
-	checkPerKey(t, readPerKey(t, w, job), expectedPerKey(5, 0, events))
+	checkPerKey(t, readPerKey(t, w, job), expectedPerKey(5, 0, total.Events))
 	checkOffsets(t, w, brokers, job, topic)
 }
