@@ -85,6 +85,15 @@ func (s *settings) duration(name string) (time.Duration, error) {
 	return d, nil
 }
 
+func (s *settings) boolean(name string) (bool, error) {
+	raw := s.str(name)
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		return false, badConfig("%s: %q is not true or false", name, raw)
+	}
+	return b, nil
+}
+
 func (s *settings) int64(name string) (int64, error) {
 	raw := s.str(name)
 	n, err := strconv.ParseInt(strings.ReplaceAll(raw, "_", ""), 10, 64)

@@ -76,6 +76,8 @@ works on a machine with nothing installed.`,
 	fs.Duration("kafka-txn-timeout", strategies.DefaultKafkaTxnTimeout, "checkpoint, Kafka sink: transaction timeout; must exceed checkpoint interval + timeout + max restart time")
 	fs.Duration("max-restart-time", strategies.DefaultMaxRestartTime, "checkpoint: longest expected restart after a crash; pre-committed Kafka transactions must outlive it")
 	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan)")
+	fs.String("log-format", logText, "log format on stderr: text or json (text on a terminal shows progress as one live status line)")
+	fs.BoolP("quiet", "q", false, "log warnings and errors only: no progress")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
@@ -151,7 +153,17 @@ func runJob(ctx context.Context, s *settings) error {
 	if level == "debug" {
 		lvl = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	format, err := s.oneOf("log-format", logText, logJSON)
+	if err != nil {
+		return err
+	}
+	quiet, err := s.boolean("quiet")
+	if err != nil {
+		return err
+	}
+	out := newOutput(os.Stderr, format, lvl, quiet)
+	defer out.done()
+	log := out.log
 	cfg.Logger = log
 	cfg.OnBatchStart = func(b batch.Info, ranges []batch.Range) {
 		var offs int64
@@ -160,18 +172,7 @@ func runJob(ctx context.Context, s *settings) error {
 		}
 		log.Debug("batch started", "batch", b.ID, "partitions", len(ranges), "offsets", offs)
 	}
-	cfg.OnProgress = func(p batch.Progress) {
-		if cfg.Strategy == strategies.StrategyCheckpoint {
-			log.Info("checkpoint completed", "checkpoint", p.BatchID, "records", p.Records, "dead_letters", p.DeadLetters,
-				"records_per_sec", int64(p.RecordsPerSec), "lag", p.Lag, "duration", p.Duration.Round(time.Millisecond),
-				"save", p.MaxCommit.Round(time.Millisecond))
-			return
-		}
-		log.Info("batch committed", "batch", p.BatchID, "partitions", p.Partitions, "records", p.Records,
-			"dead_letters", p.DeadLetters, "records_per_sec", int64(p.RecordsPerSec), "lag", p.Lag,
-			"duration", p.Duration.Round(time.Millisecond), "commit", p.MaxCommit.Round(time.Millisecond), "retries", p.Retries,
-			"fenced", p.Fenced)
-	}
+	cfg.OnProgress = func(p batch.Progress) { out.progress(p, cfg.Strategy == strategies.StrategyCheckpoint) }
 
 	if cfg.CrashPoint, err = crashPointFromEnv(); err != nil {
 		return err
@@ -205,6 +206,7 @@ func runJob(ctx context.Context, s *settings) error {
 			"records", res.Records, "dead_letters", res.DeadLetters, "fenced", res.Fenced, "elapsed", res.Elapsed.Round(time.Millisecond),
 			"records_per_sec", int64(rate), "lag", res.Lag)
 	}
+	out.done()
 	if err != nil {
 		return err
 	}
