@@ -117,42 +117,16 @@ type StartFunc func(partition int32, newJob bool) (int64, error)
 // start offset before the first batch makes "latest" deterministic across
 // restarts.
 func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partitions []int32, start StartFunc) (Claim, error) {
-	lock := ""
-	if d == MySQL {
-		lock = " FOR UPDATE"
-	}
-	var maxEpoch, maxBatch sql.NullInt64
-	if err := tx.QueryRowContext(ctx,
-		`SELECT MAX(epoch), MAX(batch_id) FROM mb_offsets WHERE job = ?`+lock, job).Scan(&maxEpoch, &maxBatch); err != nil {
-		return Claim{}, fmt.Errorf("claiming job %q: %w", job, err)
-	}
-	c := Claim{Epoch: maxEpoch.Int64 + 1, LastBatch: maxBatch.Int64}
-	now := time.Now().UTC()
-	if _, err := tx.ExecContext(ctx,
-		`UPDATE mb_offsets SET epoch = ?, updated_at = ? WHERE job = ?`, c.Epoch, now, job); err != nil {
-		return Claim{}, fmt.Errorf("claiming job %q: %w", job, err)
-	}
-	existing, err := Load(ctx, tx, job, topic)
+	c, err := ClaimPartitions(ctx, tx, d, job, topic, partitions, partitions, 0, start)
 	if err != nil {
 		return Claim{}, err
 	}
-	newJob := len(existing) == 0
-	for _, p := range partitions {
-		if _, ok := existing[p]; ok {
-			continue
-		}
-		off, err := start(p, newJob)
-		if err != nil {
-			return Claim{}, err
-		}
-		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO mb_offsets (job, topic, part, next_offset, epoch, batch_id, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?)`,
-			job, topic, p, off, c.Epoch, now); err != nil {
-			return Claim{}, fmt.Errorf("creating offset row %s/%d: %w", topic, p, err)
-		}
-		existing[p] = Position{Partition: p, NextOffset: off, Epoch: c.Epoch}
+	// The whole job, whatever the topic: an older instance is fenced on
+	// every row it could still write.
+	if _, err := tx.ExecContext(ctx,
+		`UPDATE mb_offsets SET epoch = ?, updated_at = ? WHERE job = ?`, c.Epoch, time.Now().UTC(), job); err != nil {
+		return Claim{}, fmt.Errorf("claiming job %q: %w", job, err)
 	}
-	c.Positions = existing
 	return c, nil
 }
 
@@ -186,10 +160,6 @@ func ClaimPartitions(ctx context.Context, tx Queryer, d Dialect, job, topic stri
 		return Claim{}, err
 	}
 	newJob := len(existing) == 0
-	owned := make(map[int32]bool, len(mine))
-	for _, p := range mine {
-		owned[p] = true
-	}
 	for _, p := range all {
 		if _, ok := existing[p]; ok {
 			continue
