@@ -91,6 +91,27 @@ type Progress struct {
 	// Fenced counts partitions whose commit the sink refused because
 	// another instance owns them now (see Driver.Drop); they were dropped.
 	Fenced int
+	// Epoch is the epoch the batch committed with (0 in checkpoint mode).
+	Epoch int64
+	// Positions is where each partition of the run stands after the batch:
+	// its next offset and the log's last stable offset when the batch was
+	// planned. For status pages and lag metrics; fenced partitions are gone.
+	Positions map[int32]PartitionPosition
+}
+
+// PartitionPosition is one partition's place in its log.
+type PartitionPosition struct {
+	Next int64 // next offset to read
+	End  int64 // last stable offset (end of the readable log)
+}
+
+// Positions pairs each partition of next with its log end in bounds.
+func Positions(next map[int32]int64, bounds map[int32]Bounds) map[int32]PartitionPosition {
+	pos := make(map[int32]PartitionPosition, len(next))
+	for p, n := range next {
+		pos[p] = PartitionPosition{Next: n, End: max(bounds[p].End, n)}
+	}
+	return pos
 }
 
 // Summary is reported when Run returns.
@@ -217,6 +238,7 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 			}
 			sum.Batches++
 			p.Lag = Lag(next, bounds)
+			p.Positions = Positions(next, bounds)
 			sum.Lag = p.Lag
 			if d.OnProgress != nil {
 				d.OnProgress(p)
@@ -268,7 +290,7 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 		})
 	}
 	err := g.Wait()
-	p := Progress{BatchID: b.ID, Partitions: len(ranges)}
+	p := Progress{BatchID: b.ID, Partitions: len(ranges), Epoch: b.Epoch}
 	if d.Commit != nil {
 		// Tasks only computed: the batch is durable when Commit says so,
 		// and then for every partition at once.

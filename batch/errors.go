@@ -10,6 +10,10 @@ var (
 	// offset still in the log: records were deleted (retention, topic
 	// recreated) before the job read them. Stop; resetting the job's
 	// offsets is a human decision.
+	// ErrNoTopic means the topic to read does not exist. A job never
+	// creates its input: create the topic, or fix the name.
+	ErrNoTopic = errors.New("no such topic")
+
 	ErrDataLoss = errors.New("batch: stored offset is before the log start (data was deleted before it was processed)")
 
 	// ErrOffsetAhead means a stored offset is past the partition's end: the

@@ -53,7 +53,7 @@ type partitionReader struct {
 func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
 	if err := client.RefreshMetadata(topic); err != nil {
 		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-			return nil, fmt.Errorf("topic %q does not exist", topic)
+			return nil, fmt.Errorf("%w %q (microbatch never creates its input: create the topic, or fix --topic)", ErrNoTopic, topic)
 		}
 		return nil, fmt.Errorf("reading metadata of topic %q: %w", topic, err)
 	}

@@ -10,7 +10,7 @@
 #
 # No systemd/service is used: every server is a plain background process, so
 # this works in a bare container or CI. Needs root (or sudo) only to apt-get
-# install mariadb-server / redis-server when they are missing.
+# install mariadb-server / redis-server / chromium when they are missing.
 #
 # Environment (all optional):
 #   MICROBATCH_SERVICES_DIR            state dir (default: <repo>/.services)
@@ -256,6 +256,8 @@ install_missing() {
 	command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
 	command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
 	command -v flock >/dev/null 2>&1 || pkgs+=(util-linux)
+	# Headless browser for the status page's browser test (cmd/microbatch).
+	command -v chromium >/dev/null 2>&1 || pkgs+=(chromium)
 	if ((${#pkgs[@]})); then
 		# unique, order kept
 		mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | awk '!seen[$0]++')

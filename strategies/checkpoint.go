@@ -214,6 +214,9 @@ func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Res
 		case ctx.Err() != nil:
 			return res, err
 		}
+		if r.cfg.OnCheckpointFailure != nil {
+			r.cfg.OnCheckpointFailure(err)
+		}
 		if progressed {
 			failures = 0
 		}
@@ -333,6 +336,9 @@ func (r *ckptRunner) attempt(ctx context.Context, res *Result) (progressed bool,
 			"checkpoint", chk.ID, "state", r.store, "sink", r.sinks)
 	} else {
 		r.log.Info("job recovered", "job", r.cfg.Job, "checkpoint", chk.ID, "recoveries", r.recoveries)
+		if r.cfg.OnRecovery != nil {
+			r.cfg.OnRecovery()
+		}
 	}
 	p := newPipeline(r, chk, data)
 	err = p.run(ctx, res)

@@ -263,6 +263,7 @@ func (p *pipeline) checkpoint(ctx context.Context, n int64) (*offsets.Checkpoint
 	prog.Duration = time.Since(started)
 	if b := p.bounds.Load(); b != nil {
 		prog.Lag = batch.Lag(chk.Offsets, *b)
+		prog.Positions = batch.Positions(chk.Offsets, *b)
 	}
 	for part, next := range chk.Offsets {
 		prog.Offsets += next - p.chk.Offsets[part]

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/internal/event"
-	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -78,7 +77,7 @@ func openCheckpointSinks(ctx context.Context, cfg Config, spec ckptSinkSpec, par
 	case "kafka":
 		// Created if missing, like the input topic of `microbatch produce`.
 		for _, t := range []string{spec.topic, spec.topic + DeadLetterTopicSuffix} {
-			if err := kafkautil.EnsureTopic(spec.brokers, t, partitions); err != nil {
+			if err := cfg.Kafka.EnsureTopic(spec.brokers, t, partitions); err != nil {
 				return nil, fmt.Errorf("kafka sink: %w", err)
 			}
 		}
@@ -109,6 +108,7 @@ func (s *ckptSinks) subtask(i int) (ckptSink, error) {
 			TransactionalID: fmt.Sprintf("%s-%d", job, i),
 			Subtask:         i,
 			TxnTimeout:      s.cfg.KafkaTxnTimeout,
+			Security:        s.cfg.Kafka,
 		})
 		if err != nil {
 			return nil, err

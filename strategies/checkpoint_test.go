@@ -41,6 +41,9 @@ func TestCheckpointFailureRewinds(t *testing.T) {
 	// The first pre-commit that holds records stalls past the checkpoint
 	// timeout (after the transaction was pre-committed, before the ack).
 	var stalled atomic.Bool
+	var failures, recoveries atomic.Int64
+	cfg.OnCheckpointFailure = func(error) { failures.Add(1) }
+	cfg.OnRecovery = func() { recoveries.Add(1) }
 	cfg.CrashPoint = func(point string) {
 		if point == strategies.CrashAfterPrecommit && pendingFiles(dir+"/out") > 0 && stalled.CompareAndSwap(false, true) {
 			time.Sleep(cfg.CheckpointTimeout + time.Second)
@@ -57,6 +60,9 @@ func TestCheckpointFailureRewinds(t *testing.T) {
 	logMu.Unlock()
 	if !stalled.Load() || !strings.Contains(log, "restarting from the latest complete checkpoint") {
 		t.Fatalf("no checkpoint failed (stalled=%v): the test did not exercise the rewind; log:\n%s", stalled.Load(), log)
+	}
+	if failures.Load() < 1 || recoveries.Load() != failures.Load() {
+		t.Errorf("hooks told of %d checkpoint failures and %d recoveries, want ≥ 1 and as many recoveries", failures.Load(), recoveries.Load())
 	}
 
 	seen := map[int64]int{}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/kafkautil"
 )
 
 // Strategy names accepted by Config.Strategy.
@@ -101,6 +102,7 @@ const (
 	DefaultKafkaTxnTimeout     = 10 * time.Minute
 	DefaultMaxRestartTime      = 2 * time.Minute
 	DefaultSessionTimeout      = 10 * time.Second
+	DefaultConnectTimeout      = 30 * time.Second
 	DefaultRebalanceTimeout    = time.Minute
 	DefaultAssignment          = AssignSticky
 	// MaxBatchRecordsLimit keeps a batch's per-key sums inside int64 (with
@@ -120,6 +122,12 @@ type Config struct {
 	Parallelism     int   // 0 = number of partitions
 	MaxBatchRecords int64 // per partition per batch
 	UntilIdle       time.Duration
+	// ConnectTimeout is how long start-up waits for Kafka and the sink to
+	// answer before it gives up (ErrUnreachable).
+	ConnectTimeout time.Duration
+	// Kafka is how to reach the brokers (TLS, SASL); it applies to the
+	// source and to a kafka:// checkpoint sink alike.
+	Kafka kafkautil.Security
 
 	// Scale-out (every strategy but checkpoint; see group.go): processes
 	// of one job join the Kafka consumer group Group, which assigns them
@@ -143,6 +151,12 @@ type Config struct {
 	Logger       *slog.Logger
 	OnBatchStart func(batch.Info, []batch.Range)
 	OnProgress   func(batch.Progress)
+	// Checkpoint mode: OnCheckpointFailure is told of each failed attempt
+	// that the job restarts from (a checkpoint that failed or timed out, a
+	// task that died), and OnRecovery when the job has been restored from
+	// the latest complete checkpoint after one.
+	OnCheckpointFailure func(error)
+	OnRecovery          func()
 	// CrashPoint, when set, is called at each crash point (see
 	// CrashPoints), possibly from several partition tasks at once.
 	CrashPoint func(point string)
@@ -173,6 +187,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxBatchRecords == 0 {
 		c.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.Group == "" {
 		c.Group = c.Job
@@ -227,6 +244,8 @@ func (c Config) Validate() error {
 		return bad("unknown strategy %q (available: %s)", c.Strategy, strings.Join(Strategies, ", "))
 	case len(c.Brokers) == 0:
 		return bad("brokers: none given")
+	case c.Kafka.Validate() != nil:
+		return bad("%v", c.Kafka.Validate())
 	case !topicRE.MatchString(c.Topic):
 		return bad("topic %q: use 1-249 of [A-Za-z0-9._-]", c.Topic)
 	case !jobRE.MatchString(c.Job):

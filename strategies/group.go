@@ -68,6 +68,7 @@ func isFenced(err error) bool { return errors.Is(err, offsets.ErrFenced) }
 // groupConfig is the sarama configuration of the membership client.
 func groupConfig(cfg Config) *sarama.Config {
 	c := kafkautil.Config(clientIDPrefix + cfg.Job)
+	_ = cfg.Kafka.Apply(c) // openSource applied the same settings first and stopped on an error
 	g := &c.Consumer.Group
 	g.Session.Timeout = cfg.SessionTimeout
 	g.Heartbeat.Interval = max(cfg.SessionTimeout/4, 10*time.Millisecond)
@@ -109,26 +110,43 @@ const clientIDPrefix = "microbatch-"
 // if there is none. Such a member would be assigned some of the partitions
 // and this job would never read them.
 func sharedWith(client sarama.Client, group, job string) (string, error) {
-	b, err := client.Coordinator(group)
+	members, err := describeMembers(client, group)
 	if err != nil {
 		return "", err
 	}
-	resp, err := b.DescribeGroups(&sarama.DescribeGroupsRequest{Version: 5, Groups: []string{group}})
-	if err != nil {
-		return "", err
-	}
-	for _, gd := range resp.Groups {
-		for _, m := range gd.Members {
-			other, ok := strings.CutPrefix(m.ClientId, clientIDPrefix)
-			switch {
-			case !ok:
-				return fmt.Sprintf("a consumer that is not microbatch (client id %q)", m.ClientId), nil
-			case other != job:
-				return fmt.Sprintf("job %q", other), nil
-			}
+	for _, m := range members {
+		other, ok := strings.CutPrefix(m.ClientId, clientIDPrefix)
+		switch {
+		case !ok:
+			return fmt.Sprintf("a consumer that is not microbatch (client id %q)", m.ClientId), nil
+		case other != job:
+			return fmt.Sprintf("job %q", other), nil
 		}
 	}
 	return "", nil
+}
+
+// describeMembers returns the group's live members, as its coordinator
+// knows them.
+func describeMembers(client sarama.Client, group string) ([]*sarama.GroupMemberDescription, error) {
+	b, err := client.Coordinator(group)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := b.DescribeGroups(&sarama.DescribeGroupsRequest{Version: 5, Groups: []string{group}})
+	if err != nil {
+		return nil, err
+	}
+	var out []*sarama.GroupMemberDescription
+	for _, gd := range resp.Groups {
+		if !errors.Is(gd.Err, sarama.ErrNoError) && !errors.Is(gd.Err, sarama.ErrGroupIDNotFound) {
+			return nil, gd.Err
+		}
+		for _, m := range gd.Members {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // groupRun is the state of a member across sessions.

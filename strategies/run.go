@@ -4,18 +4,17 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
 )
 
-// connectTimeout bounds how long start-up waits for the sink to answer.
-const connectTimeout = 30 * time.Second
+// connectTimeout bounds how long the checkpoint sinks wait for their
+// server to answer.
+const connectTimeout = DefaultConnectTimeout
 
 // Result is what a finished run reports.
 type Result struct {
@@ -35,7 +34,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	log := cfg.Logger
 	if cfg.Strategy == StrategyCheckpoint {
-		client, src, err := openSource(cfg)
+		client, src, err := openSource(ctx, cfg)
 		if err != nil {
 			return Result{}, err
 		}
@@ -44,16 +43,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return runCheckpoint(ctx, cfg, src)
 	}
 
-	octx, cancel := context.WithTimeout(ctx, connectTimeout)
-	var w *writers.SQL
-	var rw *writers.Redis
-	var err error
-	if cfg.Strategy == StrategyIdempotent {
-		rw, err = writers.OpenRedis(octx, cfg.Sink)
-	} else {
-		w, err = writers.OpenSQL(octx, cfg.Sink)
-	}
-	cancel()
+	w, rw, err := openSink(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -62,11 +52,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	} else {
 		defer w.Close()
 		if err := w.CreateTables(ctx); err != nil {
-			return Result{}, err
+			return Result{}, classify(err)
 		}
 	}
 
-	client, src, err := openSource(cfg)
+	client, src, err := openSource(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -174,18 +164,46 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, err
 }
 
-// openSource connects to Kafka and opens the job's topic.
-func openSource(cfg Config) (sarama.Client, *batch.KafkaSource, error) {
-	client, err := sarama.NewClient(cfg.Brokers, kafkautil.Config("microbatch-"+cfg.Job))
+// openSource connects to Kafka, waiting up to the connect timeout for it
+// to answer, and opens the job's topic.
+func openSource(ctx context.Context, cfg Config) (sarama.Client, *batch.KafkaSource, error) {
+	var client sarama.Client
+	err := connect(ctx, cfg.ConnectTimeout, func(context.Context) error {
+		conf, err := cfg.kafkaConfig(clientIDPrefix + cfg.Job)
+		if err != nil {
+			return err
+		}
+		c, err := sarama.NewClient(cfg.Brokers, conf)
+		if err != nil {
+			return saslClosed(cfg, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(cfg.Brokers, ","), err))
+		}
+		client = c
+		return nil
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(cfg.Brokers, ","), err)
+		return nil, nil, err
 	}
 	src, err := batch.NewKafkaSource(client, cfg.Topic)
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return nil, nil, classify(err)
 	}
 	return client, src, nil
+}
+
+// openSink connects to the micro-batch strategies' sink — Redis for
+// idempotent, SQL for the others — waiting up to the connect timeout for
+// it to answer.
+func openSink(ctx context.Context, cfg Config) (w *writers.SQL, rw *writers.Redis, err error) {
+	err = connect(ctx, cfg.ConnectTimeout, func(actx context.Context) (err error) {
+		if cfg.Strategy == StrategyIdempotent {
+			rw, err = writers.OpenRedis(actx, cfg.Sink)
+		} else {
+			w, err = writers.OpenSQL(actx, cfg.Sink)
+		}
+		return err
+	})
+	return w, rw, err
 }
 
 // claimPartitions takes a new epoch for the session's partitions and makes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -37,8 +38,13 @@ func ReadSinkTotals(ctx context.Context, w *writers.SQL, job string) (SinkTotals
 // kafka:// and file:// outputs), reads what it holds for job, and returns
 // it with the sink's address (no password).
 func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error) {
+	return ReadTotalsSecure(ctx, dsn, job, kafkautil.Security{})
+}
+
+// ReadTotalsSecure is ReadTotals reaching a kafka:// output with sec.
+func ReadTotalsSecure(ctx context.Context, dsn, job string, sec kafkautil.Security) (SinkTotals, string, error) {
 	if isKafkaDSN(dsn) || isFileDSN(dsn) {
-		return readOutputTotals(ctx, dsn, job)
+		return readOutputTotals(ctx, dsn, job, sec)
 	}
 	if isRedisDSN(dsn) {
 		r, err := writers.OpenRedis(ctx, dsn)

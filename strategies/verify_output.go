@@ -18,7 +18,7 @@ import (
 // Kafka topic (read-committed, up to the last stable offset) or files: one
 // output record per input event, so events and amount compare with what
 // was produced exactly as mb_totals does.
-func readOutputTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error) {
+func readOutputTotals(ctx context.Context, dsn, job string, sec kafkautil.Security) (SinkTotals, string, error) {
 	spec, err := parseCheckpointSink(dsn, SinkMode2PC)
 	if err != nil {
 		return SinkTotals{}, "", err
@@ -45,11 +45,11 @@ func readOutputTotals(ctx context.Context, dsn, job string) (SinkTotals, string,
 		return t, "files in " + spec.dir, err
 	}
 	where := fmt.Sprintf("kafka %s/%s", strings.Join(spec.brokers, ","), spec.topic)
-	if err := readTopic(ctx, spec.brokers, spec.topic, add); err != nil {
+	if err := readTopic(ctx, sec, spec.brokers, spec.topic, add); err != nil {
 		return t, where, err
 	}
 	t.Keys = int64(len(keys))
-	err = readTopic(ctx, spec.brokers, spec.topic+DeadLetterTopicSuffix, func([]byte) error {
+	err = readTopic(ctx, sec, spec.brokers, spec.topic+DeadLetterTopicSuffix, func([]byte) error {
 		t.DeadLetters++
 		return nil
 	})
@@ -58,8 +58,12 @@ func readOutputTotals(ctx context.Context, dsn, job string) (SinkTotals, string,
 
 // readTopic calls fn with every committed record of topic, read-committed
 // from the log start to the last stable offset.
-func readTopic(ctx context.Context, brokers []string, topic string, fn func(value []byte) error) error {
-	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-verify"))
+func readTopic(ctx context.Context, sec kafkautil.Security, brokers []string, topic string, fn func(value []byte) error) error {
+	conf, err := sec.Config("microbatch-verify")
+	if err != nil {
+		return err
+	}
+	client, err := sarama.NewClient(brokers, conf)
 	if err != nil {
 		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
 	}

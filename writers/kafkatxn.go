@@ -80,6 +80,8 @@ type KafkaTxnConfig struct {
 	// is copied, never modified; the copy gets the settings a
 	// transactional producer needs. nil: kafkautil.Config's defaults.
 	Sarama *sarama.Config
+	// Security (TLS, SASL) is applied on top of the base configuration.
+	Security kafkautil.Security
 }
 
 // Defaults and bounds of KafkaTxnConfig.
@@ -165,6 +167,9 @@ func NewKafkaTxn(cfg KafkaTxnConfig) (*KafkaTxn, error) {
 	}
 	if !conf.Version.IsAtLeast(sarama.V3_0_0_0) {
 		conf.Version = kafkautil.Version // DescribeTransactions needs 3.0
+	}
+	if err := cfg.Security.Apply(&conf); err != nil {
+		return nil, fmt.Errorf("kafka sink: %w", err)
 	}
 	conf.Producer.Idempotent = true
 	conf.Producer.RequiredAcks = sarama.WaitForAll

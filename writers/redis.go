@@ -261,7 +261,7 @@ func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) 
 		}
 	}
 	if scheme == "rediss" {
-		opts.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+		opts.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12, RootCAs: redisRootCAs()}
 	}
 	return opts, scheme + "://" + userinfo + opts.Addr + "/" + strconv.Itoa(db), nil
 }
@@ -1011,4 +1011,180 @@ func IsRedisRetryable(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// RedisPosition is a partition's stored progress (Positions).
+type RedisPosition struct {
+	Partition  int32
+	NextOffset int64
+	// Epoch is the partition's own epoch (mb:{job}:epochs), else the
+	// job's (mb:{job}:epoch): the epoch a write must not be older than.
+	Epoch int64
+	// Logged is the partition's last logged range (plan:parts), if any;
+	// Pending says it is not folded yet (the offset is still at its From):
+	// the job's next run finishes it first.
+	Logged  *PlannedRange
+	Pending bool
+}
+
+// Positions returns the stored progress of the job's partitions of topic
+// that have an offset, by partition, read as one snapshot (MULTI). It is
+// for inspection (`microbatch offsets show`).
+func (w *Redis) Positions(ctx context.Context, job, topic string) (map[int32]RedisPosition, error) {
+	if err := checkJob(job); err != nil {
+		return nil, err
+	}
+	if !topicRE.MatchString(topic) {
+		return nil, fmt.Errorf("writers: bad topic name %q", topic)
+	}
+	var offs, epochs, logged *redis.MapStringStringCmd
+	var jobEpoch *redis.StringCmd
+	if _, err := w.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		offs = p.HGetAll(ctx, redisOffsetsKey(job))
+		epochs = p.HGetAll(ctx, redisEpochsKey(job))
+		jobEpoch = p.Get(ctx, redisEpochKey(job))
+		logged = p.HGetAll(ctx, redisPlanPartsKey(job))
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading positions of job %s: %w", job, err)
+	}
+	je, _ := strconv.ParseInt(jobEpoch.Val(), 10, 64)
+	out := make(map[int32]RedisPosition)
+	for f, v := range offs.Val() {
+		t, ps, ok := strings.Cut(f, "/")
+		if !ok || t != topic {
+			continue
+		}
+		part, perr := strconv.ParseInt(ps, 10, 32)
+		off, oerr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || oerr != nil {
+			return nil, fmt.Errorf("reading positions of job %s: bad offset entry %q = %q", job, f, v)
+		}
+		pos := RedisPosition{Partition: int32(part), NextOffset: off, Epoch: je}
+		if e, ok := epochs.Val()[f]; ok {
+			if pos.Epoch, oerr = strconv.ParseInt(e, 10, 64); oerr != nil {
+				return nil, fmt.Errorf("reading positions of job %s: bad epoch entry %q = %q", job, f, e)
+			}
+		}
+		if entry, ok := logged.Val()[f]; ok {
+			pr := PlannedRange{Range: Range{Topic: topic, Partition: int32(part)}}
+			if _, err := fmt.Sscanf(entry, "%d %d %d", &pr.BatchID, &pr.From, &pr.To); err != nil {
+				return nil, fmt.Errorf("reading positions of job %s: bad plan entry %s = %q", job, f, entry)
+			}
+			pos.Logged, pos.Pending = &pr, off == pr.From
+		}
+		out[pos.Partition] = pos
+	}
+	return out, nil
+}
+
+// resetScript: KEYS epoch, epochs, offsets, plan:parts, then the
+// contribution keys to delete; ARGV per partition its field, new offset and
+// its plan:parts entry as read before ("" if none). Returns the new epoch,
+// then each partition's old offset ("" if none).
+var resetScript = redis.NewScript(`
+local n = #ARGV / 3
+for i = 0, n - 1 do
+  local field, want = ARGV[3 * i + 1], ARGV[3 * i + 3]
+  if (redis.call('HGET', KEYS[4], field) or '') ~= want then
+    return redis.error_reply('MBCONFLICT the logged range of ' .. field .. ' changed during the reset: is the job running?')
+  end
+end
+local s = string.format('%d', tonumber(redis.call('GET', KEYS[1]) or '0') + 1)
+redis.call('SET', KEYS[1], s)
+local out = {s}
+for i = 0, n - 1 do
+  local field, to = ARGV[3 * i + 1], ARGV[3 * i + 2]
+  out[#out + 1] = redis.call('HGET', KEYS[3], field) or ''
+  redis.call('HSET', KEYS[3], field, to)
+  redis.call('HSET', KEYS[2], field, s)
+  redis.call('HDEL', KEYS[4], field)
+end
+for k = 5, #KEYS do
+  redis.call('DEL', KEYS[k])
+end
+return out
+`)
+
+// ResetOffsets moves partitions of a stopped job's topic to the offsets in
+// to, in one atomic script, and returns the new epoch and the changes,
+// sorted by partition. It is `microbatch offsets reset`:
+//
+//   - the offsets are set (created if missing);
+//   - the job's epoch is raised by one and stamped on the partitions, so
+//     that a process of the old run still alive somewhere is fenced on
+//     them (offsets.ErrFenced), and the next run claims above it;
+//   - the partitions' logged ranges (plan:parts) are dropped, with the
+//     contribution of one not folded yet. Otherwise the next run would
+//     finish a range planned before the reset (PendingRanges returns it if
+//     the new offset happens to be its From), and LogPlan would refuse
+//     new ranges while it is pending.
+//
+// The totals, dead letters and the batch counter stay: a rewind counts the
+// records again (dead letters are keyed by offset and are overwritten).
+// If a partition's logged range changed between the read and the script
+// (the job is running after all), nothing changes and the error is
+// offsets.ErrConflict.
+func (w *Redis) ResetOffsets(ctx context.Context, job, topic string, to map[int32]int64) (int64, []offsets.Change, error) {
+	if err := checkJob(job); err != nil {
+		return 0, nil, err
+	}
+	if !topicRE.MatchString(topic) {
+		return 0, nil, fmt.Errorf("writers: bad topic name %q", topic)
+	}
+	parts := make([]int32, 0, len(to))
+	for p, off := range to {
+		if p < 0 || off < 0 {
+			return 0, nil, fmt.Errorf("writers: bad target %d for partition %d", off, p)
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return 0, nil, fmt.Errorf("writers: no partitions to reset")
+	}
+	slices.Sort(parts)
+	fields := make([]string, len(parts))
+	for i, p := range parts {
+		fields[i] = Range{Topic: topic, Partition: p}.field()
+	}
+	logged, err := w.c.HMGet(ctx, redisPlanPartsKey(job), fields...).Result()
+	if err != nil {
+		return 0, nil, fmt.Errorf("resetting offsets of job %s: %w", job, err)
+	}
+	keys := []string{redisEpochKey(job), redisEpochsKey(job), redisOffsetsKey(job), redisPlanPartsKey(job)}
+	args := make([]any, 0, 3*len(parts))
+	for i, p := range parts {
+		entry, _ := logged[i].(string)
+		if entry != "" {
+			r := Range{Topic: topic, Partition: p}
+			var id int64
+			if _, err := fmt.Sscanf(entry, "%d %d %d", &id, &r.From, &r.To); err != nil {
+				return 0, nil, fmt.Errorf("resetting offsets of job %s: bad plan entry %s = %q", job, fields[i], entry)
+			}
+			keys = append(keys, redisContribKey(job, r))
+		}
+		args = append(args, fields[i], to[p], entry)
+	}
+	res, err := resetScript.Run(ctx, w.c, keys, args...).StringSlice()
+	if err != nil {
+		return 0, nil, fmt.Errorf("resetting offsets of job %s: %w", job, scriptError(err))
+	}
+	if len(res) != 1+len(parts) {
+		return 0, nil, fmt.Errorf("resetting offsets of job %s: the script answered %d values, want %d", job, len(res), 1+len(parts))
+	}
+	epoch, err := strconv.ParseInt(res[0], 10, 64)
+	if err != nil {
+		return 0, nil, fmt.Errorf("resetting offsets of job %s: bad epoch %q", job, res[0])
+	}
+	changes := make([]offsets.Change, len(parts))
+	for i, p := range parts {
+		changes[i] = offsets.Change{Partition: p, New: to[p]}
+		if old := res[1+i]; old != "" {
+			changes[i].HadRow = true
+			if changes[i].Old, err = strconv.ParseInt(old, 10, 64); err != nil {
+				return 0, nil, fmt.Errorf("resetting offsets of job %s: bad old offset %s = %q", job, fields[i], old)
+			}
+		}
+	}
+	return epoch, changes, nil
 }

@@ -1520,8 +1520,9 @@ func TestCheckpointKafkaTxnTimeoutConfig(t *testing.T) {
 	// Just above the need, the same settings pass validation and the run
 	// fails only on the unreachable broker.
 	r := runBin(t, t.TempDir(), nil, time.Minute, slices.Concat(base,
-		[]string{"--kafka-txn-timeout", "1001ms", "--checkpoint-interval", "500ms", "--checkpoint-timeout", "300ms", "--max-restart-time", "200ms"})...)
-	if r.code != 1 || strings.Contains(r.stderr, "transaction timeout") {
-		t.Errorf("a transaction timeout above the need: want exit 1 on the unreachable broker, not a timeout complaint\n%s", r)
+		[]string{"--kafka-txn-timeout", "1001ms", "--checkpoint-interval", "500ms", "--checkpoint-timeout", "300ms", "--max-restart-time", "200ms",
+			"--connect-timeout", "1s"})...)
+	if r.code != 3 || strings.Contains(r.stderr, "transaction timeout") {
+		t.Errorf("a transaction timeout above the need: want exit 3 on the unreachable broker, not a timeout complaint\n%s", r)
 	}
 }

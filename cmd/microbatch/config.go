@@ -18,6 +18,9 @@ const (
 	exitOK       = 0
 	exitFailure  = 1 // the run failed, or verify found a difference
 	exitConfig   = 2 // bad flags, config file or values
+	exitNoServer = 3 // Kafka or the sink did not answer within --connect-timeout
+	exitNoTopic  = 4 // the topic to read does not exist
+	exitDenied   = 5 // a server refused the credentials or a permission
 	exitSignaled = 130
 )
 

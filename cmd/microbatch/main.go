@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/microbatch/microbatch/strategies"
 	"github.com/spf13/cobra"
 )
 
@@ -29,6 +30,7 @@ func run(args []string) int {
 		SilenceErrors: true,
 	}
 	root.AddCommand(runCmd(), brokerCmd(), produceCmd(), verifyCmd(), benchCmd())
+	root.AddCommand(offsetsCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	switch {
@@ -39,6 +41,15 @@ func run(args []string) int {
 	case isConfigError(err) || isUsageError(err):
 		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitConfig
+	case errors.Is(err, strategies.ErrUnreachable):
+		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
+		return exitNoServer
+	case errors.Is(err, strategies.ErrNoTopic):
+		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
+		return exitNoTopic
+	case errors.Is(err, strategies.ErrDenied):
+		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
+		return exitDenied
 	default:
 		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitFailure

@@ -24,6 +24,7 @@ func produceCmd() *cobra.Command {
 	fs.Float64("rate", 0, "events per second (0 = as fast as possible)")
 	fs.Uint64("seed", 1, "seed of the event sequence")
 	fs.Int64("skip", 0, "continue the sequence after this many events")
+	addKafkaSecurityFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
@@ -32,6 +33,9 @@ func produceCmd() *cobra.Command {
 		opts := kafkautil.ProduceOptions{Brokers: kafkautil.SplitBrokers(s.str("brokers")), Topic: s.str("topic")}
 		if len(opts.Brokers) == 0 {
 			return badConfig("brokers: none given")
+		}
+		if opts.Security, err = kafkaSecurity(s); err != nil {
+			return err
 		}
 		if opts.Count, err = s.int64("count"); err != nil {
 			return err
@@ -57,7 +61,7 @@ func produceCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if err := kafkautil.EnsureTopic(opts.Brokers, opts.Topic, parts); err != nil {
+		if err := opts.Security.EnsureTopic(opts.Brokers, opts.Topic, parts); err != nil {
 			return err
 		}
 		exp, err := kafkautil.Produce(cmd.Context(), opts)

@@ -76,8 +76,13 @@ works on a machine with nothing installed.`,
 	fs.Duration("kafka-txn-timeout", strategies.DefaultKafkaTxnTimeout, "checkpoint, Kafka sink: transaction timeout; must exceed checkpoint interval + timeout + max restart time")
 	fs.Duration("max-restart-time", strategies.DefaultMaxRestartTime, "checkpoint: longest expected restart after a crash; pre-committed Kafka transactions must outlive it")
 	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan)")
+	fs.String("metrics-addr", "", "serve Prometheus metrics (/metrics) and a live status page (/) on host:port; :port binds 127.0.0.1 (empty: off)")
+	fs.Bool("dry-run", false, "check the settings, reach Kafka and the sink, print what the job would do first, and exit (writes nothing)")
+	fs.Duration("connect-timeout", strategies.DefaultConnectTimeout, "how long start-up waits for Kafka and the sink to answer (exit 3 after)")
 	fs.String("log-format", logText, "log format on stderr: text or json (text on a terminal shows progress as one live status line)")
 	fs.BoolP("quiet", "q", false, "log warnings and errors only: no progress")
+	addKafkaSecurityFlags(fs)
+	addSinkSecurityFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
@@ -140,6 +145,9 @@ func runJob(ctx context.Context, s *settings) error {
 	if err := strategies.CheckSink(cfg.Sink); err != nil {
 		return configError{fmt.Errorf("sink: %w", err)}
 	}
+	if err := secureSettings(s, &cfg); err != nil {
+		return err
+	}
 	demoEvents, err := s.int64("demo-events")
 	if err != nil {
 		return err
@@ -177,6 +185,19 @@ func runJob(ctx context.Context, s *settings) error {
 	if cfg.CrashPoint, err = crashPointFromEnv(); err != nil {
 		return err
 	}
+	if cfg.ConnectTimeout, err = s.duration("connect-timeout"); err != nil {
+		return err
+	}
+	if dry, err := s.boolean("dry-run"); err != nil {
+		return err
+	} else if dry {
+		return dryRun(ctx, cfg)
+	}
+	stopStatus, err := startStatus(s, &cfg)
+	if err != nil {
+		return err
+	}
+	defer stopStatus()
 
 	var demo *demoRun
 	if len(cfg.Brokers) == 0 {
@@ -324,7 +345,7 @@ func (d *demoRun) stop() {
 // report prints what the sink holds next to what the demo produced. A run
 // that was interrupted before catching up only says where it stands.
 func (d *demoRun) report(ctx context.Context, cfg strategies.Config, interrupted bool) error {
-	got, sink, err := strategies.ReadTotals(ctx, cfg.Sink, cfg.Job)
+	got, sink, err := strategies.ReadTotalsSecure(ctx, cfg.Sink, cfg.Job, cfg.Kafka)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,8 @@ func verifyCmd() *cobra.Command {
 	fs.String("strategy", strategies.StrategyTxn, "strategy the job ran with; verify judges by its promise: "+strings.Join(strategies.Strategies, ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
 	fs.Int64("expect-amount", 0, "sum of amount the sink should hold")
+	addKafkaSecurityFlags(fs)
+	addSinkSecurityFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
@@ -63,9 +65,16 @@ func verifyCmd() *cobra.Command {
 				return fmt.Errorf("sink %s: %w", target.Display, err)
 			}
 		}
+		kafka, err := kafkaSecurity(s)
+		if err != nil {
+			return err
+		}
+		if dsn, err = sinkDSN(s, dsn); err != nil {
+			return err
+		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 		defer cancel()
-		got, sink, err := strategies.ReadTotals(ctx, dsn, s.str("job"))
+		got, sink, err := strategies.ReadTotalsSecure(ctx, dsn, s.str("job"), kafka)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@
 package devbroker
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -18,6 +19,16 @@ type Options struct {
 	Topics     []string // created at start if missing
 	Partitions int32    // for Topics and auto-created topics
 	DataDir    string   // "" keeps everything in memory
+	// Users, when set, turn on SASL: only these (super)users may connect.
+	Users []User
+	// TLS, when set, makes the broker listen with TLS only.
+	TLS *tls.Config
+}
+
+// User is a SASL user of the dev broker.
+type User struct {
+	Mechanism      string // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	Name, Password string
 }
 
 // Broker is a running dev broker.
@@ -46,6 +57,15 @@ func Start(o Options) (*Broker, error) {
 	}
 	if o.DataDir != "" {
 		opts = append(opts, kfake.DataDir(o.DataDir))
+	}
+	if len(o.Users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range o.Users {
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.Name, u.Password))
+		}
+	}
+	if o.TLS != nil {
+		opts = append(opts, kfake.TLS(o.TLS))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -60,6 +60,8 @@ type ProduceOptions struct {
 	// Skip generates and discards the first Skip events, so a producer can
 	// continue a sequence (the demo tops its topic up this way).
 	Skip int64
+	// Security is how to connect (zero: plaintext).
+	Security Security
 }
 
 // Produce writes opts.Count events of the seed's sequence, keyed by event
@@ -67,7 +69,10 @@ type ProduceOptions struct {
 // produced.
 func Produce(ctx context.Context, opts ProduceOptions) (event.Expected, error) {
 	var exp event.Expected
-	cfg := Config("microbatch-produce")
+	cfg, err := opts.Security.Config("microbatch-produce")
+	if err != nil {
+		return exp, err
+	}
 	cfg.Producer.RequiredAcks = sarama.WaitForAll
 	cfg.Producer.Idempotent = true
 	cfg.Net.MaxOpenRequests = 1
@@ -142,7 +147,16 @@ const topicReadyTimeout = 30 * time.Second
 // EnsureTopic creates topic with partitions if it does not exist, and waits
 // until every partition has a leader. An existing topic is left as it is.
 func EnsureTopic(brokers []string, topic string, partitions int32) error {
-	client, err := sarama.NewClient(brokers, Config("microbatch-admin"))
+	return Security{}.EnsureTopic(brokers, topic, partitions)
+}
+
+// EnsureTopic is the package's EnsureTopic, connecting with s.
+func (s Security) EnsureTopic(brokers []string, topic string, partitions int32) error {
+	conf, err := s.Config("microbatch-admin")
+	if err != nil {
+		return err
+	}
+	client, err := sarama.NewClient(brokers, conf)
 	if err != nil {
 		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
 	}
@@ -193,7 +207,16 @@ func topicReady(client sarama.Client, topic string) error {
 // EndOffsets returns each partition's high-water mark. For a topic written
 // without transactions, their sum is the number of records ever written.
 func EndOffsets(brokers []string, topic string) (map[int32]int64, error) {
-	client, err := sarama.NewClient(brokers, Config("microbatch-offsets"))
+	return Security{}.EndOffsets(brokers, topic)
+}
+
+// EndOffsets is the package's EndOffsets, connecting with s.
+func (s Security) EndOffsets(brokers []string, topic string) (map[int32]int64, error) {
+	conf, err := s.Config("microbatch-offsets")
+	if err != nil {
+		return nil, err
+	}
+	client, err := sarama.NewClient(brokers, conf)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
 	}

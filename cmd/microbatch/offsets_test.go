@@ -1,0 +1,189 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/microbatch/microbatch/internal/testutil"
+)
+
+// TestOffsets: a job run to idle, `offsets show` (lag 0), `offsets reset`
+// to earliest (a second run counts everything again: exactly 2×), to a
+// time and to latest, and a reset refused while a run is in the group —
+// for SQLite (txn, on the dev broker) and Redis (idempotent, on Apache
+// Kafka when MICROBATCH_TEST_KAFKA is set).
+func TestOffsets(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		b := startBroker(t)
+		testOffsets(t, b.addr, "sqlite://"+t.TempDir()+"/offsets.db", "txn")
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		sink := testutil.NeedServer(t, testutil.EnvRedis)
+		brokers := os.Getenv(testutil.EnvKafka)
+		if brokers == "" || testing.Short() {
+			brokers = startBroker(t).addr
+		}
+		testOffsets(t, brokers, sink, "idempotent")
+	})
+}
+
+type showJSON struct {
+	Partitions []struct {
+		Partition  int32  `json:"partition"`
+		NextOffset *int64 `json:"next_offset"`
+		Epoch      *int64 `json:"epoch"`
+		LogEnd     int64  `json:"log_end"`
+		Lag        *int64 `json:"lag"`
+	} `json:"partitions"`
+	Lag int64 `json:"lag"`
+}
+
+func testOffsets(t *testing.T, brokers, sink, strategy string) {
+	dir := t.TempDir()
+	topic, job := uniqueName(t, "t"), uniqueName(t, "j")
+	common := []string{"--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink, "--strategy", strategy}
+	cmd := func(args ...string) result {
+		t.Helper()
+		return runBin(t, dir, nil, time.Minute, append(args, common...)...)
+	}
+	mustOK := func(args ...string) string {
+		t.Helper()
+		r := cmd(args...)
+		if r.code != 0 {
+			t.Fatalf("microbatch %s: %s", strings.Join(args, " "), r)
+		}
+		return r.stdout
+	}
+	show := func() showJSON {
+		t.Helper()
+		var s showJSON
+		if err := json.Unmarshal([]byte(mustOK("offsets", "show", "--json")), &s); err != nil {
+			t.Fatalf("offsets show --json: %v", err)
+		}
+		if len(s.Partitions) != 4 {
+			t.Fatalf("offsets show: %d partitions, want 4", len(s.Partitions))
+		}
+		return s
+	}
+	runIdle := func() {
+		t.Helper()
+		mustOK("run", "--interval", "200ms", "--until-idle", "1s")
+	}
+	verify := func(events, amount int64) {
+		t.Helper()
+		args := []string{"verify", "--job", job, "--sink", sink, "--strategy", strategy,
+			"--expect-events", fmt.Sprint(events), "--expect-amount", fmt.Sprint(amount)}
+		if r := runBin(t, dir, nil, time.Minute, args...); r.code != 0 {
+			t.Fatalf("microbatch %s: %s", strings.Join(args, " "), r)
+		}
+	}
+
+	events, amount := produceCLI(t, brokers, topic, 7, 0, 2000)
+	runIdle()
+	s := show()
+	var ends []int64
+	var sum int64
+	for _, p := range s.Partitions {
+		if p.NextOffset == nil || *p.NextOffset != p.LogEnd || p.Lag == nil || *p.Lag != 0 || p.Epoch == nil {
+			t.Fatalf("after the run, partition %+v: want next offset = log end, lag 0, an epoch", p)
+		}
+		ends = append(ends, p.LogEnd)
+		sum += p.LogEnd
+	}
+	if s.Lag != 0 || sum != events {
+		t.Fatalf("offsets show: lag %d, log ends sum to %d; want 0 and %d", s.Lag, sum, events)
+	}
+	table := mustOK("offsets", "show")
+	if !strings.Contains(table, "next offset") || !strings.Contains(table, "total lag 0") {
+		t.Fatalf("offsets show printed:\n%s", table)
+	}
+
+	// Rewind: the next run reads everything again, so the totals double.
+	out := mustOK("offsets", "reset", "--to", "earliest")
+	for p, end := range ends {
+		if line := fmt.Sprintf("  %d: %d → 0\n", p, end); !strings.Contains(out, line) {
+			t.Fatalf("offsets reset --to earliest printed:\n%s\nwant the line %q", out, line)
+		}
+	}
+	if s := show(); s.Lag != events {
+		t.Fatalf("lag after reset = %d, want %d", s.Lag, events)
+	}
+	runIdle()
+	verify(2*events, 2*amount)
+
+	// A time: records produced after it are where the partitions go.
+	time.Sleep(20 * time.Millisecond)
+	mark := time.Now().UTC()
+	time.Sleep(20 * time.Millisecond)
+	more, moreAmount := produceCLI(t, brokers, topic, 7, 2000, 500)
+	mustOK("offsets", "reset", "--to", mark.Format(time.RFC3339Nano))
+	s = show()
+	for i, p := range s.Partitions {
+		if *p.NextOffset != ends[i] {
+			t.Fatalf("after reset --to %s, partition %d is at %d, want %d (its end before the second produce)", mark.Format(time.RFC3339Nano), i, *p.NextOffset, ends[i])
+		}
+	}
+	if s.Lag != more {
+		t.Fatalf("lag after reset to the time = %d, want %d", s.Lag, more)
+	}
+	runIdle()
+	verify(2*events+more, 2*amount+moreAmount)
+
+	// Latest on one partition, an offset on another.
+	mustOK("offsets", "reset", "--to", "earliest", "--partitions", "1,2")
+	out = mustOK("offsets", "reset", "--to", "latest", "--partitions", "1")
+	if !strings.Contains(out, "  1: 0 → ") || strings.Contains(out, "  2: ") {
+		t.Fatalf("offsets reset --to latest --partitions 1 printed:\n%s", out)
+	}
+	mustOK("offsets", "reset", "--to", "3", "--partitions", "2")
+	s = show()
+	if p := s.Partitions[1]; *p.Lag != 0 {
+		t.Fatalf("partition 1 after reset to latest: lag %d, want 0", *p.Lag)
+	}
+	if p := s.Partitions[2]; *p.NextOffset != 3 {
+		t.Fatalf("partition 2 after reset to offset 3: at %d", *p.NextOffset)
+	}
+	if r := cmd("offsets", "reset", "--to", "99999999"); r.code != 2 || !strings.Contains(r.stderr, "outside partition") {
+		t.Fatalf("reset to an offset past the end: %s\nwant exit 2 naming the partition's log", r)
+	}
+
+	// Refused while a run is in the group; nothing changes.
+	p := startGroupProc(t, "run", dir, cmdEnv(), append([]string{"run", "--interval", "200ms"}, common...))
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.text(), "job started") {
+		p.requireRunning(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("run did not start within 30s:\n%s", p.text())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Let it catch up, so that its own progress does not change the
+	// positions compared below.
+	for show().Lag != 0 {
+		p.requireRunning(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("run did not catch up within 30s:\n%s", p.text())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	before := show()
+	r := cmd("offsets", "reset", "--to", "earliest")
+	if r.code == 0 || !strings.Contains(r.stderr, "live members: microbatch-"+job+" (member ") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("reset while running: %s\nwant a non-zero exit and one line naming the live member", r)
+	}
+	if after := show(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("a refused reset changed the positions: %+v, before %+v", after, before)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if st := p.exit(t, 30*time.Second); st.ExitCode() != 0 {
+		t.Fatalf("run ended %v:\n%s", st, p.text())
+	}
+}

@@ -1,0 +1,37 @@
+package strategies
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/microbatch/microbatch/writers"
+)
+
+// SinkDisplay names a sink DSN for people — logs, status pages — without
+// its password ("xxxxx" in its place), as Result.Sink does once a run has
+// opened the sink. A DSN that does not parse is named by its scheme only.
+func SinkDisplay(dsn string) string {
+	switch {
+	case isKafkaDSN(dsn) || isFileDSN(dsn):
+		spec, err := parseCheckpointSink(dsn, SinkMode2PC)
+		if err != nil {
+			break
+		}
+		if spec.kind == "kafka" {
+			return fmt.Sprintf("kafka://%s/%s", strings.Join(spec.brokers, ","), spec.topic)
+		}
+		return "file://" + spec.dir
+	case isRedisDSN(dsn):
+		if _, display, err := writers.ParseRedisDSN(dsn); err == nil {
+			return display
+		}
+	default:
+		if t, err := writers.ParseSQLDSN(dsn); err == nil {
+			return t.Display
+		}
+	}
+	if scheme, _, ok := strings.Cut(dsn, "://"); ok {
+		return scheme + "://…"
+	}
+	return "(sink)"
+}
