@@ -160,7 +160,7 @@ type Driver struct {
 	// cancel, and reports its retries.
 	Commit func(ctx context.Context, b Info, ranges []Range) (CommitResult, error)
 
-	// Drop, when set, says which task or Commit errors mean "this partition
+	// Drop, when set, says which Prepare, task or Commit errors mean "this partition
 	// is not ours any more" (a commit fenced by a newer instance of a
 	// consumer group). Such a partition is dropped — no batch is planned for
 	// it again in this run — and counted in Progress.Fenced, and the run goes
@@ -223,7 +223,20 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 			}
 			if d.Prepare != nil {
 				if err := d.Prepare(context.WithoutCancel(ctx), Info{ID: batchID, Epoch: d.Epoch}, ranges); err != nil {
-					return sum, fmt.Errorf("preparing batch %d: %w", batchID, err)
+					err = fmt.Errorf("preparing batch %d: %w", batchID, err)
+					if !d.drops(err) {
+						return sum, err
+					}
+					// Refused for the plan as a whole: none of its
+					// partitions is ours for sure any more.
+					for _, r := range ranges {
+						delete(next, r.Partition)
+						sum.Fenced++
+						if d.OnDrop != nil {
+							d.OnDrop(r.Partition, err)
+						}
+					}
+					continue
 				}
 			}
 			if d.OnStart != nil {

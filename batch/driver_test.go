@@ -854,7 +854,7 @@ func TestDriverOverrunStartsNextBatchAtOnce(t *testing.T) {
 // partition of the batch.
 func TestDriverDropsFencedPartitions(t *testing.T) {
 	fenced := errors.New("fenced")
-	for _, level := range []string{"task", "commit"} {
+	for _, level := range []string{"task", "commit", "prepare"} {
 		t.Run(level, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				src := newFakeSource(map[int32]int64{0: 0, 1: 0, 2: 0}, map[int32]int64{0: 100, 1: 100, 2: 100})
@@ -880,6 +880,15 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 					BatchIDs:   func(context.Context) (int64, error) { ids++; return ids, nil },
 					OnProgress: func(p Progress) { progress = append(progress, p) },
 				}
+				if level == "prepare" {
+					// A plan refused as a whole (Redis's fenced LogPlan).
+					d.Prepare = func(ctx context.Context, b Info, ranges []Range) error {
+						if b.ID == 12 {
+							return fmt.Errorf("logging the plan: %w", fenced)
+						}
+						return nil
+					}
+				}
 				if level == "commit" {
 					d.Commit = func(ctx context.Context, b Info, ranges []Range) (CommitResult, error) {
 						if b.ID == 12 {
@@ -893,7 +902,7 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 					t.Fatalf("Run = %v, want nil: a fenced partition must not stop the others", err)
 				}
 				wantDropped := []int32{1}
-				if level == "commit" {
+				if level != "task" {
 					wantDropped = []int32{0, 1, 2}
 				}
 				slices.Sort(dropped)
@@ -903,12 +912,19 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 				if sum.Fenced != len(wantDropped) {
 					t.Errorf("Summary.Fenced = %d, want %d", sum.Fenced, len(wantDropped))
 				}
-				if progress[1].BatchID != 12 || progress[1].Fenced != len(wantDropped) {
+				wantSeen := []int64{11, 12}
+				if level == "prepare" {
+					// Refused before any task ran; no progress for it.
+					wantSeen = []int64{11}
+					if len(progress) != 1 {
+						t.Errorf("progress %+v, want batch 11 only", progress)
+					}
+				} else if progress[1].BatchID != 12 || progress[1].Fenced != len(wantDropped) {
 					t.Errorf("progress of the fenced batch = %+v, want batch 12 with Fenced %d", progress[1], len(wantDropped))
 				}
 				for _, p := range wantDropped {
-					if got := seen[p]; !slices.Equal(got, []int64{11, 12}) {
-						t.Errorf("partition %d planned in batches %v, want [11 12] (never again after the fence)", p, got)
+					if got := seen[p]; !slices.Equal(got, wantSeen) {
+						t.Errorf("partition %d ran in batches %v, want %v (never again after the fence)", p, got, wantSeen)
 					}
 					if _, ok := sum.Next[p]; ok {
 						t.Errorf("Summary.Next still has dropped partition %d", p)
