@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -110,7 +111,7 @@ const clientIDPrefix = "microbatch-"
 // if there is none. Such a member would be assigned some of the partitions
 // and this job would never read them.
 func sharedWith(client sarama.Client, group, job string) (string, error) {
-	members, err := describeMembers(client, group)
+	members, err := GroupMembers(client, group)
 	if err != nil {
 		return "", err
 	}
@@ -126,9 +127,9 @@ func sharedWith(client sarama.Client, group, job string) (string, error) {
 	return "", nil
 }
 
-// describeMembers returns the group's live members, as its coordinator
-// knows them.
-func describeMembers(client sarama.Client, group string) ([]*sarama.GroupMemberDescription, error) {
+// GroupMembers returns the live members of a consumer group by member id,
+// as its coordinator knows them (none for a group that doesn't exist).
+func GroupMembers(client sarama.Client, group string) (map[string]*sarama.GroupMemberDescription, error) {
 	b, err := client.Coordinator(group)
 	if err != nil {
 		return nil, err
@@ -137,14 +138,12 @@ func describeMembers(client sarama.Client, group string) ([]*sarama.GroupMemberD
 	if err != nil {
 		return nil, err
 	}
-	var out []*sarama.GroupMemberDescription
+	out := map[string]*sarama.GroupMemberDescription{}
 	for _, gd := range resp.Groups {
 		if !errors.Is(gd.Err, sarama.ErrNoError) && !errors.Is(gd.Err, sarama.ErrGroupIDNotFound) {
 			return nil, gd.Err
 		}
-		for _, m := range gd.Members {
-			out = append(out, m)
-		}
+		maps.Copy(out, gd.Members)
 	}
 	return out, nil
 }

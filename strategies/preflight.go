@@ -131,7 +131,7 @@ func storedSQL(ctx context.Context, w *writers.SQL, cfg Config) (map[int32]int64
 
 // groupMembers lists the client ids of the group's live members.
 func groupMembers(client sarama.Client, group string) ([]string, error) {
-	members, err := describeMembers(client, group)
+	members, err := GroupMembers(client, group)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -301,26 +300,17 @@ func (k *topicConn) close() {
 // by the reset's epoch at its next commit, then start again from the new
 // offsets — a surprise either way).
 func checkGroupStopped(client sarama.Client, oj offsetsJob) error {
-	b, err := client.Coordinator(oj.group)
-	if err != nil {
-		return fmt.Errorf("finding the coordinator of consumer group %q: %w", oj.group, err)
-	}
-	resp, err := b.DescribeGroups(&sarama.DescribeGroupsRequest{Version: 5, Groups: []string{oj.group}})
+	members, err := strategies.GroupMembers(client, oj.group)
 	if err != nil {
 		return fmt.Errorf("describing consumer group %q: %w", oj.group, err)
 	}
 	var live []string
-	for _, gd := range resp.Groups {
-		if !errors.Is(gd.Err, sarama.ErrNoError) && !errors.Is(gd.Err, sarama.ErrGroupIDNotFound) {
-			return fmt.Errorf("describing consumer group %q: %w", oj.group, gd.Err)
+	for id, m := range members {
+		desc := fmt.Sprintf("%s (member %s from %s", m.ClientId, id, m.ClientHost)
+		if m.GroupInstanceId != nil && *m.GroupInstanceId != "" {
+			desc += ", instance id " + *m.GroupInstanceId
 		}
-		for id, m := range gd.Members {
-			desc := fmt.Sprintf("%s (member %s from %s", m.ClientId, id, m.ClientHost)
-			if m.GroupInstanceId != nil && *m.GroupInstanceId != "" {
-				desc += ", instance id " + *m.GroupInstanceId
-			}
-			live = append(live, desc+")")
-		}
+		live = append(live, desc+")")
 	}
 	if len(live) == 0 {
 		return nil
