@@ -11,10 +11,11 @@ import (
 	"github.com/microbatch/microbatch/writers"
 )
 
-// A batch job that is not a stream: rows and the position they were read up
-// to are committed in one transaction, so a re-run after a crash neither
-// loses nor double-counts a chunk.
-func ExampleSQLTx() {
+// A batch job that is not a stream: a chunk's rows (into the user's own
+// table) and the position it was read up to are committed in one
+// transaction, so a re-run after a crash neither loses nor double-counts a
+// chunk.
+func ExampleSQLTx_AdvanceSource() {
 	dir, _ := os.MkdirTemp("", "microbatch-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
@@ -25,48 +26,45 @@ func ExampleSQLTx() {
 		return
 	}
 	defer w.Close()
-	if err := w.CreateTables(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
+	_ = w.CreateTables(ctx) // mb_source_positions and the built-in tables
+	_, _ = w.DB().ExecContext(ctx, `CREATE TABLE sales (region TEXT PRIMARY KEY, orders INTEGER, revenue INTEGER)`)
+	sales := writers.Upsert{Table: "sales", Keys: []string{"region"}, Values: []string{"orders", "revenue"}, Merge: writers.MergeAdd}
 
-	// Claim the job: an epoch, and a position row for "partition" 0 of the
-	// source "orders.csv", starting at line 0.
-	tx, _ := w.DB().BeginTxx(ctx, nil)
-	claim, err := offsets.Init(ctx, tx, w.Dialect(), "nightly", "orders.csv", []int32{0},
-		func(int32, bool) (int64, error) { return 0, nil })
+	// Claim the source: the position to resume from ("" the first time)
+	// and an epoch that fences any older instance of the job.
+	claim, err := w.ClaimSource(ctx, "nightly", "orders.csv")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	_ = tx.Commit()
 
-	// One chunk: lines [0, 3) summed per key, then committed with the
-	// position in the same transaction.
-	chunk := offsets.Advance{Job: "nightly", Topic: "orders.csv", Partition: 0, From: 0, To: 3, Epoch: claim.Epoch, BatchID: 1}
+	// One chunk: lines 1-3 of the file summed per region, committed with
+	// the position "line:3" in the same transaction.
+	chunk := offsets.SourceAdvance{Job: "nightly", Source: "orders.csv", From: claim.Position, To: "line:3", Epoch: claim.Epoch}
 	commit := func() error {
-		t, err := w.Begin(ctx)
+		tx, err := w.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		defer t.Rollback()
-		if err := t.Upsert(ctx, writers.Totals, [][]any{{"nightly", "alice", 2, 30}, {"nightly", "bob", 1, 5}}); err != nil {
+		defer tx.Rollback()
+		if err := tx.Upsert(ctx, sales, [][]any{{"emea", 2, 30}, {"apac", 1, 5}}); err != nil {
 			return err
 		}
-		if err := t.Advance(ctx, chunk); err != nil {
+		if err := tx.AdvanceSource(ctx, chunk); err != nil {
 			return err
 		}
-		return t.Commit()
+		return tx.Commit()
 	}
 	fmt.Println("first commit:", commit())
 	// Replaying the same chunk is refused: the position already moved.
 	fmt.Println("replay refused:", errors.Is(commit(), offsets.ErrConflict))
 
-	var events, amount int64
-	_ = w.DB().QueryRowContext(ctx, `SELECT SUM(events), SUM(amount) FROM mb_totals WHERE job = 'nightly'`).Scan(&events, &amount)
-	fmt.Println("events:", events, "amount:", amount)
+	pos, _, _ := w.SourcePosition(ctx, "nightly", "orders.csv")
+	var orders, revenue int64
+	_ = w.DB().QueryRowContext(ctx, `SELECT SUM(orders), SUM(revenue) FROM sales`).Scan(&orders, &revenue)
+	fmt.Println("position:", pos.Position, "orders:", orders, "revenue:", revenue)
 	// Output:
 	// first commit: <nil>
 	// replay refused: true
-	// events: 3 amount: 35
+	// position: line:3 orders: 3 revenue: 35
 }

@@ -98,9 +98,11 @@ func (w *SQL) String() string { return w.display }
 // Close closes the pool. Safe to call twice.
 func (w *SQL) Close() error { return w.db.Close() }
 
-// CreateTables creates mb_totals, mb_dead_letters and mb_offsets if missing.
+// CreateTables creates mb_totals, mb_dead_letters, mb_offsets and
+// mb_source_positions if missing. Tables of a user's own Upsert are the
+// user's to create.
 func (w *SQL) CreateTables(ctx context.Context) error {
-	for _, ddl := range []string{totalsDDL(w.dialect), deadLettersDDL(w.dialect), offsets.Schema(w.dialect)} {
+	for _, ddl := range []string{totalsDDL(w.dialect), deadLettersDDL(w.dialect), offsets.Schema(w.dialect), offsets.SourceSchema(w.dialect)} {
 		if _, err := w.db.ExecContext(ctx, ddl); err != nil {
 			return fmt.Errorf("creating tables in %s: %w", w.display, err)
 		}

@@ -1,0 +1,164 @@
+package offsets
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Progress that is not a Kafka offset: a plain batch job (a CSV loaded in
+// chunks, an API paged through, a table copied by timestamp watermark)
+// stores one opaque position per source in mb_source_positions, in the same
+// transaction as the chunk's results. The position is the caller's own
+// encoding (a line number, a byte offset, an RFC 3339 watermark, a page
+// token); this package only compares it for equality. What makes it ordered
+// is the rule every move follows, the same as mb_offsets': a source moves
+// only from the position a chunk started at to the position it ended at,
+// by an instance whose epoch is not older than the row's. So a chunk
+// commits once — a replay after a crash finds the row already past it and
+// is refused (ErrConflict) — and a zombie instance is fenced (ErrFenced).
+
+// SourceTable is the positions table's name; its columns are part of the
+// public contract like mb_offsets'.
+const SourceTable = "mb_source_positions"
+
+// MaxSourcePositionBytes bounds a stored position.
+const MaxSourcePositionBytes = 1024
+
+// SourceSchema returns the CREATE TABLE statement of mb_source_positions.
+func SourceSchema(d Dialect) string {
+	if d == MySQL {
+		return `CREATE TABLE IF NOT EXISTS mb_source_positions (
+  job VARCHAR(128) NOT NULL,
+  source VARCHAR(255) NOT NULL,
+  position VARBINARY(1024) NOT NULL,
+  epoch BIGINT NOT NULL,
+  chunk_id BIGINT NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (job, source)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+	}
+	return `CREATE TABLE IF NOT EXISTS mb_source_positions (
+  job TEXT NOT NULL,
+  source TEXT NOT NULL,
+  position BLOB NOT NULL,
+  epoch INTEGER NOT NULL,
+  chunk_id INTEGER NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (job, source)
+)`
+}
+
+// SourcePosition is a source's stored progress. Position is "" for a
+// source that has committed nothing yet.
+type SourcePosition struct {
+	Position string
+	Epoch    int64
+	ChunkID  int64 // number of chunks committed
+}
+
+// SourceAdvance moves a source from From to To. Epoch is the claim's.
+type SourceAdvance struct {
+	Job, Source string
+	From, To    string
+	Epoch       int64
+}
+
+// LoadSource returns a source's stored position; ok is false when the
+// source has none.
+func LoadSource(ctx context.Context, q Queryer, job, source string) (p SourcePosition, ok bool, err error) {
+	var pos []byte
+	err = q.QueryRowContext(ctx, `SELECT position, epoch, chunk_id FROM mb_source_positions WHERE job = ? AND source = ?`,
+		job, source).Scan(&pos, &p.Epoch, &p.ChunkID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return SourcePosition{}, false, nil
+	}
+	if err != nil {
+		return SourcePosition{}, false, fmt.Errorf("reading position of source %q (job %q): %w", source, job, err)
+	}
+	p.Position = string(pos)
+	return p, true, nil
+}
+
+// ClaimSource makes the caller the source's writer: it creates the row
+// (at position "") if missing and raises its epoch above every earlier
+// claim's, which fences an older instance still running. Run it in its own
+// transaction and use the returned position as the next chunk's From.
+func ClaimSource(ctx context.Context, tx Queryer, d Dialect, job, source string) (SourcePosition, error) {
+	if job == "" || source == "" {
+		return SourcePosition{}, errors.New("claiming a source: job and source must not be empty")
+	}
+	lock := ""
+	if d == MySQL {
+		lock = " FOR UPDATE"
+	}
+	var pos []byte
+	var p SourcePosition
+	err := tx.QueryRowContext(ctx, `SELECT position, epoch, chunk_id FROM mb_source_positions WHERE job = ? AND source = ?`+lock,
+		job, source).Scan(&pos, &p.Epoch, &p.ChunkID)
+	now := time.Now().UTC()
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		p = SourcePosition{Epoch: 1}
+		_, err = tx.ExecContext(ctx,
+			`INSERT INTO mb_source_positions (job, source, position, epoch, chunk_id, updated_at) VALUES (?, ?, ?, 1, 0, ?)`,
+			job, source, []byte{}, now)
+	case err == nil:
+		p.Position = string(pos)
+		p.Epoch++
+		_, err = tx.ExecContext(ctx, `UPDATE mb_source_positions SET epoch = ?, updated_at = ? WHERE job = ? AND source = ?`,
+			p.Epoch, now, job, source)
+	}
+	if err != nil {
+		return SourcePosition{}, fmt.Errorf("claiming source %q (job %q): %w", source, job, err)
+	}
+	return p, nil
+}
+
+// ApplySource performs a inside the caller's transaction. It succeeds only
+// if the row is at a.From with an epoch not newer than a.Epoch; otherwise it
+// returns ErrFenced, ErrConflict or ErrNoRow and the caller must roll back.
+func ApplySource(ctx context.Context, tx Queryer, a SourceAdvance) error {
+	if len(a.To) > MaxSourcePositionBytes {
+		return fmt.Errorf("advancing source %q: position of %d bytes, at most %d", a.Source, len(a.To), MaxSourcePositionBytes)
+	}
+	res, err := tx.ExecContext(ctx,
+		`UPDATE mb_source_positions SET position = ?, epoch = ?, chunk_id = chunk_id + 1, updated_at = ?
+ WHERE job = ? AND source = ? AND position = ? AND epoch <= ?`,
+		[]byte(a.To), a.Epoch, time.Now().UTC(), a.Job, a.Source, []byte(a.From), a.Epoch)
+	if err != nil {
+		return fmt.Errorf("advancing source %q: %w", a.Source, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("advancing source %q: %w", a.Source, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	p, ok, err := LoadSource(ctx, tx, a.Job, a.Source)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: job %q has no position for source %q (claim it first)", ErrNoRow, a.Job, a.Source)
+	case p.Epoch > a.Epoch:
+		return fmt.Errorf("%w: source %q has epoch %d, this instance %d", ErrFenced, a.Source, p.Epoch, a.Epoch)
+	default:
+		return fmt.Errorf("%w: source %q is at %q, the chunk started from %q", ErrConflict, a.Source, p.Position, a.From)
+	}
+}
+
+// SourceLanded reports whether a is what the row holds: the way to settle a
+// commit whose outcome is unknown. Because ApplySource only moves a row
+// that is at a.From, a row at a.To with a's epoch is a's own commit (as
+// long as positions don't repeat, which an ordered position never does).
+func SourceLanded(ctx context.Context, q Queryer, a SourceAdvance) (bool, error) {
+	p, ok, err := LoadSource(ctx, q, a.Job, a.Source)
+	if err != nil || !ok {
+		return false, err
+	}
+	return p.Position == a.To && p.Epoch == a.Epoch, nil
+}

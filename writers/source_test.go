@@ -1,0 +1,130 @@
+package writers
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/microbatch/microbatch/offsets"
+	"github.com/redis/go-redis/v9"
+)
+
+// Source positions on every SQL sink: a chunk commits with its position,
+// a replay and a rolled-back chunk change nothing, a newer claim fences the
+// older one.
+func TestSQLSourcePositions(t *testing.T) {
+	forEachSink(t, func(t *testing.T, w *SQL) {
+		ctx := t.Context()
+		job := uniqueJob(t)
+		if _, ok, err := w.SourcePosition(ctx, job, "in.csv"); err != nil || ok {
+			t.Fatalf("unclaimed source: ok=%v err=%v", ok, err)
+		}
+		claim, err := w.ClaimSource(ctx, job, "in.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claim.Position != "" || claim.Epoch != 1 {
+			t.Fatalf("first claim = %+v, want position \"\" epoch 1", claim)
+		}
+		chunk := func(a offsets.SourceAdvance, n int64, commit bool) error {
+			tx, err := w.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			if err := tx.Upsert(ctx, Totals, [][]any{{job, "k", n, n}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.AdvanceSource(ctx, a); err != nil {
+				return err
+			}
+			if !commit {
+				return nil // rolled back by the defer
+			}
+			return tx.Commit()
+		}
+		a1 := offsets.SourceAdvance{Job: job, Source: "in.csv", From: "", To: "line:10", Epoch: claim.Epoch}
+		if err := chunk(a1, 10, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := chunk(a1, 10, true); !errors.Is(err, offsets.ErrConflict) {
+			t.Fatalf("replayed chunk: %v, want ErrConflict", err)
+		}
+		a2 := offsets.SourceAdvance{Job: job, Source: "in.csv", From: "line:10", To: "line:20", Epoch: claim.Epoch}
+		if err := chunk(a2, 10, false); err != nil {
+			t.Fatal(err)
+		}
+		if landed, err := w.SourceLanded(ctx, a2); err != nil || landed {
+			t.Fatalf("rolled-back chunk landed=%v err=%v", landed, err)
+		}
+		// A second instance claims: the first is fenced, the second resumes.
+		claim2, err := w.ClaimSource(ctx, job, "in.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claim2.Position != "line:10" || claim2.Epoch != 2 || claim2.ChunkID != 1 {
+			t.Fatalf("second claim = %+v", claim2)
+		}
+		if err := chunk(a2, 10, true); !errors.Is(err, offsets.ErrFenced) {
+			t.Fatalf("zombie chunk: %v, want ErrFenced", err)
+		}
+		a2.Epoch = claim2.Epoch
+		if err := chunk(a2, 10, true); err != nil {
+			t.Fatal(err)
+		}
+		if landed, err := w.SourceLanded(ctx, a2); err != nil || !landed {
+			t.Fatalf("committed chunk landed=%v err=%v", landed, err)
+		}
+		got := readTotals(t, w, job)
+		if got["k"] != (total{20, 20}) {
+			t.Fatalf("totals = %v, want exactly the two committed chunks (20)", got)
+		}
+		if err := chunk(offsets.SourceAdvance{Job: job, Source: "other", To: "x", Epoch: 9}, 1, true); !errors.Is(err, offsets.ErrNoRow) {
+			t.Fatalf("unclaimed source: %v, want ErrNoRow", err)
+		}
+	})
+}
+
+func TestRedisSourcePositions(t *testing.T) {
+	w := openRedisSink(t)
+	ctx := t.Context()
+	job := redisJob(t, w)
+	claim, err := w.ClaimSource(ctx, job, "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := "mb:{" + job + "}:user:count"
+	add := func(n int64) func(redis.Pipeliner) error {
+		return func(p redis.Pipeliner) error { p.IncrBy(ctx, counter, n); return nil }
+	}
+	a1 := offsets.SourceAdvance{Job: job, Source: "feed", From: "", To: "page:2", Epoch: claim.Epoch}
+	if err := w.CommitSource(ctx, a1, add(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CommitSource(ctx, a1, add(5)); !errors.Is(err, offsets.ErrConflict) {
+		t.Fatalf("replay: %v, want ErrConflict", err)
+	}
+	before := snapshot(t, w, job)
+	if err := w.CommitSource(ctx, offsets.SourceAdvance{Job: job, Source: "feed", From: "page:2", To: "page:3", Epoch: claim.Epoch},
+		func(redis.Pipeliner) error { return errors.New("transform failed") }); err == nil {
+		t.Fatal("a failing write committed")
+	}
+	sameSnapshot(t, "failed chunk", before, snapshot(t, w, job))
+	claim2, err := w.ClaimSource(ctx, job, "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim2.Position != "page:2" || claim2.Epoch != claim.Epoch+1 || claim2.ChunkID != 1 {
+		t.Fatalf("second claim = %+v", claim2)
+	}
+	a2 := offsets.SourceAdvance{Job: job, Source: "feed", From: "page:2", To: "page:3", Epoch: claim.Epoch}
+	if err := w.CommitSource(ctx, a2, add(7)); !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("zombie: %v, want ErrFenced", err)
+	}
+	a2.Epoch = claim2.Epoch
+	if err := w.CommitSource(ctx, a2, add(7)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.Client().Get(ctx, counter).Int64(); err != nil || n != 12 {
+		t.Fatalf("counter = %d (%v), want 12: each committed chunk once", n, err)
+	}
+}
