@@ -148,6 +148,10 @@ type Config struct {
 	KafkaTxnTimeout     time.Duration // Kafka sink's transaction timeout
 	MaxRestartTime      time.Duration // how long a restart may take; the txn timeout must cover it
 
+	// Transform, when set, replaces the built-in per-key totals job with
+	// the user's (strategies txn, single, at-least-once, at-most-once).
+	Transform *Transform
+
 	Logger       *slog.Logger
 	OnBatchStart func(batch.Info, []batch.Range)
 	OnProgress   func(batch.Progress)
@@ -256,6 +260,10 @@ func (c Config) Validate() error {
 		return bad("sink: none given")
 	case c.UntilIdle < 0:
 		return bad("until-idle %s is negative", c.UntilIdle)
+	case c.Transform != nil && (c.Strategy == StrategyIdempotent || c.Strategy == StrategyCheckpoint):
+		return bad("strategy %s runs the built-in totals job only; a Transform needs txn, single, at-least-once or at-most-once (a SQL sink)", c.Strategy)
+	case c.Transform != nil && c.Transform.Upsert().Validate() != nil:
+		return bad("transform: %v", c.Transform.Upsert().Validate())
 	case c.Strategy == StrategyCheckpoint:
 		return c.validateCheckpoint(bad)
 	case isKafkaDSN(c.Sink) || isFileDSN(c.Sink):

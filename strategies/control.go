@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -23,6 +22,7 @@ import (
 type control struct {
 	src        batch.Source
 	w          *writers.SQL
+	work       workload
 	group      *offsets.KafkaGroup
 	job        string
 	log        *slog.Logger
@@ -33,12 +33,12 @@ type control struct {
 func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
 	what := fmt.Sprintf("batch %d %s", b.ID, r)
 	var res batch.TaskResult
-	agg := event.NewAggregator()
+	pt := c.work.newPart(c.job)
 	var dls []writers.DeadLetter
 	attempts, err := withRetry(ctx, c.log, what, func() error {
-		agg.Reset()
+		pt.reset()
 		dls = dls[:0]
-		n, err := process(ctx, c.src, c.job, r, agg, func(dl writers.DeadLetter) error {
+		n, err := process(ctx, c.src, c.job, r, pt, func(dl writers.DeadLetter) error {
 			dls = append(dls, dl)
 			return nil
 		})
@@ -49,7 +49,10 @@ func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.T
 	if err != nil {
 		return res, err
 	}
-	rows := totalsRows(c.job, agg.Totals())
+	rows, err := pt.rows()
+	if err != nil {
+		return res, err
+	}
 	half := len(rows) / 2
 	start := time.Now()
 	commitOffset := func() error {
@@ -67,9 +70,9 @@ func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.T
 		return err
 	}
 	steps := []func() error{
-		func() error { return write(func() error { return c.w.Upsert(ctx, writers.Totals, rows[:half]) }) },
+		func() error { return write(func() error { return c.w.Upsert(ctx, c.work.upsert(), rows[:half]) }) },
 		func() error { c.crash(CrashMidWrite); return nil },
-		func() error { return write(func() error { return c.w.Upsert(ctx, writers.Totals, rows[half:]) }) },
+		func() error { return write(func() error { return c.w.Upsert(ctx, c.work.upsert(), rows[half:]) }) },
 		func() error { return write(func() error { return c.w.DeadLetters(ctx, dls) }) },
 	}
 	if c.atMostOnce {

@@ -66,9 +66,10 @@ func (s *idempotent) task(ctx context.Context, b batch.Info, r batch.Range) (bat
 }
 
 func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskResult, error) {
-	agg := event.NewAggregator()
+	pt := &totalsPart{job: s.job, agg: event.NewAggregator()}
+	agg := pt.agg
 	var dls []writers.DeadLetter
-	c, err := process(ctx, s.src, s.job, r, agg, func(dl writers.DeadLetter) error {
+	c, err := process(ctx, s.src, s.job, r, pt, func(dl writers.DeadLetter) error {
 		dls = append(dls, dl)
 		return nil
 	})

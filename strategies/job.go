@@ -18,19 +18,17 @@ import (
 
 type counts struct{ records, deadLetters int64 }
 
-// process reads r from src, adding each valid event to agg and passing each
+// process reads r from src, adding each valid record to p and passing each
 // bad record to dead (which may write it somewhere). It writes nothing
 // itself.
-func process(ctx context.Context, src batch.Source, job string, r batch.Range, agg *event.Aggregator,
+func process(ctx context.Context, src batch.Source, job string, r batch.Range, p part,
 	dead func(writers.DeadLetter) error) (counts, error) {
 	var c counts
-	var ev event.Event
 	err := src.Read(ctx, r, func(rec *batch.Record) error {
-		if derr := event.Decode(rec.Value, &ev); derr != nil {
+		if derr := p.add(rec); derr != nil {
 			c.deadLetters++
 			return dead(deadLetter(job, r.Topic, rec, derr))
 		}
-		agg.Add(&ev)
 		c.records++
 		return nil
 	})

@@ -54,6 +54,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err := w.CreateTables(ctx); err != nil {
 			return Result{}, classify(err)
 		}
+		if cfg.Transform != nil {
+			if err := checkTable(ctx, w, cfg.Transform.Upsert()); err != nil {
+				return Result{}, err
+			}
+		}
 	}
 
 	client, src, err := openSource(ctx, cfg)
@@ -133,9 +138,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 			d.LastBatch, d.Epoch = claim.LastBatch, claim.Epoch
 			if cfg.Strategy == StrategyTxn {
-				d.Task = (&txnTask{src: src, w: w, job: cfg.Job, log: log, crash: crash}).run
+				d.Task = (&txnTask{src: src, w: w, work: workloadOf(cfg), job: cfg.Job, log: log, crash: crash}).run
 			} else {
-				s := newSingle(src, w, cfg.Job, log, crash)
+				s := newSingle(src, w, workloadOf(cfg), cfg.Job, log, crash)
 				d.Task, d.Commit = s.compute, s.commit
 			}
 			return d, claim.Epoch, nil
@@ -150,7 +155,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				return nil, 0, err
 			}
 			d.Epoch = int64(s.Generation)
-			c := &control{src: src, w: w, group: group, job: cfg.Job, log: log, crash: crash, atMostOnce: cfg.Strategy == StrategyAtMostOnce}
+			c := &control{src: src, w: w, work: workloadOf(cfg), group: group, job: cfg.Job, log: log, crash: crash, atMostOnce: cfg.Strategy == StrategyAtMostOnce}
 			d.Task = c.run
 			return d, d.Epoch, nil
 		}
@@ -204,6 +209,18 @@ func openSink(ctx context.Context, cfg Config) (w *writers.SQL, rw *writers.Redi
 		return err
 	})
 	return w, rw, err
+}
+
+// checkTable makes sure a Transform's table exists with its columns before
+// the first batch, so that a missing table is one clear message at start.
+func checkTable(ctx context.Context, w *writers.SQL, u writers.Upsert) error {
+	cols := strings.Join(append(append([]string{}, u.Keys...), u.Values...), ", ")
+	rows, err := w.DB().QueryContext(ctx, "SELECT "+cols+" FROM "+u.Table+" WHERE 1 = 0")
+	if err != nil {
+		return fmt.Errorf("%w: transform: table %s with columns %s is not usable in %s (create it, with a primary key on %s, before the job runs): %v",
+			ErrConfig, u.Table, cols, w, strings.Join(u.Keys, ", "), err)
+	}
+	return rows.Close()
 }
 
 // claimPartitions takes a new epoch for the session's partitions and makes

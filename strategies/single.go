@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -21,6 +20,7 @@ import (
 type single struct {
 	src   batch.Source
 	w     *writers.SQL
+	work  workload
 	job   string
 	log   *slog.Logger
 	crash func(point string)
@@ -31,12 +31,12 @@ type single struct {
 
 // partial is one partition's computed share of a batch.
 type partial struct {
-	totals []event.Total
-	dls    []writers.DeadLetter
+	results part
+	dls     []writers.DeadLetter
 }
 
-func newSingle(src batch.Source, w *writers.SQL, job string, log *slog.Logger, crash func(string)) *single {
-	return &single{src: src, w: w, job: job, log: log, crash: crash, results: map[int32]partial{}}
+func newSingle(src batch.Source, w *writers.SQL, work workload, job string, log *slog.Logger, crash func(string)) *single {
+	return &single{src: src, w: w, work: work, job: job, log: log, crash: crash, results: map[int32]partial{}}
 }
 
 // compute is the partition task: read and aggregate, write nothing.
@@ -44,14 +44,12 @@ func (s *single) compute(ctx context.Context, b batch.Info, r batch.Range) (batc
 	var res batch.TaskResult
 	var p partial
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
-		agg := event.NewAggregator()
-		p = partial{}
-		c, err := process(ctx, s.src, s.job, r, agg, func(dl writers.DeadLetter) error {
+		p = partial{results: s.work.newPart(s.job)}
+		c, err := process(ctx, s.src, s.job, r, p.results, func(dl writers.DeadLetter) error {
 			p.dls = append(p.dls, dl)
 			return nil
 		})
 		res.Records, res.DeadLetters = c.records, c.deadLetters
-		p.totals = agg.Totals()
 		return err
 	})
 	res.Attempts = attempts
@@ -72,7 +70,7 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range)
 	s.results = map[int32]partial{}
 	s.mu.Unlock()
 
-	merged := event.NewAggregator()
+	merged := s.work.newPart(s.job)
 	var dls []writers.DeadLetter
 	advs := make([]offsets.Advance, len(ranges))
 	for i, r := range ranges {
@@ -80,13 +78,14 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range)
 		if !ok {
 			return batch.CommitResult{}, fmt.Errorf("committing batch %d: no result for %s", b.ID, r)
 		}
-		for _, t := range p.totals {
-			merged.AddTotal(t)
-		}
+		merged.merge(p.results)
 		dls = append(dls, p.dls...)
 		advs[i] = offsets.Advance{Job: s.job, Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To, Epoch: b.Epoch, BatchID: b.ID}
 	}
-	rows := totalsRows(s.job, merged.Totals())
+	rows, err := merged.rows()
+	if err != nil {
+		return batch.CommitResult{}, err
+	}
 	start := time.Now()
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d commit", b.ID), func() error {
 		if err := s.once(ctx, rows, dls, advs); err != nil {
@@ -104,11 +103,11 @@ func (s *single) once(ctx context.Context, rows [][]any, dls []writers.DeadLette
 	}
 	defer tx.Rollback() // no-op after Commit
 	half := len(rows) / 2
-	if err := tx.Upsert(ctx, writers.Totals, rows[:half]); err != nil {
+	if err := tx.Upsert(ctx, s.work.upsert(), rows[:half]); err != nil {
 		return err
 	}
 	s.crash(CrashMidWrite)
-	if err := tx.Upsert(ctx, writers.Totals, rows[half:]); err != nil {
+	if err := tx.Upsert(ctx, s.work.upsert(), rows[half:]); err != nil {
 		return err
 	}
 	if err := tx.DeadLetters(ctx, dls); err != nil {

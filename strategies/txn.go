@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -24,11 +23,13 @@ const (
 const deadLetterSpillBytes = 8 << 20
 
 // txnTask is the `txn` strategy's partition task: decode and aggregate the
-// range, then in ONE transaction add the per-key totals, insert the dead
+// range (the built-in totals or the user's Transform), then in ONE
+// transaction upsert the results, insert the dead
 // letters and advance the partition's offset row.
 type txnTask struct {
 	src   batch.Source
 	w     *writers.SQL
+	work  workload
 	job   string
 	log   *slog.Logger
 	crash func(point string)
@@ -68,7 +69,7 @@ func settle(ctx context.Context, w *writers.SQL, err error, advs ...offsets.Adva
 }
 
 func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) (res batch.TaskResult, err error) {
-	agg := event.NewAggregator()
+	pt := t.work.newPart(t.job)
 	var dls []writers.DeadLetter
 	dlBytes := 0
 	// The transaction opens only when there is something to write, so
@@ -88,7 +89,7 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 		}
 	}()
 
-	counts, err := process(ctx, t.src, t.job, r, agg, func(dl writers.DeadLetter) error {
+	counts, err := process(ctx, t.src, t.job, r, pt, func(dl writers.DeadLetter) error {
 		dls = append(dls, dl)
 		dlBytes += len(dl.Payload)
 		if dlBytes < deadLetterSpillBytes {
@@ -107,11 +108,15 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 	if err != nil {
 		return res, err
 	}
+	rows, err := pt.rows()
+	if err != nil {
+		return res, err
+	}
 	commitStart := time.Now()
 	if err = begin(); err != nil {
 		return res, err
 	}
-	if err = tx.Upsert(ctx, writers.Totals, totalsRows(t.job, agg.Totals())); err != nil {
+	if err = tx.Upsert(ctx, t.work.upsert(), rows); err != nil {
 		return res, err
 	}
 	t.crash(CrashMidWrite)

@@ -180,7 +180,8 @@ var Totals = Upsert{Table: TotalsTable, Keys: []string{"job", "k"}, Values: []st
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-func (u Upsert) validate() error {
+// Validate checks the names and that there are key and value columns.
+func (u Upsert) Validate() error {
 	if len(u.Keys) == 0 || len(u.Values) == 0 {
 		return fmt.Errorf("%w: upsert into %q needs key and value columns", ErrBadIdentifier, u.Table)
 	}
@@ -280,7 +281,7 @@ func (w *SQL) upsert(ctx context.Context, ex sqlx.ExecerContext, u Upsert, rows 
 	if len(rows) == 0 {
 		return nil
 	}
-	if err := u.validate(); err != nil {
+	if err := u.Validate(); err != nil {
 		return err
 	}
 	width := len(u.Keys) + len(u.Values)

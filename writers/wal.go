@@ -84,7 +84,7 @@ func (l *WAL) Upsert(u Upsert, rows [][]any) error {
 	if !l.open {
 		return errors.New("wal sink: no open transaction")
 	}
-	if err := u.validate(); err != nil {
+	if err := u.Validate(); err != nil {
 		return err
 	}
 	l.buf.Upserts = append(l.buf.Upserts, walUpsert{Upsert: u, Rows: rows})

@@ -1,0 +1,208 @@
+package strategies
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// Transform is a user-defined job: what a strategy computes from a
+// partition's records instead of the built-in per-key totals. Make one with
+// NewTransform and set it as Config.Transform.
+//
+// A transform runs with the strategies that write to a SQL sink: txn (each
+// partition's rows commit with its offset), single (all partitions' rows in
+// one transaction), and the controls at-least-once and at-most-once. The
+// idempotent strategy (Redis) and checkpoint mode run the built-in job only.
+type Transform struct {
+	work workload
+}
+
+// NewTransform makes a Transform from two functions:
+//
+//   - decode turns one record into a T. An error dead-letters the record
+//     with the error's text as the reason (mb_dead_letters) and the job goes
+//     on; so does a panic in decode. rec.Key and rec.Value are only valid
+//     during the call: copy what T keeps.
+//   - rows turns the decoded records of a batch into rows of u, each row
+//     the key columns' values then the value columns', in u's order. It is
+//     called once per partition range (txn, controls) or once per batch
+//     with every partition's records (single), so for u.Merge == MergeAdd
+//     it may aggregate (sum per key) or not; the upsert adds rows with the
+//     same key together either way. It must be deterministic: a retried
+//     batch calls it again on the same records.
+//
+// The table of u is the user's to create before the job runs; it needs a
+// primary key (or unique key) on u.Keys.
+func NewTransform[T any](u writers.Upsert, decode func(rec *batch.Record) (T, error), rows func(items []T) [][]any) *Transform {
+	return &Transform{work: &userWork[T]{u: u, decode: decode, rows: rows}}
+}
+
+// Upsert is the transform's target.
+func (t *Transform) Upsert() writers.Upsert { return t.work.upsert() }
+
+// workload is what a strategy computes per range: the built-in totals or a
+// user's Transform.
+type workload interface {
+	upsert() writers.Upsert
+	newPart(job string) part
+}
+
+// part is one range's (or, merged, one batch's) computed results.
+type part interface {
+	// add takes one record; an error means it is bad input, to be
+	// dead-lettered with the error as the reason.
+	add(rec *batch.Record) error
+	// rows are the part's results as rows of upsert(), sorted by key so
+	// that concurrent transactions lock rows in the same order.
+	rows() ([][]any, error)
+	// merge adds another part of the same workload (single strategy).
+	merge(other part)
+	reset()
+}
+
+func workloadOf(cfg Config) workload {
+	if cfg.Transform != nil {
+		return cfg.Transform.work
+	}
+	return totalsWork{}
+}
+
+// The built-in job: per-key event counts and amount sums into mb_totals.
+
+type totalsWork struct{}
+
+func (totalsWork) upsert() writers.Upsert { return writers.Totals }
+func (totalsWork) newPart(job string) part {
+	return &totalsPart{job: job, agg: event.NewAggregator()}
+}
+
+type totalsPart struct {
+	job string
+	agg *event.Aggregator
+	ev  event.Event
+}
+
+func (p *totalsPart) add(rec *batch.Record) error {
+	if err := event.Decode(rec.Value, &p.ev); err != nil {
+		return err
+	}
+	p.agg.Add(&p.ev)
+	return nil
+}
+
+func (p *totalsPart) rows() ([][]any, error) { return totalsRows(p.job, p.agg.Totals()), nil }
+
+func (p *totalsPart) merge(o part) {
+	for _, t := range o.(*totalsPart).agg.Totals() {
+		p.agg.AddTotal(t)
+	}
+}
+
+func (p *totalsPart) reset() { p.agg.Reset() }
+
+// A user's Transform.
+
+type userWork[T any] struct {
+	u      writers.Upsert
+	decode func(rec *batch.Record) (T, error)
+	rows   func(items []T) [][]any
+}
+
+func (w *userWork[T]) upsert() writers.Upsert { return w.u }
+func (w *userWork[T]) newPart(string) part    { return &userPart[T]{w: w} }
+
+type userPart[T any] struct {
+	w     *userWork[T]
+	items []T
+}
+
+func (p *userPart[T]) add(rec *batch.Record) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decode panicked: %v", r)
+		}
+	}()
+	v, err := p.w.decode(rec)
+	if err != nil {
+		return err
+	}
+	p.items = append(p.items, v)
+	return nil
+}
+
+func (p *userPart[T]) rows() (rows [][]any, err error) {
+	if len(p.items) == 0 {
+		return nil, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: the transform's rows function panicked: %v", ErrConfig, r)
+		}
+	}()
+	rows = p.w.rows(p.items)
+	width := len(p.w.u.Keys) + len(p.w.u.Values)
+	for _, r := range rows {
+		if len(r) != width {
+			return nil, fmt.Errorf("%w: the transform made a row of %d values for %s, want %d (keys %v then values %v)",
+				ErrConfig, len(r), p.w.u.Table, width, p.w.u.Keys, p.w.u.Values)
+		}
+	}
+	sortRows(rows, len(p.w.u.Keys))
+	return rows, nil
+}
+
+func (p *userPart[T]) merge(o part) { p.items = append(p.items, o.(*userPart[T]).items...) }
+func (p *userPart[T]) reset()       { clear(p.items); p.items = p.items[:0] }
+
+// sortRows orders rows by their first nkeys values.
+func sortRows(rows [][]any, nkeys int) {
+	slices.SortStableFunc(rows, func(a, b []any) int {
+		for i := range nkeys {
+			if c := compareValues(a[i], b[i]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+}
+
+func compareValues(a, b any) int {
+	switch x := a.(type) {
+	case string:
+		if y, ok := b.(string); ok {
+			return cmp.Compare(x, y)
+		}
+	case []byte:
+		if y, ok := b.([]byte); ok {
+			return bytes.Compare(x, y)
+		}
+	case int:
+		if y, ok := b.(int); ok {
+			return cmp.Compare(x, y)
+		}
+	case int64:
+		if y, ok := b.(int64); ok {
+			return cmp.Compare(x, y)
+		}
+	case int32:
+		if y, ok := b.(int32); ok {
+			return cmp.Compare(x, y)
+		}
+	case float64:
+		if y, ok := b.(float64); ok {
+			return cmp.Compare(x, y)
+		}
+	case time.Time:
+		if y, ok := b.(time.Time); ok {
+			return x.Compare(y)
+		}
+	}
+	return cmp.Compare(fmt.Sprint(a), fmt.Sprint(b))
+}
