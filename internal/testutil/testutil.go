@@ -52,13 +52,21 @@ const (
 )
 
 // NeedServer returns the value of env, skipping the test (or benchmark)
-// under -short or when the variable is unset, with a message naming it.
+// under -short or when the variable is unset, with a message naming it —
+// but failing it when unset under CI or while MICROBATCH_TEST_KAFKA is set
+// (the servers' run, where every server is expected).
 func NeedServer(t testing.TB, env string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a real server: skipped with -short")
 	}
 	v := os.Getenv(env)
+	if v == "" && (os.Getenv("CI") != "" || os.Getenv(EnvKafka) != "") {
+		// Under CI, or in the servers' test run (scripts/test.sh sets
+		// them all), the servers are part of the suite: a missing one
+		// fails, it does not quietly skip.
+		t.Fatalf("%s is not set: the servers are part of this run (scripts/services.sh start; eval \"$(scripts/services.sh env)\")", env)
+	}
 	if v == "" {
 		t.Skipf("%s is not set: scripts/test.sh starts the servers and sets it (or: scripts/services.sh start; eval \"$(scripts/services.sh env)\")", env)
 	}

@@ -1,0 +1,521 @@
+// Package writertest is a conformance suite for sink writers: one set of
+// tests every writer must pass, whatever it writes to.
+//
+//   - CommitShowsRowsAndPositionTogether: nothing of a batch is visible
+//     before its commit (for a two-phase writer: also after PreCommit), and
+//     after it the batch's rows and the position it ends at are visible
+//     together.
+//   - AbortLeavesNothing: an aborted batch (for a two-phase writer: aborted
+//     while open and aborted after PreCommit) leaves neither rows nor
+//     position behind, and the next batch from the same position commits.
+//   - ReplayIsHarmless: committing a committed batch again changes nothing.
+//     An idempotent writer accepts the replay (ReplayIgnored), a
+//     compare-and-set writer refuses it with an error (ReplayRefused).
+//   - StaleEpochRejected: a writer opened later (a restart, a new owner)
+//     makes the commit of a batch an older writer still had in flight fail,
+//     and that commit changes nothing.
+//   - CloseTwice: Close is safe to call twice, and closing a writer never
+//     commits the batch it had open.
+//
+// Every assertion reads the state back from the sink (Subject.Read), through
+// a connection of the Subject's own, not through the writer under test.
+//
+// It is an ordinary package, not a _test one, so that a program with a
+// writer of its own can run the same suite: wrap the writer in a Subject
+// (a writer factory on fresh space in the sink, plus a reader of that
+// space) and call Run from one of its tests:
+//
+//	func TestMyWriterConformance(t *testing.T) {
+//		writertest.Run(t, func(t *testing.T) writertest.Subject {
+//			return newMySubject(t) // a new job/table/topic; cleanup via t.Cleanup
+//		})
+//	}
+//
+// This package's own tests run it for every writer of package writers,
+// against real MariaDB, Redis and Apache Kafka (their adapters show how
+// each kind of writer maps onto Subject), and against a small in-memory
+// writer that is a complete Subject in one file (memory_test.go), which
+// they also break on purpose to check that each test catches what it is
+// for.
+package writertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Row is one keyed value of a batch. Rows are merged into the sink by
+// adding: a key written by two batches holds the sum, so a batch applied
+// twice shows up as doubled values.
+type Row struct {
+	Key   string
+	Value int64
+}
+
+// Batch is what a writer commits as one unit: rows, and the move of the
+// position from From to To. Positions are opaque strings: a Kafka offset
+// in decimal, or a source position (offsets.SourceAdvance). The suite takes
+// From from what Subject.Read last returned and picks each To itself:
+// "10", "20", … — decimal numbers that only grow, valid as Kafka offsets
+// and as source positions alike.
+type Batch struct {
+	From, To string
+	Rows     []Row
+}
+
+// State is what a reader of the sink sees: the merged rows by key and the
+// committed position ("" or the starting offset before the first commit,
+// as the Subject stores it).
+type State struct {
+	Rows     map[string]int64
+	Position string
+}
+
+func (s State) String() string {
+	keys := slices.Sorted(maps.Keys(s.Rows))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, s.Rows[k])
+	}
+	return fmt.Sprintf("{rows {%s} position %q}", strings.Join(parts, " "), s.Position)
+}
+
+func (s State) equal(o State) bool {
+	return s.Position == o.Position && maps.Equal(s.Rows, o.Rows)
+}
+
+// Subject adapts one writer, with its own fresh space in the sink (a job
+// name, a topic, a directory), to the suite. Run asks for a new Subject for
+// every test.
+type Subject interface {
+	// Capabilities says which properties the writer offers.
+	Capabilities() Capabilities
+	// Open starts a writer instance, as a process does when it starts:
+	// it claims the sink (takes a new epoch, recovers or aborts what an
+	// earlier instance left) and can then write batches. Each Open is a
+	// newer instance than every earlier one.
+	Open(ctx context.Context) (Writer, error)
+	// Read returns what a reader of the sink sees now, read through the
+	// Subject's own connection.
+	Read(ctx context.Context) (State, error)
+}
+
+// Writer is one writer instance.
+type Writer interface {
+	// Begin starts a transaction and writes batch b into it. Nothing of
+	// it may be visible before Commit.
+	Begin(ctx context.Context, b Batch) (Txn, error)
+	// Close releases the writer without committing what is open. Safe
+	// to call twice.
+	Close() error
+}
+
+// Txn is one batch in a writer.
+type Txn interface {
+	// PreCommit makes the batch durable but still invisible. Called only
+	// for a two-phase writer (Capabilities.TwoPhase), always before
+	// Commit.
+	PreCommit(ctx context.Context) error
+	// Commit makes the batch visible. ReplayIsHarmless calls it again
+	// after it succeeded.
+	Commit(ctx context.Context) error
+	// Abort discards the batch, open or pre-committed.
+	Abort(ctx context.Context) error
+}
+
+// Replay says what committing a committed batch again does.
+type Replay int
+
+const (
+	// ReplayIgnored: the second commit succeeds and changes nothing
+	// (idempotent writers: Redis folds, two-phase commits).
+	ReplayIgnored Replay = iota + 1
+	// ReplayRefused: the second commit fails with an error and changes
+	// nothing (compare-and-set writers: the position is no longer where
+	// the batch started).
+	ReplayRefused
+)
+
+func (r Replay) String() string {
+	switch r {
+	case ReplayIgnored:
+		return "ignored"
+	case ReplayRefused:
+		return "refused"
+	}
+	return fmt.Sprintf("Replay(%d)", int(r))
+}
+
+// Fencing says how a newer writer stops an older one.
+type Fencing int
+
+const (
+	// NoFencing: nothing in the writer stops an older instance; whatever
+	// runs it must (Capabilities.NoFencingReason says what).
+	NoFencing Fencing = iota
+	// FencedByNewerCommit: an older writer's commit is refused once a
+	// newer writer has committed a batch, not before.
+	FencedByNewerCommit
+	// FencedByOpen: an older writer's commit is refused as soon as a
+	// newer writer has opened, whether or not it committed anything.
+	FencedByOpen
+)
+
+func (f Fencing) String() string {
+	switch f {
+	case NoFencing:
+		return "none"
+	case FencedByNewerCommit:
+		return "by a newer commit"
+	case FencedByOpen:
+		return "by a newer open"
+	}
+	return fmt.Sprintf("Fencing(%d)", int(f))
+}
+
+// Capabilities are the properties a writer claims; the suite tests what is
+// claimed and says what is not.
+type Capabilities struct {
+	// TwoPhase: the writer has PreCommit (a durable, invisible stage
+	// between write and commit) and Abort works after it too.
+	TwoPhase bool
+
+	// Replay is what committing a committed batch again (Txn.Commit a
+	// second time, as a retry after an outcome-unknown commit) does.
+	Replay Replay
+	// ReplayInNewWriter: a writer opened later may also run the same
+	// batch again (Begin with the same From, To and rows, then Commit: a
+	// restart that redoes its last batch), and Replay says what that
+	// does. Two-phase writers say false: a new transaction with the same
+	// rows is new output, and not running a committed batch twice is the
+	// job of whatever stores their position (the checkpoint).
+	ReplayInNewWriter bool
+	// ReplayErr, if set, is what a refused replay's error must wrap
+	// (errors.Is), e.g. offsets.ErrConflict.
+	ReplayErr error
+
+	// Fencing is how a newer writer stops an older one's batch in flight.
+	Fencing Fencing
+	// FencedErr, if set, is what a fenced commit's error must wrap, e.g.
+	// offsets.ErrFenced.
+	FencedErr error
+	// NoFencingReason says, with NoFencing, why the writer can't fence
+	// and what does instead. Required then.
+	NoFencingReason string
+}
+
+func (c Capabilities) check() error {
+	switch {
+	case c.Replay != ReplayIgnored && c.Replay != ReplayRefused:
+		return fmt.Errorf("Capabilities.Replay = %v: want ReplayIgnored or ReplayRefused", c.Replay)
+	case c.Fencing == NoFencing && c.NoFencingReason == "":
+		return errors.New("Capabilities.Fencing = NoFencing needs a NoFencingReason")
+	case c.Fencing < NoFencing || c.Fencing > FencedByOpen:
+		return fmt.Errorf("Capabilities.Fencing = %v: unknown", c.Fencing)
+	}
+	return nil
+}
+
+// Timeout bounds each test's calls (its context).
+const Timeout = 2 * time.Minute
+
+// Run runs the suite, each test as a subtest with a Subject of its own
+// from newSubject (which should register its cleanup with t.Cleanup).
+func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
+	tests := []struct {
+		name string
+		run  func(h *harness)
+	}{
+		{"CommitShowsRowsAndPositionTogether", commitShowsRowsAndPositionTogether},
+		{"AbortLeavesNothing", abortLeavesNothing},
+		{"ReplayIsHarmless", replayIsHarmless},
+		{"StaleEpochRejected", staleEpochRejected},
+		{"CloseTwice", closeTwice},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+			defer cancel()
+			s := newSubject(t)
+			caps := s.Capabilities()
+			if err := caps.check(); err != nil {
+				t.Fatalf("bad Subject: %v", err)
+			}
+			tc.run(&harness{t: t, ctx: ctx, s: s, caps: caps})
+		})
+	}
+}
+
+// The rows of the batches the tests write. Their values differ so that
+// any mix-up (a batch applied twice, the wrong batch applied) shows.
+var (
+	rowsA     = []Row{{"a", 1}, {"b", 2}}
+	rowsB     = []Row{{"a", 10}, {"c", 20}}
+	rowsStale = []Row{{"a", 100}, {"z", 200}}
+)
+
+func commitShowsRowsAndPositionTogether(h *harness) {
+	w := h.open()
+	s0 := h.read()
+
+	a := h.begin(w, Batch{From: s0.Position, To: "10", Rows: rowsA})
+	h.expect("after Begin and Write, before Commit", s0)
+	if h.caps.TwoPhase {
+		h.preCommit(a)
+		h.expect("after PreCommit, before Commit", s0)
+	}
+	h.commit(a)
+	s1 := s0.plus("10", rowsA)
+	h.expect("after Commit", s1)
+
+	// A second batch merges into the first one's rows and moves the
+	// position on.
+	b := h.begin(w, Batch{From: "10", To: "20", Rows: rowsB})
+	h.expect("while the second batch is open", s1)
+	if h.caps.TwoPhase {
+		h.preCommit(b)
+		h.expect("after the second batch's PreCommit", s1)
+	}
+	h.commit(b)
+	h.expect("after the second Commit", s1.plus("20", rowsB))
+}
+
+func abortLeavesNothing(h *harness) {
+	w := h.open()
+	s0 := h.read()
+
+	open := h.begin(w, Batch{From: s0.Position, To: "10", Rows: rowsStale})
+	if err := open.Abort(h.ctx); err != nil {
+		h.t.Fatalf("Abort of an open batch: %v", err)
+	}
+	h.expect("after aborting an open batch", s0)
+
+	if h.caps.TwoPhase {
+		pre := h.begin(w, Batch{From: s0.Position, To: "10", Rows: rowsStale})
+		h.preCommit(pre)
+		if err := pre.Abort(h.ctx); err != nil {
+			h.t.Fatalf("Abort after PreCommit: %v", err)
+		}
+		h.expect("after aborting a pre-committed batch", s0)
+		if err := pre.Abort(h.ctx); err != nil {
+			h.t.Fatalf("second Abort of a pre-committed batch (Abort is idempotent): %v", err)
+		}
+		h.expect("after aborting a pre-committed batch twice", s0)
+	}
+
+	// The same range commits afterwards, with nothing of the aborted
+	// batches in it.
+	b := h.begin(w, Batch{From: s0.Position, To: "10", Rows: rowsB})
+	h.commit2(b)
+	h.expect("after committing a batch in place of the aborted ones", s0.plus("10", rowsB))
+}
+
+func replayIsHarmless(h *harness) {
+	w := h.open()
+	s0 := h.read()
+
+	batch := Batch{From: s0.Position, To: "10", Rows: rowsA}
+	a := h.begin(w, batch)
+	h.commit2(a)
+	s1 := s0.plus("10", rowsA)
+	h.expect("after Commit", s1)
+
+	h.replayed("committing the same batch again", a.Commit(h.ctx))
+	h.expect("after committing the same batch again", s1)
+
+	if h.caps.ReplayInNewWriter {
+		w = h.open()
+		again, err := w.Begin(h.ctx, batch)
+		if err == nil {
+			if h.caps.TwoPhase {
+				h.preCommit(again)
+			}
+			err = again.Commit(h.ctx)
+		} else if h.caps.Replay != ReplayRefused {
+			h.t.Fatalf("a newer writer's Begin of the committed batch: %v (the writer claims it ignores replays)", err)
+		}
+		h.replayed("a newer writer running the committed batch again", err)
+		h.expect("after a newer writer ran the committed batch again", s1)
+	}
+
+	// The writer goes on from where the batch ended.
+	b := h.begin(w, Batch{From: "10", To: "20", Rows: rowsB})
+	h.commit2(b)
+	h.expect("after the next batch", s1.plus("20", rowsB))
+}
+
+func staleEpochRejected(h *harness) {
+	if h.caps.Fencing == NoFencing {
+		h.t.Skipf("the writer does not fence older instances: %s", h.caps.NoFencingReason)
+	}
+	old := h.open()
+	s0 := h.read()
+	zombie := h.begin(old, Batch{From: s0.Position, To: "10", Rows: rowsStale})
+	if h.caps.TwoPhase {
+		h.preCommit(zombie)
+	}
+
+	fresh := h.open()
+	if h.caps.Fencing == FencedByOpen {
+		h.fenced("the older writer's commit after a newer writer opened", zombie.Commit(h.ctx))
+		h.expect("after the older writer's refused commit", s0)
+	}
+
+	// The newer writer runs the same range with its own rows.
+	b := h.begin(fresh, Batch{From: s0.Position, To: "10", Rows: rowsB})
+	h.commit2(b)
+	s1 := s0.plus("10", rowsB)
+	h.expect("after the newer writer's commit", s1)
+
+	h.fenced("the older writer's commit after a newer writer committed", zombie.Commit(h.ctx))
+	h.expect("after the older writer's refused commit", s1)
+}
+
+func closeTwice(h *harness) {
+	w, err := h.s.Open(h.ctx)
+	if err != nil {
+		h.t.Fatalf("Open: %v", err)
+	}
+	s0 := h.read()
+	a := h.begin(w, Batch{From: s0.Position, To: "10", Rows: rowsA})
+	h.commit2(a)
+	s1 := s0.plus("10", rowsA)
+	for i := range 2 {
+		if err := w.Close(); err != nil {
+			h.t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+	h.expect("after closing the writer twice", s1)
+
+	// Closing a writer with a batch open does not commit it.
+	w, err = h.s.Open(h.ctx)
+	if err != nil {
+		h.t.Fatalf("Open: %v", err)
+	}
+	h.begin(w, Batch{From: "10", To: "20", Rows: rowsB})
+	for i := range 2 {
+		if err := w.Close(); err != nil {
+			h.t.Fatalf("Close #%d of a writer with an open batch: %v", i+1, err)
+		}
+	}
+	h.expect("after closing a writer with an open batch twice", s1)
+}
+
+// harness holds a test's Subject and the helpers that fail the test.
+type harness struct {
+	t    *testing.T
+	ctx  context.Context
+	s    Subject
+	caps Capabilities
+}
+
+// open opens a writer that is closed when the test ends.
+func (h *harness) open() Writer {
+	h.t.Helper()
+	w, err := h.s.Open(h.ctx)
+	if err != nil {
+		h.t.Fatalf("Open: %v", err)
+	}
+	h.t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+func (h *harness) read() State {
+	h.t.Helper()
+	s, err := h.s.Read(h.ctx)
+	if err != nil {
+		h.t.Fatalf("Read: %v", err)
+	}
+	if s.Rows == nil {
+		s.Rows = map[string]int64{}
+	}
+	return s
+}
+
+func (h *harness) expect(when string, want State) {
+	h.t.Helper()
+	if got := h.read(); !got.equal(want) {
+		h.t.Fatalf("%s: the sink holds %v, want %v", when, got, want)
+	}
+}
+
+func (h *harness) begin(w Writer, b Batch) Txn {
+	h.t.Helper()
+	tx, err := w.Begin(h.ctx, b)
+	if err != nil {
+		h.t.Fatalf("Begin(%s → %s): %v", b.From, b.To, err)
+	}
+	return tx
+}
+
+func (h *harness) preCommit(tx Txn) {
+	h.t.Helper()
+	if err := tx.PreCommit(h.ctx); err != nil {
+		h.t.Fatalf("PreCommit: %v", err)
+	}
+}
+
+func (h *harness) commit(tx Txn) {
+	h.t.Helper()
+	if err := tx.Commit(h.ctx); err != nil {
+		h.t.Fatalf("Commit: %v", err)
+	}
+}
+
+// commit2 pre-commits (two-phase writers) and commits.
+func (h *harness) commit2(tx Txn) {
+	h.t.Helper()
+	if h.caps.TwoPhase {
+		h.preCommit(tx)
+	}
+	h.commit(tx)
+}
+
+// replayed checks the outcome of a replayed commit against Capabilities.
+func (h *harness) replayed(what string, err error) {
+	h.t.Helper()
+	switch h.caps.Replay {
+	case ReplayIgnored:
+		if err != nil {
+			h.t.Fatalf("%s: %v (the writer claims it ignores replays)", what, err)
+		}
+	case ReplayRefused:
+		if err == nil {
+			h.t.Fatalf("%s: no error (the writer claims it refuses replays)", what)
+		}
+		if h.caps.ReplayErr != nil && !errors.Is(err, h.caps.ReplayErr) {
+			h.t.Fatalf("%s: %v, want an error wrapping %q", what, err, h.caps.ReplayErr)
+		}
+		h.t.Logf("%s, refused as it should be: %v", what, err)
+	}
+}
+
+// fenced checks that a stale writer's commit failed as fenced.
+func (h *harness) fenced(what string, err error) {
+	h.t.Helper()
+	if err == nil {
+		h.t.Fatalf("%s: no error, want it refused (fencing %v)", what, h.caps.Fencing)
+	}
+	if h.caps.FencedErr != nil && !errors.Is(err, h.caps.FencedErr) {
+		h.t.Fatalf("%s: %v, want an error wrapping %q", what, err, h.caps.FencedErr)
+	}
+	h.t.Logf("%s, refused as it should be: %v", what, err)
+}
+
+// plus is s after committing rows and moving to position to.
+func (s State) plus(to string, rows []Row) State {
+	out := State{Rows: maps.Clone(s.Rows), Position: to}
+	if out.Rows == nil {
+		out.Rows = map[string]int64{}
+	}
+	for _, r := range rows {
+		out.Rows[r.Key] += r.Value
+	}
+	return out
+}
