@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/microbatch/microbatch/internal/fsutil"
 )
 
 // Checkpoint is one complete snapshot of a checkpoint-mode job: where each
@@ -103,7 +105,7 @@ func (f *FileCheckpoints) Save(_ context.Context, c *Checkpoint) error {
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return fmt.Errorf("saving checkpoint %d: %w", c.ID, err)
 	}
-	if err := SyncDir(dir); err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		return fmt.Errorf("saving checkpoint %d: %w", c.ID, err)
 	}
 	ids, err := f.ids(c.Job)
@@ -166,16 +168,6 @@ func (f *FileCheckpoints) Latest(_ context.Context, job string) (*Checkpoint, er
 		return nil, fmt.Errorf("checkpoint %s holds job %q id %d, not job %q id %d", path, c.Job, c.ID, job, ids[0])
 	}
 	return &c, nil
-}
-
-// SyncDir fsyncs a directory, making renames and creations in it durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // MemoryCheckpoints keeps checkpoints in memory only: a process that dies

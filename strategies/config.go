@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // Strategy names accepted by Config.Strategy.
@@ -127,7 +127,7 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// Kafka is how to reach the brokers (TLS, SASL); it applies to the
 	// source and to a kafka:// checkpoint sink alike.
-	Kafka kafkautil.Security
+	Kafka writers.KafkaSecurity
 
 	// Scale-out (every strategy but checkpoint; see group.go): processes
 	// of one job join the Kafka consumer group Group, which assigns them

@@ -42,7 +42,7 @@ func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error
 }
 
 // ReadTotalsSecure is ReadTotals reaching a kafka:// output with sec.
-func ReadTotalsSecure(ctx context.Context, dsn, job string, sec kafkautil.Security) (SinkTotals, string, error) {
+func ReadTotalsSecure(ctx context.Context, dsn, job string, sec writers.KafkaSecurity) (SinkTotals, string, error) {
 	if isKafkaDSN(dsn) || isFileDSN(dsn) {
 		return readOutputTotals(ctx, dsn, job, sec)
 	}

@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/internal/fsutil"
 )
 
 // FileTxn is the file sink of checkpoint mode: each transaction is one
@@ -124,7 +124,7 @@ func NewFileTxn(dir, job string, subtask int) (*FileTxn, error) {
 	if err := os.MkdirAll(pending, 0o755); err != nil {
 		return nil, fmt.Errorf("opening file sink %s: %w", dir, err)
 	}
-	if err := offsets.SyncDir(dir); err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		return nil, fmt.Errorf("opening file sink %s: %w", dir, err)
 	}
 	return &FileTxn{dir: dir, pending: pending, job: job, subtask: subtask}, nil
@@ -214,7 +214,7 @@ func (f *FileTxn) PreCommit(_ context.Context) (Pending, error) {
 		}
 	}
 	if err == nil {
-		err = offsets.SyncDir(f.pending)
+		err = fsutil.SyncDir(f.pending)
 	}
 	if err != nil {
 		_ = os.Remove(filepath.Join(f.pending, o.name))
@@ -275,7 +275,7 @@ func (f *FileTxn) Commit(_ context.Context, p Pending) error {
 	}
 	// Also when it was committed before: that Commit may have stopped
 	// between its rename and this.
-	if err := offsets.SyncDir(f.dir); err != nil {
+	if err := fsutil.SyncDir(f.dir); err != nil {
 		return fmt.Errorf("committing %s: %w", name, err)
 	}
 	return nil
@@ -352,7 +352,7 @@ func (f *FileTxn) Recover(ctx context.Context, keep []Pending) error {
 	if removed {
 		// Not needed for correctness (a deleted file that comes back is
 		// deleted again), only so that it doesn't.
-		if err := offsets.SyncDir(f.pending); err != nil {
+		if err := fsutil.SyncDir(f.pending); err != nil {
 			return fmt.Errorf("recovering %s: %w", f, err)
 		}
 	}
