@@ -304,15 +304,15 @@ func (w *walSink) write(_ context.Context, outs []output) error {
 	return nil
 }
 
-func (w *walSink) flush(context.Context) error {
+func (w *walSink) flush(ctx context.Context) error {
 	rows, dead := w.totals.take()
 	if len(rows) > 0 {
-		if err := w.Upsert(writers.Totals, rows); err != nil {
+		if err := w.Upsert(ctx, writers.Totals, rows); err != nil {
 			return err
 		}
 	}
 	if len(dead) > 0 {
-		return w.DeadLetters(dead)
+		return w.DeadLetters(ctx, dead)
 	}
 	return nil
 }

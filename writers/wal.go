@@ -80,7 +80,7 @@ func (l *WAL) Rewrites() int64 { return l.rewrites.Load() }
 
 // Upsert buffers rows for the open checkpoint. Values must survive a JSON
 // round trip: strings, integers, floats, booleans, nil.
-func (l *WAL) Upsert(u Upsert, rows [][]any) error {
+func (l *WAL) Upsert(_ context.Context, u Upsert, rows [][]any) error {
 	if !l.open {
 		return errors.New("wal sink: no open transaction")
 	}
@@ -92,7 +92,7 @@ func (l *WAL) Upsert(u Upsert, rows [][]any) error {
 }
 
 // DeadLetters buffers dead letters for the open checkpoint.
-func (l *WAL) DeadLetters(dls []DeadLetter) error {
+func (l *WAL) DeadLetters(_ context.Context, dls []DeadLetter) error {
 	if !l.open {
 		return errors.New("wal sink: no open transaction")
 	}

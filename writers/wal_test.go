@@ -35,10 +35,10 @@ func TestWAL(t *testing.T) {
 		if err := l.Begin(ctx, txn); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Upsert(writers.Totals, [][]any{{"j", "k", int64(1), amount}}); err != nil {
+		if err := l.Upsert(t.Context(), writers.Totals, [][]any{{"j", "k", int64(1), amount}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.DeadLetters([]writers.DeadLetter{{Job: "j", Topic: "t", Offset: txn, Reason: "bad", Payload: []byte{0, 1}}}); err != nil {
+		if err := l.DeadLetters(t.Context(), []writers.DeadLetter{{Job: "j", Topic: "t", Offset: txn, Reason: "bad", Payload: []byte{0, 1}}}); err != nil {
 			t.Fatal(err)
 		}
 		p, err := l.PreCommit(ctx)

@@ -464,11 +464,11 @@ type walWriter struct {
 	job string
 }
 
-func (w *walWriter) write(_ context.Context, b writertest.Batch) error {
-	if err := w.Upsert(writers.Totals, totalsRows(w.job, b.Rows)); err != nil {
+func (w *walWriter) write(ctx context.Context, b writertest.Batch) error {
+	if err := w.Upsert(ctx, writers.Totals, totalsRows(w.job, b.Rows)); err != nil {
 		return err
 	}
-	return w.Upsert(positions, [][]any{{w.job, b.To}})
+	return w.Upsert(ctx, positions, [][]any{{w.job, b.To}})
 }
 
 // FileTxn: lines "row <key> <value>" and "position <to>", read back with
