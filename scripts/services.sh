@@ -3,6 +3,7 @@
 # directory: MariaDB, Redis and a single-node Apache Kafka 4.x (KRaft).
 #
 #   scripts/services.sh start    install what is missing, start (or reuse) all three, wait until they answer
+#                                (each also serves TLS, see below; the test CA is made once per state dir)
 #   scripts/services.sh env      print `export MICROBATCH_TEST_*=...` lines (use: eval "$(scripts/services.sh env)")
 #   scripts/services.sh status   show what is running (exit 0 only if all three answer)
 #   scripts/services.sh stop     stop them (SIGTERM, then SIGKILL after a bound) and remove the state dir
@@ -12,12 +13,21 @@
 # this works in a bare container or CI. Needs root (or sudo) only to apt-get
 # install mariadb-server / redis-server / chromium when they are missing.
 #
+# TLS: a self-signed test CA and a server certificate for 127.0.0.1/localhost
+# (openssl, <state dir>/tls). MariaDB offers TLS on its port (user mbtls must
+# use it), Redis has a second, TLS-only port, and Kafka a second listener,
+# SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; one test user for all
+# three). `env` prints where they are and the test-only credentials;
+# <state dir>/kafka/client-sasl-ssl.properties is a --command-config for kafka-tool.
+#
 # Environment (all optional):
 #   MICROBATCH_SERVICES_DIR            state dir (default: <repo>/.services)
-#   MICROBATCH_TEST_MYSQL_PORT         MariaDB port            (default 13306)
+#   MICROBATCH_TEST_MYSQL_PORT         MariaDB port, plaintext and TLS (default 13306)
 #   MICROBATCH_TEST_REDIS_PORT         Redis port              (default 16379)
+#   MICROBATCH_TEST_REDIS_TLS_PORT     Redis TLS port          (default 16380)
 #   MICROBATCH_TEST_KAFKA_PORT         Kafka broker port       (default 19092)
 #   MICROBATCH_TEST_KAFKA_CONTROLLER_PORT  KRaft controller port (default 19093)
+#   MICROBATCH_TEST_KAFKA_SASL_SSL_PORT    Kafka SASL_SSL port   (default 19094)
 #   MICROBATCH_KAFKA_VERSION           Apache Kafka 4.x version (default 4.3.1)
 #   MICROBATCH_KAFKA_HEAP              Kafka max heap          (default 1g)
 #   MICROBATCH_SERVICES_TIMEOUT_KAFKA  seconds to wait for Kafka (default 120); _MYSQL (60), _REDIS (30)
@@ -29,8 +39,10 @@ CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/microbatch"
 
 MYSQL_PORT="${MICROBATCH_TEST_MYSQL_PORT:-13306}"
 REDIS_PORT="${MICROBATCH_TEST_REDIS_PORT:-16379}"
+REDIS_TLS_PORT="${MICROBATCH_TEST_REDIS_TLS_PORT:-16380}"
 KAFKA_PORT="${MICROBATCH_TEST_KAFKA_PORT:-19092}"
 KAFKA_CONTROLLER_PORT="${MICROBATCH_TEST_KAFKA_CONTROLLER_PORT:-19093}"
+KAFKA_SASL_SSL_PORT="${MICROBATCH_TEST_KAFKA_SASL_SSL_PORT:-19094}"
 KAFKA_VERSION_WANTED="${MICROBATCH_KAFKA_VERSION:-4.3.1}"
 KAFKA_HEAP="${MICROBATCH_KAFKA_HEAP:-1g}"
 TIMEOUT_KAFKA="${MICROBATCH_SERVICES_TIMEOUT_KAFKA:-120}"
@@ -41,6 +53,21 @@ STOP_TIMEOUT="${MICROBATCH_SERVICES_STOP_TIMEOUT:-30}"
 MYSQL_DB=mbtest
 MYSQL_USER=mb
 MYSQL_PASS=mbpass
+# Like mb, but REQUIRE SSL: a connection as mbtls is proof of TLS.
+MYSQL_TLS_USER=mbtls
+
+# The Kafka SASL_SSL listener's user, for PLAIN and both SCRAMs. Test-only:
+# the broker listens on loopback. No ',', ']' or '"' (kafka-storage --add-scram syntax).
+KAFKA_SASL_USER=mbsasl
+KAFKA_SASL_PASS=mbsasl-test-pw-4711
+
+# The test CA (ca.pem) and the server certificate it signed (server.pem,
+# server.key; kafka-keystore.pem is key + certificate for Kafka's PEM keystore).
+TLS_DIR="$DIR/tls"
+TLS_CA="$TLS_DIR/ca.pem"
+TLS_CERT="$TLS_DIR/server.pem"
+TLS_KEY="$TLS_DIR/server.key"
+TLS_KAFKA_PEM="$TLS_DIR/kafka-keystore.pem"
 
 MARKER="$DIR/.microbatch-services"
 
@@ -256,6 +283,7 @@ install_missing() {
 	command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
 	command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
 	command -v flock >/dev/null 2>&1 || pkgs+=(util-linux)
+	command -v openssl >/dev/null 2>&1 || pkgs+=(openssl)
 	# Headless browser for the status page's browser test (cmd/microbatch).
 	command -v chromium >/dev/null 2>&1 || pkgs+=(chromium)
 	if ((${#pkgs[@]})); then
@@ -308,6 +336,54 @@ ensure_kafka_jars() {
 	exec 8>&-
 }
 
+# ---------------------------------------------------------------- TLS
+
+# ensure_tls: make the test CA and the server certificate once per state dir
+# (under the lock; `stop` removes them with the dir).
+ensure_tls() {
+	[[ -f $TLS_DIR/.complete ]] && return 0
+	command -v openssl >/dev/null 2>&1 || die "openssl not found (apt-get install openssl)"
+	local tmp="$TLS_DIR.tmp.$$"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	log "TLS: making a test CA and a server certificate for 127.0.0.1/localhost in $TLS_DIR"
+	if ! (
+		set -e
+		cd "$tmp"
+		umask 077
+		openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
+			-keyout ca.key -out ca.pem -subj "/CN=microbatch services.sh test CA" \
+			-addext 'basicConstraints=critical,CA:TRUE' -addext 'keyUsage=critical,keyCertSign,cRLSign'
+		openssl req -new -newkey rsa:2048 -nodes -sha256 \
+			-keyout server.key -out server.csr -subj "/CN=localhost"
+		printf '%s\n' 'basicConstraints=CA:FALSE' 'keyUsage=critical,digitalSignature,keyEncipherment' \
+			'extendedKeyUsage=serverAuth' 'subjectAltName=IP:127.0.0.1,DNS:localhost' >server.ext
+		openssl x509 -req -sha256 -days 3650 -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+			-extfile server.ext -out server.pem
+		openssl verify -CAfile ca.pem server.pem
+		# Kafka's PEM keystore: an unencrypted PKCS#8 key, then the chain.
+		openssl pkcs8 -topk8 -nocrypt -in server.key -out server.pk8
+		cat server.pk8 server.pem >kafka-keystore.pem
+		rm -f ca.key ca.srl server.csr server.ext server.pk8
+		chmod 644 ca.pem server.pem
+	) >"$DIR/tls.log" 2>&1; then
+		tail_log "$DIR/tls.log"
+		rm -rf "$tmp"
+		die "TLS: making the test certificates with openssl failed"
+	fi
+	touch "$tmp/.complete"
+	rm -rf "$TLS_DIR"
+	mv "$tmp" "$TLS_DIR"
+}
+
+# tls_answers PORT: a TLS server on 127.0.0.1:PORT shows a certificate the
+# test CA signed for 127.0.0.1.
+tls_answers() {
+	[[ -f $TLS_CA ]] || return 1
+	timeout 5 openssl s_client -connect "127.0.0.1:$1" -CAfile "$TLS_CA" -verify_return_error \
+		-verify_ip 127.0.0.1 </dev/null >/dev/null 2>&1
+}
+
 # ---------------------------------------------------------------- MariaDB
 
 MY_DIR="$DIR/mariadb"
@@ -328,6 +404,14 @@ mysql_answers() {
 		-u"$MYSQL_USER" -p"$MYSQL_PASS" -N -B -e 'select 1' "$MYSQL_DB" >/dev/null 2>&1
 }
 
+# As the REQUIRE SSL user, verifying the server against the test CA.
+mysql_tls_answers() {
+	[[ -f $TLS_CA ]] || return 1
+	"$(find_mysql_client)" --no-defaults --connect-timeout=3 --protocol=TCP -h127.0.0.1 -P"$MYSQL_PORT" \
+		--ssl --ssl-ca="$TLS_CA" --ssl-verify-server-cert \
+		-u"$MYSQL_TLS_USER" -p"$MYSQL_PASS" -N -B -e 'select 1' "$MYSQL_DB" >/dev/null 2>&1
+}
+
 mysql_root() {
 	"$(find_mysql_client)" --no-defaults --connect-timeout=5 -S "$(mysql_socket)" -uroot "$@"
 }
@@ -340,12 +424,12 @@ mysql_root_answers() {
 mysql_launch() {
 	local pid
 	if pid="$(pid_of "$MY_PIDFILE")"; then
-		if mysql_answers; then
+		if mysql_answers && mysql_tls_answers; then
 			log "MariaDB: reusing running server (pid $pid) on 127.0.0.1:$MYSQL_PORT"
 			MY_STATE=reused
 			return 0
 		fi
-		log "MariaDB: pid $pid is there but does not answer; restarting it"
+		log "MariaDB: pid $pid is there but does not answer (or not over TLS as $MYSQL_TLS_USER); restarting it"
 		stop_pid MariaDB "$pid"
 	fi
 	if port_open "$MYSQL_PORT"; then
@@ -371,6 +455,7 @@ mysql_launch() {
 		--socket="$sock" --pid-file="$MY_PIDFILE" --log-error="$MY_ERRLOG" \
 		--port="$MYSQL_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
 		"${user_opt[@]}" \
+		--ssl-ca="$TLS_CA" --ssl-cert="$TLS_CERT" --ssl-key="$TLS_KEY" \
 		--max-allowed-packet=64M --innodb-flush-log-at-trx-commit=1 \
 		--character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
 		--max-connections=1000 --innodb-buffer-pool-size=256M \
@@ -405,13 +490,18 @@ mysql_wait() {
 			echo "CREATE USER IF NOT EXISTS $u IDENTIFIED BY '$MYSQL_PASS';"
 			echo "GRANT ALL PRIVILEGES ON *.* TO $u WITH GRANT OPTION;"
 		done
+		for u in "'$MYSQL_TLS_USER'@'%'" "'$MYSQL_TLS_USER'@'127.0.0.1'" "'$MYSQL_TLS_USER'@'localhost'"; do
+			echo "CREATE USER IF NOT EXISTS $u IDENTIFIED BY '$MYSQL_PASS' REQUIRE SSL;"
+			echo "GRANT ALL PRIVILEGES ON *.* TO $u;"
+		done
 		echo "FLUSH PRIVILEGES;"
 	} | mysql_root >"$MY_DIR/setup.log" 2>&1 || {
 		tail_log "$MY_DIR/setup.log" "$MY_ERRLOG"
 		die "MariaDB: creating database/user failed"
 	}
 	# MySQL 8 has XA_RECOVER_ADMIN; MariaDB does not (ALL covers XA RECOVER there).
-	for u in "'$MYSQL_USER'@'%'" "'$MYSQL_USER'@'127.0.0.1'" "'$MYSQL_USER'@'localhost'"; do
+	for u in "'$MYSQL_USER'@'%'" "'$MYSQL_USER'@'127.0.0.1'" "'$MYSQL_USER'@'localhost'" \
+		"'$MYSQL_TLS_USER'@'%'" "'$MYSQL_TLS_USER'@'127.0.0.1'" "'$MYSQL_TLS_USER'@'localhost'"; do
 		mysql_root -e "GRANT XA_RECOVER_ADMIN ON *.* TO $u" >/dev/null 2>&1 || true
 	done
 	local deadline2=$((SECONDS + 15))
@@ -422,7 +512,11 @@ mysql_wait() {
 		fi
 		sleep 0.3
 	done
-	log "MariaDB: ready ($("$(find_mysql_client)" --no-defaults -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASS" -N -B -e 'select version()' 2>/dev/null || echo '?'))"
+	if ! mysql_tls_answers; then
+		tail_log "$MY_ERRLOG"
+		die "MariaDB answers, but not over TLS (as $MYSQL_TLS_USER, server certificate checked against $TLS_CA)"
+	fi
+	log "MariaDB: ready, TLS too ($("$(find_mysql_client)" --no-defaults -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASS" -N -B -e 'select version()' 2>/dev/null || echo '?'))"
 }
 
 # ---------------------------------------------------------------- Redis
@@ -435,31 +529,42 @@ redis_answers() {
 	[[ "$(timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null || true)" == PONG ]]
 }
 
+# The TLS port, the server checked against the test CA.
+redis_tls_answers() {
+	[[ -f $TLS_CA ]] || return 1
+	[[ "$(timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_TLS_PORT" --tls --cacert "$TLS_CA" ping 2>/dev/null || true)" == PONG ]]
+}
+
 redis_launch() {
 	local pid
 	if pid="$(pid_of "$RD_PIDFILE")"; then
-		if redis_answers; then
-			log "Redis: reusing running server (pid $pid) on 127.0.0.1:$REDIS_PORT"
+		if redis_answers && redis_tls_answers; then
+			log "Redis: reusing running server (pid $pid) on 127.0.0.1:$REDIS_PORT (TLS :$REDIS_TLS_PORT)"
 			RD_STATE=reused
 			return 0
 		fi
-		log "Redis: pid $pid is there but does not answer; restarting it"
+		log "Redis: pid $pid is there but does not answer (or not over TLS on :$REDIS_TLS_PORT); restarting it"
 		stop_pid Redis "$pid"
 	fi
 	if port_open "$REDIS_PORT"; then
 		die "$(port_taken_msg "$REDIS_PORT" MICROBATCH_TEST_REDIS_PORT)"
 	fi
+	if port_open "$REDIS_TLS_PORT"; then
+		die "$(port_taken_msg "$REDIS_TLS_PORT" MICROBATCH_TEST_REDIS_TLS_PORT)"
+	fi
 	rm -rf "$RD_DIR"
 	mkdir -p "$RD_DIR"
 	launch "$RD_DIR" "$RD_DIR/redis.out" redis-server \
 		--port "$REDIS_PORT" --bind 127.0.0.1 \
+		--tls-port "$REDIS_TLS_PORT" --tls-cert-file "$TLS_CERT" --tls-key-file "$TLS_KEY" \
+		--tls-ca-cert-file "$TLS_CA" --tls-auth-clients no \
 		--save '' --appendonly yes --appendfsync always \
 		--dir "$RD_DIR" --daemonize no --logfile "$RD_LOG" \
 		--pidfile "$RD_DIR/redis-server.pid"
 	pid=$LAUNCHED_PID
 	printf '%s\n' "$pid" >"$RD_PIDFILE"
 	RD_STATE=started
-	log "Redis: started pid $pid on 127.0.0.1:$REDIS_PORT"
+	log "Redis: started pid $pid on 127.0.0.1:$REDIS_PORT (TLS :$REDIS_TLS_PORT)"
 }
 
 redis_wait() {
@@ -476,7 +581,11 @@ redis_wait() {
 		fi
 		sleep 0.2
 	done
-	log "Redis: ready ($(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info server 2>/dev/null | tr -d '\r' | awk -F: '/^redis_version:/ {print "redis " $2}'))"
+	if ! redis_tls_answers; then
+		tail_log "$RD_LOG"
+		die "Redis answers on :$REDIS_PORT but not over TLS on :$REDIS_TLS_PORT"
+	fi
+	log "Redis: ready, TLS too ($(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info server 2>/dev/null | tr -d '\r' | awk -F: '/^redis_version:/ {print "redis " $2}'))"
 }
 
 # ---------------------------------------------------------------- Kafka
@@ -526,12 +635,23 @@ write_kafka_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
 log.dirs=$KF_DIR/data
+
+# SASL_SSL for clients: PLAIN (user in the JAAS line) and SCRAM (users
+# stored in the metadata log by kafka-storage format --add-scram). No
+# authorizer: every authenticated user may do everything.
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$KAFKA_SASL_USER="$KAFKA_SASL_PASS";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$TLS_KAFKA_PEM
+listener.name.sasl_ssl.ssl.client.auth=none
 
 num.partitions=4
 default.replication.factor=1
@@ -558,6 +678,14 @@ num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
 background.threads=4
+EOF
+	# For the Kafka CLI tools (kafka-tool ... --command-config this file).
+	cat >"$KF_DIR/client-sasl-ssl.properties" <<EOF
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="$KAFKA_SASL_USER" password="$KAFKA_SASL_PASS";
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_CA
 EOF
 	cat >"$KF_DIR/log4j2.xml" <<'EOF'
 <?xml version="1.0" encoding="UTF-8"?>
@@ -602,19 +730,22 @@ kafka_launch() {
 		if [[ "$(kafka_running_version)" != "$KAFKA_VERSION_WANTED" ]]; then
 			log "Kafka: running $(kafka_running_version) but $KAFKA_VERSION_WANTED is wanted; replacing it"
 			stop_pid Kafka "$pid"
-		elif port_open "$KAFKA_PORT" && kafka_started_logged; then
+		elif port_open "$KAFKA_PORT" && kafka_started_logged && tls_answers "$KAFKA_SASL_SSL_PORT"; then
 			log "Kafka: reusing running Apache Kafka $(kafka_running_version) (pid $pid) on 127.0.0.1:$KAFKA_PORT"
 			KF_STATE=reused
 			return 0
+		elif port_open "$KAFKA_PORT" && kafka_started_logged; then
+			log "Kafka: pid $pid serves, but not SASL_SSL on :$KAFKA_SASL_SSL_PORT with a certificate of $TLS_CA; restarting it"
+			stop_pid Kafka "$pid"
 		else
 			log "Kafka: pid $pid is there but not serving; restarting it"
 			stop_pid Kafka "$pid"
 		fi
 	fi
 	local p
-	for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+	for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_SSL_PORT"; do
 		if port_open "$p"; then
-			die "$(port_taken_msg "$p" "MICROBATCH_TEST_KAFKA_PORT / MICROBATCH_TEST_KAFKA_CONTROLLER_PORT")"
+			die "$(port_taken_msg "$p" "MICROBATCH_TEST_KAFKA_PORT / MICROBATCH_TEST_KAFKA_CONTROLLER_PORT / MICROBATCH_TEST_KAFKA_SASL_SSL_PORT")"
 		fi
 	done
 	local v=$KAFKA_VERSION_WANTED libs cid out cls ok=0
@@ -628,7 +759,9 @@ kafka_launch() {
 	# 4.x still has the Scala kafka.tools.StorageTool; newer lines may only
 	# have the Java org.apache.kafka.tools.StorageTool. Try both.
 	for cls in kafka.tools.StorageTool org.apache.kafka.tools.StorageTool; do
-		if out="$(kafka_tool "$cls" format --cluster-id "$cid" --config "$KF_DIR/server.properties" 2>&1 </dev/null)"; then
+		if out="$(kafka_tool "$cls" format --cluster-id "$cid" --config "$KF_DIR/server.properties" \
+			--add-scram "SCRAM-SHA-256=[name=$KAFKA_SASL_USER,password=$KAFKA_SASL_PASS]" \
+			--add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$KAFKA_SASL_PASS]" 2>&1 </dev/null)"; then
 			ok=1
 			break
 		fi
@@ -649,7 +782,7 @@ kafka_launch() {
 	pid=$LAUNCHED_PID
 	printf '%s\n' "$pid" >"$KF_PIDFILE"
 	KF_STATE=started
-	log "Kafka: started Apache Kafka $v (pid $pid, cluster id $cid) on 127.0.0.1:$KAFKA_PORT"
+	log "Kafka: started Apache Kafka $v (pid $pid, cluster id $cid) on 127.0.0.1:$KAFKA_PORT (SASL_SSL :$KAFKA_SASL_SSL_PORT)"
 }
 
 kafka_wait() {
@@ -674,7 +807,16 @@ kafka_wait() {
 		tail_log "$KF_DIR/metadata-check.log" "$KF_LOG"
 		die "Kafka is up but a metadata request (TopicCommand --list) failed"
 	fi
-	log "Kafka: ready (Apache Kafka $(kafka_running_version), KRaft, metadata request OK)"
+	# The same over SASL_SSL, as the SCRAM-SHA-512 user, the broker checked against the test CA.
+	left=$((deadline - SECONDS))
+	((left < 15)) && left=15
+	if ! kafka_tool "$left" org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_SASL_SSL_PORT" \
+		--command-config "$KF_DIR/client-sasl-ssl.properties" --list \
+		>"$KF_DIR/metadata-check-sasl-ssl.log" 2>&1 </dev/null; then
+		tail_log "$KF_DIR/metadata-check-sasl-ssl.log" "$KF_LOG"
+		die "Kafka is up but a metadata request over SASL_SSL (127.0.0.1:$KAFKA_SASL_SSL_PORT, SCRAM-SHA-512) failed"
+	fi
+	log "Kafka: ready (Apache Kafka $(kafka_running_version), KRaft, metadata request OK, over SASL_SSL too)"
 }
 
 # ---------------------------------------------------------------- commands
@@ -685,6 +827,7 @@ cmd_start() {
 	ensure_kafka_jars "$KAFKA_VERSION_WANTED"
 	take_lock
 	log "state dir: $DIR"
+	ensure_tls
 	# Launch all three, then wait for all three (they boot in parallel).
 	kafka_launch
 	mysql_launch
@@ -692,7 +835,7 @@ cmd_start() {
 	mysql_wait
 	redis_wait
 	kafka_wait
-	log "all services up in $((SECONDS - t0))s: mysql 127.0.0.1:$MYSQL_PORT, redis 127.0.0.1:$REDIS_PORT, kafka 127.0.0.1:$KAFKA_PORT"
+	log "all services up in $((SECONDS - t0))s: mysql 127.0.0.1:$MYSQL_PORT (TLS too), redis 127.0.0.1:$REDIS_PORT (TLS :$REDIS_TLS_PORT), kafka 127.0.0.1:$KAFKA_PORT (SASL_SSL :$KAFKA_SASL_SSL_PORT)"
 }
 
 cmd_env() {
@@ -700,13 +843,23 @@ cmd_env() {
 	printf "export MICROBATCH_TEST_KAFKA_KIND='apache-kafka-%s'\n" "$(kafka_running_version)"
 	printf "export MICROBATCH_TEST_MYSQL='mysql://%s:%s@127.0.0.1:%s/%s'\n" "$MYSQL_USER" "$MYSQL_PASS" "$MYSQL_PORT" "$MYSQL_DB"
 	printf "export MICROBATCH_TEST_REDIS='redis://127.0.0.1:%s/0'\n" "$REDIS_PORT"
+	# TLS (all three servers' certificates are signed by this CA) and Kafka SASL.
+	printf "export MICROBATCH_TEST_TLS_CA='%s'\n" "$TLS_CA"
+	printf "export MICROBATCH_TEST_KAFKA_SASL_SSL='127.0.0.1:%s'\n" "$KAFKA_SASL_SSL_PORT"
+	printf "export MICROBATCH_TEST_KAFKA_SASL_USER='%s'\n" "$KAFKA_SASL_USER"
+	printf "export MICROBATCH_TEST_KAFKA_SASL_PASSWORD='%s'\n" "$KAFKA_SASL_PASS"
+	printf "export MICROBATCH_TEST_MYSQL_TLS='mysql://%s:%s@127.0.0.1:%s/%s'\n" "$MYSQL_TLS_USER" "$MYSQL_PASS" "$MYSQL_PORT" "$MYSQL_DB"
+	printf "export MICROBATCH_TEST_REDIS_TLS='rediss://127.0.0.1:%s/0'\n" "$REDIS_TLS_PORT"
 }
 
 cmd_status() {
 	local pid all=0
 	if pid="$(pid_of "$MY_PIDFILE")"; then
-		if mysql_answers; then
-			echo "mariadb: running, pid $pid, 127.0.0.1:$MYSQL_PORT, answering (log $MY_ERRLOG)"
+		if mysql_answers && mysql_tls_answers; then
+			echo "mariadb: running, pid $pid, 127.0.0.1:$MYSQL_PORT, answering, TLS too (log $MY_ERRLOG)"
+		elif mysql_answers; then
+			echo "mariadb: running, pid $pid, 127.0.0.1:$MYSQL_PORT, answering but NOT over TLS (log $MY_ERRLOG)"
+			all=1
 		else
 			echo "mariadb: running, pid $pid, 127.0.0.1:$MYSQL_PORT, NOT answering (log $MY_ERRLOG)"
 			all=1
@@ -716,8 +869,11 @@ cmd_status() {
 		all=1
 	fi
 	if pid="$(pid_of "$RD_PIDFILE")"; then
-		if redis_answers; then
-			echo "redis:   running, pid $pid, 127.0.0.1:$REDIS_PORT, answering (log $RD_LOG)"
+		if redis_answers && redis_tls_answers; then
+			echo "redis:   running, pid $pid, 127.0.0.1:$REDIS_PORT, answering, TLS :$REDIS_TLS_PORT too (log $RD_LOG)"
+		elif redis_answers; then
+			echo "redis:   running, pid $pid, 127.0.0.1:$REDIS_PORT, answering but NOT over TLS :$REDIS_TLS_PORT (log $RD_LOG)"
+			all=1
 		else
 			echo "redis:   running, pid $pid, 127.0.0.1:$REDIS_PORT, NOT answering (log $RD_LOG)"
 			all=1
@@ -727,8 +883,11 @@ cmd_status() {
 		all=1
 	fi
 	if pid="$(pid_of "$KF_PIDFILE")"; then
-		if port_open "$KAFKA_PORT" && kafka_started_logged; then
-			echo "kafka:   running, pid $pid, 127.0.0.1:$KAFKA_PORT, Apache Kafka $(kafka_running_version), serving (log $KF_LOG)"
+		if port_open "$KAFKA_PORT" && kafka_started_logged && tls_answers "$KAFKA_SASL_SSL_PORT"; then
+			echo "kafka:   running, pid $pid, 127.0.0.1:$KAFKA_PORT, Apache Kafka $(kafka_running_version), serving, SASL_SSL :$KAFKA_SASL_SSL_PORT too (log $KF_LOG)"
+		elif port_open "$KAFKA_PORT" && kafka_started_logged; then
+			echo "kafka:   running, pid $pid, 127.0.0.1:$KAFKA_PORT, Apache Kafka $(kafka_running_version), serving but NOT over SASL_SSL :$KAFKA_SASL_SSL_PORT (log $KF_LOG)"
+			all=1
 		else
 			echo "kafka:   running, pid $pid, 127.0.0.1:$KAFKA_PORT, NOT serving yet (log $KF_LOG)"
 			all=1
@@ -779,7 +938,7 @@ cmd_kafka_tool() {
 }
 
 usage() {
-	sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 case "${1:-}" in
