@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,18 @@ func TestCLIServerErrors(t *testing.T) {
 			if !strings.Contains(r.stdout, w) {
 				t.Errorf("dry run output lacks %q:\n%s", w, r.stdout)
 			}
+		}
+		// --metrics-addr is checked too: an address in use is a config
+		// error (exit 2) naming the flag.
+		busy, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer busy.Close()
+		inUse := runBin(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.addr, "--topic", topic, "--sink", sqlite, "--job", "dry",
+			"--metrics-addr", busy.Addr().String())
+		if inUse.code != 2 || !strings.Contains(inUse.stderr, "metrics-addr") {
+			t.Errorf("dry run with --metrics-addr in use: want exit 2 naming metrics-addr; %s", inUse)
 		}
 		// Nothing written: a real run afterwards starts from the beginning
 		// and reads all 100 events.

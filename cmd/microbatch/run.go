@@ -191,6 +191,14 @@ func runJob(ctx context.Context, s *settings) error {
 	if dry, err := s.boolean("dry-run"); err != nil {
 		return err
 	} else if dry {
+		// --metrics-addr is checked by binding it for a moment.
+		check := cfg
+		check.Logger = nil
+		stop, err := startStatus(s, &check)
+		if err != nil {
+			return err
+		}
+		stop()
 		return dryRun(ctx, cfg)
 	}
 	stopStatus, err := startStatus(s, &cfg)

@@ -72,7 +72,9 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("serving status: %w", err)
+		// In use, not this host's, a privileged port: the setting must
+		// change either way.
+		return nil, fmt.Errorf("%w: %v", ErrAddr, err)
 	}
 	s := &Server{
 		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
