@@ -11,9 +11,10 @@ var (
 	// ErrConflict means the offset row is not where the batch started from:
 	// someone else committed this range (or moved the offsets by hand).
 	// Roll back and stop; a retry would apply the batch twice.
-	ErrConflict = errors.New("offsets: stored offset is not where the batch started")
+	ErrConflict = errors.New("offsets: stored position is not where the batch started")
 
-	// ErrNoRow means the job has no offset row for the partition; rows are
-	// created by Init before the first batch. Roll back and stop.
-	ErrNoRow = errors.New("offsets: no offset row for the partition")
+	// ErrNoRow means the job has no offset row for the partition (rows
+	// are created by Init before the first batch) or no row for the source
+	// (ClaimSource creates it). Roll back and stop.
+	ErrNoRow = errors.New("offsets: no stored position to advance")
 )

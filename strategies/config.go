@@ -262,8 +262,8 @@ func (c Config) Validate() error {
 		return bad("until-idle %s is negative", c.UntilIdle)
 	case c.Transform != nil && (c.Strategy == StrategyIdempotent || c.Strategy == StrategyCheckpoint):
 		return bad("strategy %s runs the built-in totals job only; a Transform needs txn, single, at-least-once or at-most-once (a SQL sink)", c.Strategy)
-	case c.Transform != nil && c.Transform.Upsert().Validate() != nil:
-		return bad("transform: %v", c.Transform.Upsert().Validate())
+	case c.Transform != nil && c.Transform.validate() != nil:
+		return bad("transform: %v", c.Transform.validate())
 	case c.Strategy == StrategyCheckpoint:
 		return c.validateCheckpoint(bad)
 	case isKafkaDSN(c.Sink) || isFileDSN(c.Sink):

@@ -2,6 +2,7 @@ package strategies
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -211,16 +212,16 @@ func openSink(ctx context.Context, cfg Config) (w *writers.SQL, rw *writers.Redi
 	return w, rw, err
 }
 
-// checkTable makes sure a Transform's table exists with its columns before
-// the first batch, so that a missing table is one clear message at start.
+// checkTable makes sure a Transform's table exists with its columns and
+// key before the first batch, so that a missing one is one clear message
+// at start instead of a failed batch (or, on MySQL without the key,
+// duplicate rows).
 func checkTable(ctx context.Context, w *writers.SQL, u writers.Upsert) error {
-	cols := strings.Join(append(append([]string{}, u.Keys...), u.Values...), ", ")
-	rows, err := w.DB().QueryContext(ctx, "SELECT "+cols+" FROM "+u.Table+" WHERE 1 = 0")
-	if err != nil {
-		return fmt.Errorf("%w: transform: table %s with columns %s is not usable in %s (create it, with a primary key on %s, before the job runs): %v",
-			ErrConfig, u.Table, cols, w, strings.Join(u.Keys, ", "), err)
+	err := w.CheckUpsert(ctx, u)
+	if errors.Is(err, writers.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
+		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
 	}
-	return rows.Close()
+	return err
 }
 
 // claimPartitions takes a new epoch for the session's partitions and makes

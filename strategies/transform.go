@@ -3,6 +3,7 @@ package strategies
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -38,8 +39,20 @@ type Transform struct {
 //     same key together either way. It must be deterministic: a retried
 //     batch calls it again on the same records.
 //
-// The table of u is the user's to create before the job runs; it needs a
-// primary key (or unique key) on u.Keys.
+// Both functions run in several partition tasks at once: they must be
+// safe for concurrent use (pure functions of their input are).
+//
+// The table of u is the user's to create before the job runs, with a
+// primary key (or unique key) on exactly u.Keys; Run checks it
+// (writers.SQL.CheckUpsert) and refuses to start without it. A row the
+// database rejects (a value too long, a NULL in a NOT NULL column) fails
+// the batch on every retry and stops the job: make rows valid for the
+// table, and reject what can't be in decode, where it is dead-lettered.
+//
+// With u.Merge == MergeReplace, a key written by several partitions ends
+// with whichever write committed last (with txn, the partitions commit in
+// no set order), not the latest event: use MergeReplace for keys that
+// live in one partition (the record key's partition), or MergeAdd.
 func NewTransform[T any](u writers.Upsert, decode func(rec *batch.Record) (T, error), rows func(items []T) [][]any) *Transform {
 	return &Transform{work: &userWork[T]{u: u, decode: decode, rows: rows}}
 }
@@ -47,11 +60,24 @@ func NewTransform[T any](u writers.Upsert, decode func(rec *batch.Record) (T, er
 // Upsert is the transform's target.
 func (t *Transform) Upsert() writers.Upsert { return t.work.upsert() }
 
+// validate says what is missing from a Transform not made by NewTransform
+// or made with nil functions.
+func (t *Transform) validate() error {
+	if t.work == nil {
+		return errors.New("make it with strategies.NewTransform")
+	}
+	if err := t.work.check(); err != nil {
+		return err
+	}
+	return t.work.upsert().Validate()
+}
+
 // workload is what a strategy computes per range: the built-in totals or a
 // user's Transform.
 type workload interface {
 	upsert() writers.Upsert
 	newPart(job string) part
+	check() error
 }
 
 // part is one range's (or, merged, one batch's) computed results.
@@ -79,6 +105,7 @@ func workloadOf(cfg Config) workload {
 type totalsWork struct{}
 
 func (totalsWork) upsert() writers.Upsert { return writers.Totals }
+func (totalsWork) check() error           { return nil }
 func (totalsWork) newPart(job string) part {
 	return &totalsPart{job: job, agg: event.NewAggregator()}
 }
@@ -117,6 +144,12 @@ type userWork[T any] struct {
 
 func (w *userWork[T]) upsert() writers.Upsert { return w.u }
 func (w *userWork[T]) newPart(string) part    { return &userPart[T]{w: w} }
+func (w *userWork[T]) check() error {
+	if w.decode == nil || w.rows == nil {
+		return errors.New("decode and rows functions must not be nil")
+	}
+	return nil
+}
 
 type userPart[T any] struct {
 	w     *userWork[T]
@@ -174,6 +207,11 @@ func sortRows(rows [][]any, nkeys int) {
 }
 
 func compareValues(a, b any) int {
+	if x, ok := asInt64(a); ok {
+		if y, ok := asInt64(b); ok {
+			return cmp.Compare(x, y)
+		}
+	}
 	switch x := a.(type) {
 	case string:
 		if y, ok := b.(string); ok {
@@ -182,18 +220,6 @@ func compareValues(a, b any) int {
 	case []byte:
 		if y, ok := b.([]byte); ok {
 			return bytes.Compare(x, y)
-		}
-	case int:
-		if y, ok := b.(int); ok {
-			return cmp.Compare(x, y)
-		}
-	case int64:
-		if y, ok := b.(int64); ok {
-			return cmp.Compare(x, y)
-		}
-	case int32:
-		if y, ok := b.(int32); ok {
-			return cmp.Compare(x, y)
 		}
 	case float64:
 		if y, ok := b.(float64); ok {
@@ -204,5 +230,32 @@ func compareValues(a, b any) int {
 			return x.Compare(y)
 		}
 	}
+	// Mixed or other types: by type name, then text; a consistent order
+	// is all the lock ordering needs.
+	if c := cmp.Compare(fmt.Sprintf("%T", a), fmt.Sprintf("%T", b)); c != 0 {
+		return c
+	}
 	return cmp.Compare(fmt.Sprint(a), fmt.Sprint(b))
+}
+
+func asInt64(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	}
+	return 0, false
 }

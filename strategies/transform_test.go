@@ -143,6 +143,10 @@ func TestTransformConfigErrors(t *testing.T) {
 	brokers := kfake.brokers(t)
 	topic := newTopic(t, brokers)
 	dsn := sqliteSink.dsn(t)
+	w := sinktest.OpenSQL(t, dsn)
+	if _, err := w.DB().Exec("CREATE TABLE keyless (k TEXT, n INTEGER, total INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name, strategy, sink, table, want string
 	}{
@@ -150,6 +154,7 @@ func TestTransformConfigErrors(t *testing.T) {
 		{"checkpoint", strategies.StrategyCheckpoint, dsn, "t", "built-in totals job only"},
 		{"bad table name", strategies.StrategyTxn, dsn, "t; drop", "transform"},
 		{"missing table", strategies.StrategyTxn, dsn, "no_such_table", "no_such_table"},
+		{"table without a key on k", strategies.StrategyTxn, dsn, "keyless", "no primary or unique key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := baseConfig(t, brokers, topic, uniqueName(t, "cfg"), c.sink)
@@ -162,6 +167,20 @@ func TestTransformConfigErrors(t *testing.T) {
 				t.Fatalf("Run = %v, want ErrConfig mentioning %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestTransformNilFunctions(t *testing.T) {
+	u := writers.Upsert{Table: "t", Keys: []string{"k"}, Values: []string{"v"}}
+	for name, tr := range map[string]*strategies.Transform{
+		"nil decode":     strategies.NewTransform[int](u, nil, func([]int) [][]any { return nil }),
+		"nil rows":       strategies.NewTransform(u, func(*batch.Record) (int, error) { return 0, nil }, nil),
+		"zero Transform": {},
+	} {
+		cfg := strategies.Config{Brokers: []string{"x:9092"}, Sink: "sqlite://x.db", Transform: tr}
+		if err := cfg.Validate(); !errors.Is(err, strategies.ErrConfig) {
+			t.Errorf("%s: Validate = %v, want ErrConfig", name, err)
+		}
 	}
 }
 

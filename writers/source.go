@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/redis/go-redis/v9"
@@ -29,7 +30,26 @@ import (
 // never committed) and the epoch to advance it with. A later claim (a
 // restarted or second instance) fences this one: its advances fail with
 // offsets.ErrFenced.
-func (w *SQL) ClaimSource(ctx context.Context, job, source string) (offsets.SourcePosition, error) {
+//
+// A claim that fails with a retryable error (IsRetryable: a lost
+// connection, a deadlock with another instance claiming at the same time)
+// is tried again a few times before the error is returned; repeating a
+// claim only raises the epoch once more.
+func (w *SQL) ClaimSource(ctx context.Context, job, source string) (p offsets.SourcePosition, err error) {
+	for attempt := 1; ; attempt++ {
+		p, err = w.claimSource(ctx, job, source)
+		if err == nil || !IsRetryable(err) || attempt == 5 {
+			return p, err
+		}
+		select {
+		case <-ctx.Done():
+			return p, err
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		}
+	}
+}
+
+func (w *SQL) claimSource(ctx context.Context, job, source string) (offsets.SourcePosition, error) {
 	tx, err := w.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return offsets.SourcePosition{}, fmt.Errorf("claiming source %q on %s: %w", source, w.display, err)
@@ -60,13 +80,20 @@ func (t *SQLTx) AdvanceSource(ctx context.Context, a offsets.SourceAdvance) erro
 }
 
 // SourceLanded settles a commit whose outcome is unknown (IsRetryable
-// error from Commit): true means it committed.
+// error from Commit): true means it committed (see offsets.SourceLanded).
 func (w *SQL) SourceLanded(ctx context.Context, a offsets.SourceAdvance) (bool, error) {
 	return offsets.SourceLanded(ctx, w.db, a)
 }
 
 // Redis: one hash per source, mb:{job}:source:{source} with fields
-// position, epoch and chunk.
+// position, epoch and chunks.
+
+// ErrPartialCommit means Redis ran a chunk's transaction, position
+// included, but some of the commands the caller queued failed (Redis
+// doesn't roll back a command that fails inside EXEC): the source has moved
+// on and those commands' effects are missing. Don't retry the chunk; the
+// error says which commands failed.
+var ErrPartialCommit = errors.New("writers: chunk committed with failed commands")
 
 // RedisSourceKey is the hash holding a source's position.
 func RedisSourceKey(job, source string) string { return "mb:{" + job + "}:source:" + source }
@@ -76,8 +103,8 @@ func (w *Redis) ClaimSource(ctx context.Context, job, source string) (offsets.So
 	if err := checkJob(job); err != nil {
 		return offsets.SourcePosition{}, err
 	}
-	if source == "" {
-		return offsets.SourcePosition{}, errors.New("claiming a source: source must not be empty")
+	if source == "" || len(source) > offsets.MaxSourceNameBytes {
+		return offsets.SourcePosition{}, fmt.Errorf("claiming a source: source name of %d bytes, want 1 to %d", len(source), offsets.MaxSourceNameBytes)
 	}
 	key := RedisSourceKey(job, source)
 	epoch, err := w.c.HIncrBy(ctx, key, "epoch", 1).Result()
@@ -110,12 +137,23 @@ func readSourcePosition(ctx context.Context, c redis.Cmdable, key string) (offse
 	if p.Epoch, err = strconv.ParseInt(m["epoch"], 10, 64); err != nil {
 		return p, false, fmt.Errorf("reading %s: bad epoch %q", key, m["epoch"])
 	}
-	if c := m["chunk"]; c != "" {
-		if p.ChunkID, err = strconv.ParseInt(c, 10, 64); err != nil {
+	if c := m["chunks"]; c != "" {
+		if p.Chunks, err = strconv.ParseInt(c, 10, 64); err != nil {
 			return p, false, fmt.Errorf("reading %s: bad chunk %q", key, c)
 		}
 	}
 	return p, true, nil
+}
+
+// SourceLanded is SQL.SourceLanded for Redis: after CommitSource failed
+// with an error that IsRedisRetryable (the reply to EXEC was lost), true
+// means the chunk committed.
+func (w *Redis) SourceLanded(ctx context.Context, a offsets.SourceAdvance) (bool, error) {
+	p, ok, err := w.SourcePosition(ctx, a.Job, a.Source)
+	if err != nil || !ok {
+		return false, err
+	}
+	return p.Position == a.To && p.Epoch <= a.Epoch, nil
 }
 
 // CommitSource runs write's commands and the advance a in one MULTI/EXEC,
@@ -128,12 +166,16 @@ func readSourcePosition(ctx context.Context, c redis.Cmdable, key string) (offse
 //
 // write must only queue commands on p. Redis does not roll back a queued
 // command that fails when EXEC runs it (a command on a key of the wrong
-// type): queue only commands that can't fail on your keys.
+// type): the position moves anyway and CommitSource returns
+// ErrPartialCommit naming the failed commands. Queue only commands that
+// can't fail on your keys. After an error that IsRedisRetryable, settle
+// with SourceLanded before retrying.
 func (w *Redis) CommitSource(ctx context.Context, a offsets.SourceAdvance, write func(p redis.Pipeliner) error) error {
-	if len(a.To) > offsets.MaxSourcePositionBytes {
-		return fmt.Errorf("advancing source %q: position of %d bytes, at most %d", a.Source, len(a.To), offsets.MaxSourcePositionBytes)
+	if err := offsets.CheckSourceAdvance(a); err != nil {
+		return err
 	}
 	key := RedisSourceKey(a.Job, a.Source)
+	var cmds []redis.Cmder
 	err := w.c.Watch(ctx, func(tx *redis.Tx) error {
 		p, ok, err := readSourcePosition(ctx, tx, key)
 		switch {
@@ -146,16 +188,29 @@ func (w *Redis) CommitSource(ctx context.Context, a offsets.SourceAdvance, write
 		case p.Position != a.From:
 			return fmt.Errorf("%w: source %q is at %q, the chunk started from %q", offsets.ErrConflict, a.Source, p.Position, a.From)
 		}
-		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		cmds, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 			if err := write(pipe); err != nil {
 				return err
 			}
 			pipe.HSet(ctx, key, "position", a.To)
-			pipe.HIncrBy(ctx, key, "chunk", 1)
+			pipe.HIncrBy(ctx, key, "chunks", 1)
 			return nil
 		})
 		return err
 	}, key)
+	if err != nil && len(cmds) >= 2 && cmds[len(cmds)-2].Err() == nil && !errors.Is(err, redis.TxFailedErr) {
+		// EXEC ran (the position moved), yet a queued command failed.
+		var failed []string
+		for _, c := range cmds[:len(cmds)-2] {
+			if c.Err() != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", c.Name(), c.Err()))
+			}
+		}
+		if len(failed) > 0 {
+			return fmt.Errorf("%w: source %q moved to %q, but %d of the chunk's commands failed (first: %s)",
+				ErrPartialCommit, a.Source, a.To, len(failed), failed[0])
+		}
+	}
 	if errors.Is(err, redis.TxFailedErr) {
 		// The source key changed between the check and EXEC: a claim or
 		// another advance. Say which on the next look.

@@ -2,6 +2,8 @@ package writers
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
@@ -61,7 +63,7 @@ func TestSQLSourcePositions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if claim2.Position != "line:10" || claim2.Epoch != 2 || claim2.ChunkID != 1 {
+		if claim2.Position != "line:10" || claim2.Epoch != 2 || claim2.Chunks != 1 {
 			t.Fatalf("second claim = %+v", claim2)
 		}
 		if err := chunk(a2, 10, true); !errors.Is(err, offsets.ErrFenced) {
@@ -113,7 +115,7 @@ func TestRedisSourcePositions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if claim2.Position != "page:2" || claim2.Epoch != claim.Epoch+1 || claim2.ChunkID != 1 {
+	if claim2.Position != "page:2" || claim2.Epoch != claim.Epoch+1 || claim2.Chunks != 1 {
 		t.Fatalf("second claim = %+v", claim2)
 	}
 	a2 := offsets.SourceAdvance{Job: job, Source: "feed", From: "page:2", To: "page:3", Epoch: claim.Epoch}
@@ -126,5 +128,100 @@ func TestRedisSourcePositions(t *testing.T) {
 	}
 	if n, err := w.Client().Get(ctx, counter).Int64(); err != nil || n != 12 {
 		t.Fatalf("counter = %d (%v), want 12: each committed chunk once", n, err)
+	}
+}
+
+// A chunk that doesn't move its source is refused: otherwise it could be
+// committed again and again (a watermark that didn't advance).
+func TestSourceAdvanceMustMove(t *testing.T) {
+	forEachSink(t, func(t *testing.T, w *SQL) {
+		ctx := t.Context()
+		job := uniqueJob(t)
+		claim, err := w.ClaimSource(ctx, job, "wm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := w.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := tx.AdvanceSource(ctx, offsets.SourceAdvance{Job: job, Source: "wm", From: "", To: "", Epoch: claim.Epoch}); err == nil {
+			t.Fatal("an advance from \"\" to \"\" was accepted")
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		w := openRedisSink(t)
+		job := redisJob(t, w)
+		claim, err := w.ClaimSource(t.Context(), job, "wm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.CommitSource(t.Context(), offsets.SourceAdvance{Job: job, Source: "wm", Epoch: claim.Epoch}, func(redis.Pipeliner) error { return nil })
+		if err == nil {
+			t.Fatal("an advance from \"\" to \"\" was accepted")
+		}
+	})
+}
+
+// Instances claiming a new source at the same moment each get a claim
+// (distinct epochs, the newest fencing the others), not a deadlock error.
+func TestClaimSourceConcurrently(t *testing.T) {
+	forEachSink(t, func(t *testing.T, w *SQL) {
+		for round := range 5 {
+			job := fmt.Sprintf("%s-%d", uniqueJob(t), round)
+			const n = 4
+			epochs := make(chan int64, n)
+			errs := make(chan error, n)
+			for range n {
+				go func() {
+					c, err := w.ClaimSource(t.Context(), job, "in")
+					errs <- err
+					epochs <- c.Epoch
+				}()
+			}
+			seen := map[int64]bool{}
+			for range n {
+				if err := <-errs; err != nil {
+					t.Fatalf("round %d: concurrent claim: %v", round, err)
+				}
+				seen[<-epochs] = true
+			}
+			if len(seen) != n || !seen[n] {
+				t.Fatalf("round %d: epochs %v, want 1..%d each once", round, seen, n)
+			}
+		}
+	})
+}
+
+// A queued command that fails inside EXEC doesn't roll the others back:
+// CommitSource says so (ErrPartialCommit) instead of reporting a plain
+// failure, and SourceLanded tells the chunk moved the source.
+func TestRedisCommitSourcePartial(t *testing.T) {
+	w := openRedisSink(t)
+	ctx := t.Context()
+	job := redisJob(t, w)
+	claim, err := w.ClaimSource(ctx, job, "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, counter := "mb:{"+job+"}:user:str", "mb:{"+job+"}:user:count"
+	if err := w.Client().Set(ctx, str, "text", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := offsets.SourceAdvance{Job: job, Source: "feed", From: "", To: "p1", Epoch: claim.Epoch}
+	err = w.CommitSource(ctx, a, func(p redis.Pipeliner) error {
+		p.IncrBy(ctx, counter, 2)
+		p.HSet(ctx, str, "f", "v") // WRONGTYPE when EXEC runs it
+		return nil
+	})
+	if !errors.Is(err, ErrPartialCommit) || !strings.Contains(err.Error(), "hset") {
+		t.Fatalf("CommitSource = %v, want ErrPartialCommit naming hset", err)
+	}
+	if landed, err := w.SourceLanded(ctx, a); err != nil || !landed {
+		t.Fatalf("SourceLanded = %v, %v; want true", landed, err)
+	}
+	if n, _ := w.Client().Get(ctx, counter).Int64(); n != 2 {
+		t.Fatalf("counter = %d, want 2 (the commands that worked ran)", n)
 	}
 }

@@ -227,6 +227,7 @@ func (w *SQL) upsertParts(u Upsert) upsertParts {
 	cols := append(append([]string{}, u.Keys...), u.Values...)
 	sets := make([]string, len(u.Values))
 	for i, v := range u.Values {
+		v = quoteIdent(v)
 		incoming := "excluded." + v
 		if w.dialect == offsets.MySQL {
 			incoming = "VALUES(" + v + ")"
@@ -238,9 +239,9 @@ func (w *SQL) upsertParts(u Upsert) upsertParts {
 		}
 	}
 	p := upsertParts{
-		head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", u.Table, strings.Join(cols, ", ")),
+		head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", quoteIdent(u.Table), quoteIdents(cols)),
 		tuple: "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")",
-		tail:  fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s", strings.Join(u.Keys, ", "), strings.Join(sets, ", ")),
+		tail:  fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s", quoteIdents(u.Keys), strings.Join(sets, ", ")),
 	}
 	if w.dialect == offsets.MySQL {
 		p.tail = " ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
