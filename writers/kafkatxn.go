@@ -233,6 +233,9 @@ type kafkaSlot struct {
 	txn   int64 // the transaction begun last on this producer
 	state slotState
 	sent  int64 // records handed to the producer in txn
+	// offsets: WriteOffsets added consumer offsets to txn on the broker,
+	// which sarama's producer doesn't know about (see WriteOffsets).
+	offsets bool
 	// The transaction before txn on this producer, so that a repeated
 	// Commit or Abort of it is answered without asking the broker (which
 	// only knows about the latest transaction of the id).
@@ -245,6 +248,10 @@ type kafkaSlot struct {
 	err      error         // first failed record of txn
 	parts    map[topicPart]struct{}
 }
+
+// empty: nothing of txn reached the broker, so there is no transaction
+// there to end.
+func (s *kafkaSlot) empty() bool { return s.sent == 0 && !s.offsets }
 
 type topicPart struct {
 	topic string
@@ -486,7 +493,7 @@ func (w *KafkaTxn) Begin(ctx context.Context, txn int64) error {
 	if s.state != slotIdle {
 		s.prevTxn, s.prevState = s.txn, s.state
 	}
-	s.txn, s.state, s.sent = txn, slotOpen, 0
+	s.txn, s.state, s.sent, s.offsets = txn, slotOpen, 0, false
 	s.mu.Lock()
 	s.err = nil
 	clear(s.parts)
@@ -526,6 +533,115 @@ func (w *KafkaTxn) Write(ctx context.Context, topic string, key, value []byte) e
 	}
 }
 
+// WriteOffsets adds a consumer group's offsets to the open transaction:
+// offsets[topic][partition] is the next offset to consume. They become the
+// group's committed offsets when the transaction commits, together with
+// its records, and are discarded if it aborts — the consume-transform-produce
+// loop of KIP-98: a job that reads its input by these offsets and writes
+// its output through this writer neither loses nor duplicates an input
+// record across crashes. Readers of the offsets (OffsetFetch, a consumer
+// group joining) see them only after the commit; pending ones are not
+// visible.
+//
+// Unlike sarama's AddOffsetsToTxn, which keeps the offsets in memory until
+// its producer commits, WriteOffsets sends them to the brokers at once
+// (AddOffsetsToTxn, then TxnOffsetCommit with this transaction's producer
+// id and epoch). So they are part of the transaction PreCommit hands out:
+// a Commit of its Pending by another process commits them too.
+//
+// The offsets are committed as a standalone consumer's (generation -1, no
+// member id): the group must not have live members that commit offsets of
+// their own. Calling it again in the same transaction replaces the
+// offsets of the partitions it names. An error leaves the transaction
+// unable to pre-commit: abort it.
+func (w *KafkaTxn) WriteOffsets(ctx context.Context, group string, offsets map[string]map[int32]int64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	s := w.open
+	if s == nil {
+		return errors.New("kafka sink: writing offsets outside a transaction (Begin first)")
+	}
+	if group == "" {
+		return errors.New("kafka sink: writing offsets: empty consumer group")
+	}
+	topics := map[string][]*sarama.PartitionOffsetMetadata{}
+	for topic, parts := range offsets {
+		for part, off := range parts {
+			if off < 0 {
+				return fmt.Errorf("kafka sink: writing offsets: negative offset %d for %s/%d", off, topic, part)
+			}
+			topics[topic] = append(topics[topic], &sarama.PartitionOffsetMetadata{Partition: part, Offset: off, LeaderEpoch: -1})
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	fail := func(err error) error {
+		err = fmt.Errorf("kafka sink: txn %d on %s: writing offsets of group %s: %w", s.txn, s.id, group, err)
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = err // PreCommit refuses the transaction
+		}
+		s.mu.Unlock()
+		return err
+	}
+	s.offsets = true // from here on the broker may hold them
+	err := w.coordinated(ctx, s.id, func(b *sarama.Broker) (sarama.KError, error) {
+		res, err := b.AddOffsetsToTxn(&sarama.AddOffsetsToTxnRequest{
+			Version: 3, TransactionalID: s.id, ProducerID: s.pid, ProducerEpoch: s.epoch, GroupID: group,
+		})
+		if err != nil {
+			return 0, err
+		}
+		return res.Err, nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("AddOffsetsToTxn: %w", err))
+	}
+	backoff := coordinatorBackoffMin
+	for attempt := 1; ; attempt++ {
+		err = w.txnOffsetCommit(s, group, topics)
+		if err == nil {
+			return nil
+		}
+		if !retriableCoordinatorErr(err) || attempt >= maxCoordinatorAttempts {
+			return fail(fmt.Errorf("TxnOffsetCommit: %w", kafkaError(err)))
+		}
+		_ = w.client.RefreshCoordinator(group)
+		select {
+		case <-ctx.Done():
+			return fail(fmt.Errorf("TxnOffsetCommit: %w (after %v)", ctx.Err(), kafkaError(err)))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, coordinatorBackoffMax)
+	}
+}
+
+// txnOffsetCommit sends one TxnOffsetCommit to group's coordinator and
+// returns its first error, top-level or per partition.
+func (w *KafkaTxn) txnOffsetCommit(s *kafkaSlot, group string, topics map[string][]*sarama.PartitionOffsetMetadata) error {
+	b, err := w.client.Coordinator(group)
+	if err != nil {
+		return err
+	}
+	res, err := b.TxnOffsetCommit(&sarama.TxnOffsetCommitRequest{
+		Version: 3, TransactionalID: s.id, GroupID: group, ProducerID: s.pid, ProducerEpoch: s.epoch,
+		GenerationID: -1, Topics: topics,
+	})
+	if err != nil {
+		return err
+	}
+	for topic, parts := range res.Topics {
+		for _, p := range parts {
+			if p.Err != sarama.ErrNoError {
+				return fmt.Errorf("%s/%d: %w", topic, p.Partition, kafkaErr{p.Err})
+			}
+		}
+	}
+	return nil
+}
+
 // PreCommit waits until every record of the open transaction is
 // acknowledged, checks with the coordinator that the transaction is still
 // this producer's and ongoing, and returns its Pending. On failure the
@@ -545,7 +661,7 @@ func (w *KafkaTxn) PreCommit(ctx context.Context) (Pending, error) {
 	if err := s.flush(ctx); err != nil {
 		return fail(err)
 	}
-	data := kafkaTxnData{ProducerID: s.pid, Epoch: s.epoch, Empty: s.sent == 0}
+	data := kafkaTxnData{ProducerID: s.pid, Epoch: s.epoch, Empty: s.empty()}
 	if !data.Empty {
 		st, err := w.describe(ctx, s.id)
 		if err != nil {
@@ -588,7 +704,7 @@ func (w *KafkaTxn) PreCommit(ctx context.Context) (Pending, error) {
 // of its partitions aren't held up until the timeout. Best effort.
 func (w *KafkaTxn) discard(ctx context.Context, s *kafkaSlot) {
 	w.closeSlot(s)
-	if s.sent == 0 {
+	if s.empty() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -596,7 +712,11 @@ func (w *KafkaTxn) discard(ctx context.Context, s *kafkaSlot) {
 	_ = w.endTxn(ctx, s.id, s.pid, s.epoch, false)
 }
 
-// Commit makes p's records visible. It uses the slot's live producer when
+// Commit commits p: its records (and offsets, WriteOffsets) are decided.
+// Read-committed consumers see the records once the partition leaders
+// have written the commit markers, a moment after Commit returns (the
+// coordinator writes them asynchronously); a reader that must see them
+// waits for the partitions' last stable offset. It uses the slot's live producer when
 // p is the transaction it holds, and otherwise (recovery, another process,
 // a failed live commit) sends EndTxn(commit) with p's producer id and
 // epoch to the coordinator. Committing a committed transaction is success.
@@ -616,8 +736,12 @@ func (w *KafkaTxn) Commit(ctx context.Context, p Pending) error {
 		switch {
 		case s.txn == p.Txn && s.state == slotPreCommitted:
 			if err := s.prod.CommitTxn(); err == nil {
-				s.state = slotCommitted
-				return nil
+				if s.sent > 0 || !s.offsets {
+					s.state = slotCommitted
+					return nil
+				}
+				// Offsets only: sarama had nothing to end, the broker
+				// has. The EndTxn below ends it.
 			}
 			// Finish it by identity: the outcome above may be unknown.
 			w.closeSlot(s)
@@ -706,7 +830,7 @@ func (w *KafkaTxn) abortLive(ctx context.Context, s *kafkaSlot) error {
 	s.mu.Lock()
 	failed := s.err != nil
 	s.mu.Unlock()
-	if err := s.prod.AbortTxn(); err == nil {
+	if err := s.prod.AbortTxn(); err == nil && (s.sent > 0 || !s.offsets) {
 		s.state = slotAborted
 		if failed {
 			// After a failed record sarama bumps the epoch when it
@@ -717,7 +841,7 @@ func (w *KafkaTxn) abortLive(ctx context.Context, s *kafkaSlot) error {
 		return nil
 	}
 	w.closeSlot(s)
-	if s.sent == 0 {
+	if s.empty() {
 		return nil
 	}
 	err := w.endTxn(ctx, s.id, s.pid, s.epoch, false)

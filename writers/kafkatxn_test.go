@@ -883,3 +883,135 @@ func BenchmarkKafkaTxnCheckpoint(b *testing.B) {
 		})
 	}
 }
+
+// kafkaTxnGroupOffset returns group's committed offset of partition 0 of
+// topic (-1 if none). stable: ask with require_stable and wait while a
+// transaction holds pending offsets of the partition (UNSTABLE_OFFSET_COMMIT);
+// otherwise the broker answers with the last committed offset, ignoring
+// pending ones.
+func kafkaTxnGroupOffset(t testing.TB, brokers []string, group, topic string, stable bool) int64 {
+	t.Helper()
+	client, err := sarama.NewClient(brokers, kafkautil.Config("kafkatxn-test-group-offsets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b, err := client.Coordinator(group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := sarama.NewOffsetFetchRequest(kafkautil.Version, group, map[string][]int32{topic: {0}})
+		req.RequireStable = stable
+		res, err := b.FetchOffset(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk := res.GetBlock(topic, 0)
+		code := res.Err
+		if code == sarama.ErrNoError && blk != nil {
+			code = blk.Err
+		}
+		switch {
+		case code == sarama.ErrNoError && blk != nil:
+			return blk.Offset
+		case code == sarama.ErrGroupIDNotFound: // kfake, for a group without offsets
+			return -1
+		case code == sarama.ErrUnstableOffsetCommit && time.Now().Before(deadline):
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("fetching offsets of group %s: %v (block %+v)", group, code, blk)
+		}
+	}
+}
+
+// TestKafkaTxnWriteOffsets: consumer offsets written into a transaction
+// become the group's committed offsets when it commits — also when another
+// writer commits its Pending, and in a transaction without records — and
+// never when it aborts.
+func TestKafkaTxnWriteOffsets(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, brokers []string) {
+		ctx := t.Context()
+		in, out := kafkaTxnTopic(t, brokers), kafkaTxnTopic(t, brokers)
+		group := kafkaTxnName(t, "group")
+		prefix := kafkaTxnName(t, "txn")
+		w := newKafkaTxnTest(t, brokers, prefix)
+		if err := w.Recover(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteOffsets(ctx, group, map[string]map[int32]int64{in: {0: 1}}); err == nil {
+			t.Fatal("WriteOffsets outside a transaction: no error")
+		}
+		offset := func(stable bool) int64 { return kafkaTxnGroupOffset(t, brokers, group, in, stable) }
+		step := func(txn int64, values []string, off int64, commit bool) Pending {
+			t.Helper()
+			if err := w.Begin(ctx, txn); err != nil {
+				t.Fatal(err)
+			}
+			kafkaTxnWrite(t, w, out, values...)
+			if err := w.WriteOffsets(ctx, group, map[string]map[int32]int64{in: {0: off}}); err != nil {
+				t.Fatal(err)
+			}
+			p, err := w.PreCommit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := offset(false); got == off {
+				t.Fatalf("txn %d: offset %d visible before the commit", txn, got)
+			}
+			if commit {
+				err = w.Commit(ctx, p)
+			} else {
+				err = w.Abort(ctx, p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+
+		step(1, []string{"a"}, 5, true)
+		if got := offset(true); got != 5 {
+			t.Fatalf("after commit: group offset %d, want 5", got)
+		}
+		step(2, []string{"b"}, 9, false)
+		if got := offset(true); got != 5 {
+			t.Fatalf("after abort: group offset %d, want 5", got)
+		}
+		// Offsets only, no records: committed and aborted alike.
+		step(3, nil, 7, true)
+		if got := offset(true); got != 7 {
+			t.Fatalf("after an offsets-only commit: group offset %d, want 7", got)
+		}
+		step(4, nil, 8, false)
+		if got := offset(true); got != 7 {
+			t.Fatalf("after an offsets-only abort: group offset %d, want 7", got)
+		}
+		kafkaTxnWaitStable(t, brokers, out, 10*time.Second)
+		kafkaTxnExpect(t, brokers, out, sarama.ReadCommitted, []string{"a"})
+
+		// The offsets are on the broker by PreCommit: a recovery commit
+		// of the Pending in another writer commits them with the records.
+		if err := w.Begin(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		kafkaTxnWrite(t, w, out, "c")
+		if err := w.WriteOffsets(ctx, group, map[string]map[int32]int64{in: {0: 11}}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := w.PreCommit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		other := newKafkaTxnTest(t, brokers, prefix)
+		if err := other.Recover(ctx, []Pending{p}); err != nil {
+			t.Fatal(err)
+		}
+		if got := offset(true); got != 11 {
+			t.Fatalf("after a recovery commit: group offset %d, want 11", got)
+		}
+		kafkaTxnExpect(t, brokers, out, sarama.ReadCommitted, []string{"a", "c"})
+	})
+}
