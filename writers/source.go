@@ -79,6 +79,50 @@ func (t *SQLTx) AdvanceSource(ctx context.Context, a offsets.SourceAdvance) erro
 	return offsets.ApplySource(ctx, t.tx, a)
 }
 
+// CommitSource is a chunk's whole commit: it begins a transaction, runs
+// write in it (the chunk's upserts, dead letters), advances the source
+// (AdvanceSource) and commits. An error that IsRetryable (a lost
+// connection, a deadlock) is settled with SourceLanded — a commit whose
+// reply was lost counts as done — and otherwise tried again, up to 8
+// times with a growing pause, calling write again each time: it must write
+// the same thing every time. offsets.ErrConflict (the chunk was committed
+// already) and offsets.ErrFenced (a newer instance claimed the source)
+// are returned at once: stop.
+//
+// It is Redis.CommitSource's SQL twin; for anything else (several
+// sources in one transaction), use Begin and AdvanceSource directly.
+func (w *SQL) CommitSource(ctx context.Context, a offsets.SourceAdvance, write func(tx *SQLTx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := w.commitSourceOnce(ctx, a, write)
+		if err == nil || !IsRetryable(err) || attempt == 8 {
+			return err
+		}
+		if landed, lerr := w.SourceLanded(ctx, a); lerr == nil && landed {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+}
+
+func (w *SQL) commitSourceOnce(ctx context.Context, a offsets.SourceAdvance, write func(tx *SQLTx) error) error {
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := write(tx); err != nil {
+		return err
+	}
+	if err := tx.AdvanceSource(ctx, a); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // SourceLanded settles a commit whose outcome is unknown (IsRetryable
 // error from Commit): true means it committed (see offsets.SourceLanded).
 func (w *SQL) SourceLanded(ctx context.Context, a offsets.SourceAdvance) (bool, error) {

@@ -225,3 +225,32 @@ func TestRedisCommitSourcePartial(t *testing.T) {
 		t.Fatalf("counter = %d, want 2 (the commands that worked ran)", n)
 	}
 }
+
+func TestSQLCommitSource(t *testing.T) {
+	forEachSink(t, func(t *testing.T, w *SQL) {
+		ctx := t.Context()
+		job := uniqueJob(t)
+		claim, err := w.ClaimSource(ctx, job, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := offsets.SourceAdvance{Job: job, Source: "f", From: "", To: "1", Epoch: claim.Epoch}
+		write := func(tx *SQLTx) error { return tx.Upsert(ctx, Totals, [][]any{{job, "k", 1, 5}}) }
+		if err := w.CommitSource(ctx, a, write); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.CommitSource(ctx, a, write); !errors.Is(err, offsets.ErrConflict) {
+			t.Fatalf("replay: %v, want ErrConflict", err)
+		}
+		if err := w.CommitSource(ctx, offsets.SourceAdvance{Job: job, Source: "f", From: "1", To: "2", Epoch: claim.Epoch},
+			func(*SQLTx) error { return errors.New("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
+			t.Fatalf("failing write: %v", err)
+		}
+		if got := readTotals(t, w, job); got["k"] != (total{1, 5}) {
+			t.Fatalf("totals %v, want the one commit", got)
+		}
+		if p, _, _ := w.SourcePosition(ctx, job, "f"); p.Position != "1" || p.Chunks != 1 {
+			t.Fatalf("position %+v, want 1 after one chunk", p)
+		}
+	})
+}
