@@ -1,7 +1,8 @@
 // Package strategies binds the driver (batch), progress storage (offsets)
 // and sink writers (writers) into the delivery strategies a user picks with
 // `--strategy`. Each strategy is a Task for the driver plus the set-up it
-// needs; the built-in job (per-key totals) is the default workload.
+// needs; the built-in job (per-key totals) is the default workload, and
+// Config.Transform (NewTransform) runs a user-defined one instead.
 //
 // It reads no flags or environment: cmd/microbatch fills a Config.
 package strategies
@@ -136,7 +137,12 @@ type Config struct {
 	Assignment       string        // sticky, range or roundrobin
 	SessionTimeout   time.Duration // a member silent this long loses its partitions
 	RebalanceTimeout time.Duration // how long a rebalance waits for a member's batch in flight
-	InstanceID       string        // static membership (KIP-345): a restart with the same id gets its partitions back at once
+	// InstanceID turns on static membership (KIP-345): a restart with the
+	// same id gets its partitions back at once. Without it a process
+	// restarted after a crash waits until the dead member's SessionTimeout
+	// has passed before it gets its partitions (set one per process, e.g.
+	// the host name, when restarts are frequent).
+	InstanceID string
 
 	// Checkpoint mode (strategy checkpoint); see checkpoint.go.
 	OperatorParallelism int           // keyed operator instances (= sink subtasks)

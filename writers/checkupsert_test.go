@@ -2,7 +2,9 @@ package writers
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 )
 
 // CheckUpsert accepts a table keyed on the upsert's keys (primary or
@@ -12,8 +14,7 @@ import (
 func TestCheckUpsert(t *testing.T) {
 	forEachSink(t, func(t *testing.T, w *SQL) {
 		ctx := t.Context()
-		job := uniqueJob(t)
-		name := "cu_" + job[len(job)-16:] // the random hex
+		name := fmt.Sprintf("cu_%x", time.Now().UnixNano()) // shared MySQL database: unique per run
 		ddl := map[string]string{
 			"pk":     "CREATE TABLE " + name + "_pk (`key` VARCHAR(64), region VARCHAR(64), n BIGINT, PRIMARY KEY (region, `key`))",
 			"unique": "CREATE TABLE " + name + "_uq (id INTEGER PRIMARY KEY, `key` VARCHAR(64), region VARCHAR(64), n BIGINT, UNIQUE (`key`, region))",

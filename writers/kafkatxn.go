@@ -78,10 +78,12 @@ type KafkaTxnConfig struct {
 	TxnTimeout      time.Duration // Producer.Transaction.Timeout; 0 → 1 minute
 	// Sarama is an optional base configuration (TLS, SASL, client id…). It
 	// is copied, never modified; the copy gets the settings a
-	// transactional producer needs. nil: kafkautil.Config's defaults.
+	// transactional producer needs. nil: sarama's defaults with the
+	// Kafka version microbatch is tested with and client id
+	// "microbatch-kafka-sink".
 	Sarama *sarama.Config
 	// Security (TLS, SASL) is applied on top of the base configuration.
-	Security kafkautil.Security
+	Security KafkaSecurity
 }
 
 // Defaults and bounds of KafkaTxnConfig.

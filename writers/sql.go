@@ -1,15 +1,27 @@
 // Package writers holds the sink writers a Go program can embed without the
-// batch driver: the SQL transaction writer (MySQL/MariaDB and SQLite), which
-// writes a batch's rows, its dead letters and its offset advance in one
-// transaction; the Redis writer of the idempotent strategy (redis.go:
-// deterministic per-range contributions and an atomic, offset-guarded fold);
-// and the two-phase writers of checkpoint mode (twophase.go: the contract;
-// kafkatxn.go: Kafka transactions that another process can finish, xa.go:
-// MySQL/MariaDB XA, filetxn.go: temp file + rename, wal.go: write-ahead).
+// batch driver:
 //
+//   - SQL (MySQL/MariaDB and SQLite): a transaction (SQLTx) that writes
+//     rows of any table (an Upsert: the user's table, keys, values, and
+//     whether to add or replace), dead letters and progress together —
+//     a Kafka partition's offset (Advance) or any other source's position
+//     (AdvanceSource, CommitSource: a file offset, a page token, a
+//     watermark; source.go). CheckUpsert checks a table before writing.
+//   - Redis: the idempotent strategy's protocol (redis.go: deterministic
+//     per-range contributions and an atomic, offset-guarded fold), and
+//     CommitSource for a plain job's commands with its source position.
+//   - The two-phase writers of checkpoint mode (twophase.go: the
+//     Begin / PreCommit / Commit / Abort / Recover contract): KafkaTxn
+//     (Kafka transactions that another process can finish; WriteOffsets
+//     adds the input offsets for consume-transform-produce), XA
+//     (MySQL/MariaDB XA), FileTxn (temp file + rename) and WAL
+//     (write-ahead, committed by a later checkpoint).
+//
+// Every writer passes the conformance suite in writers/writertest.
 // Writers never import the driver (batch) or the strategies; they take
 // plain values and a context, and leave retry policy to the caller
-// (IsRetryable says which errors allow it).
+// (IsRetryable says which errors allow it) except where a method says it
+// retries.
 package writers
 
 import (
