@@ -49,7 +49,7 @@ func BenchmarkTxnVsRawConsume(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		raw := rawConsume(b, brokers, topic)
-		txn := runTxn(b, brokers, topic, sink, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), events)
+		txn := runTxn(b, brokers, topic, sink, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), events, nil)
 		rawRate += float64(events) / raw.Seconds()
 		txnRate += float64(events) / txn.Seconds()
 		b.Logf("iteration %d: raw consume %v (%.0f ev/s), txn %v (%.0f ev/s)", i, raw.Round(time.Millisecond),
@@ -101,14 +101,14 @@ func rawConsume(b *testing.B, brokers []string, topic string) time.Duration {
 // runTxn runs the txn strategy on a fresh job and returns the time from
 // start until the batch that consumed the last event committed (the idle
 // wait before exit is not counted).
-func runTxn(b *testing.B, brokers []string, topic, sink, job string, events int64) time.Duration {
+func runTxn(b *testing.B, brokers []string, topic, sink, job string, events int64, tr *strategies.Transform) time.Duration {
 	b.Helper()
 	var records atomic.Int64
 	var doneAt atomic.Int64
 	start := time.Now()
 	res, err := strategies.Run(context.Background(), strategies.Config{
 		Strategy: strategies.StrategyTxn, Brokers: brokers, Topic: topic, Job: job, Sink: sink,
-		Interval: 100 * time.Millisecond, UntilIdle: 300 * time.Millisecond,
+		Interval: 100 * time.Millisecond, UntilIdle: 300 * time.Millisecond, Transform: tr,
 		OnProgress: func(p batch.Progress) {
 			if records.Add(p.Records) >= events && doneAt.Load() == 0 {
 				doneAt.Store(time.Now().UnixNano())
