@@ -592,9 +592,17 @@ func TestExternalModule(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(goMod), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for src, dst := range map[string]string{filepath.Join(root, "go.sum"): "go.sum", "csv-import/main.go": "main.go"} {
+	// Every example, each a main package of the outside module.
+	files := map[string]string{filepath.Join(root, "go.sum"): "go.sum"}
+	for _, e := range examples {
+		files[filepath.Join(e, "main.go")] = filepath.Join(e, "main.go")
+	}
+	for src, dst := range files {
 		b, err := os.ReadFile(src)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, dst)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o644); err != nil {
@@ -603,7 +611,7 @@ func TestExternalModule(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "myimport"), ".")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "bin")+string(filepath.Separator), "./...")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
