@@ -577,8 +577,9 @@ func TestCustomAgg(t *testing.T) {
 	}
 }
 
-// TestExternalModule builds csv-import as a program of another module
-// that requires this one, as a user's would.
+// TestExternalModule builds every example as a program of another module
+// that requires this one (a replace directive to this checkout), as a
+// user's would: the public API is enough for all of them.
 func TestExternalModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go build: skipped with -short")
