@@ -564,21 +564,6 @@ func (w *KafkaTxn) WriteOffsets(ctx context.Context, group string, offsets map[s
 	if s == nil {
 		return errors.New("kafka sink: writing offsets outside a transaction (Begin first)")
 	}
-	if group == "" {
-		return errors.New("kafka sink: writing offsets: empty consumer group")
-	}
-	topics := map[string][]*sarama.PartitionOffsetMetadata{}
-	for topic, parts := range offsets {
-		for part, off := range parts {
-			if off < 0 {
-				return fmt.Errorf("kafka sink: writing offsets: negative offset %d for %s/%d", off, topic, part)
-			}
-			topics[topic] = append(topics[topic], &sarama.PartitionOffsetMetadata{Partition: part, Offset: off, LeaderEpoch: -1})
-		}
-	}
-	if len(topics) == 0 {
-		return nil
-	}
 	fail := func(err error) error {
 		err = fmt.Errorf("kafka sink: txn %d on %s: writing offsets of group %s: %w", s.txn, s.id, group, err)
 		s.mu.Lock()
@@ -587,6 +572,24 @@ func (w *KafkaTxn) WriteOffsets(ctx context.Context, group string, offsets map[s
 		}
 		s.mu.Unlock()
 		return err
+	}
+	// Bad arguments fail the transaction too: a caller that went on and
+	// committed its records without their offsets would duplicate them
+	// after a restart.
+	if group == "" {
+		return fail(errors.New("empty consumer group"))
+	}
+	topics := map[string][]*sarama.PartitionOffsetMetadata{}
+	for topic, parts := range offsets {
+		for part, off := range parts {
+			if off < 0 {
+				return fail(fmt.Errorf("negative offset %d for %s/%d", off, topic, part))
+			}
+			topics[topic] = append(topics[topic], &sarama.PartitionOffsetMetadata{Partition: part, Offset: off, LeaderEpoch: -1})
+		}
+	}
+	if len(topics) == 0 {
+		return nil
 	}
 	s.offsets = true // from here on the broker may hold them
 	err := w.coordinated(ctx, s.id, func(b *sarama.Broker) (sarama.KError, error) {
@@ -832,7 +835,10 @@ func (w *KafkaTxn) abortLive(ctx context.Context, s *kafkaSlot) error {
 	s.mu.Lock()
 	failed := s.err != nil
 	s.mu.Unlock()
-	if err := s.prod.AbortTxn(); err == nil && (s.sent > 0 || !s.offsets) {
+	// With offsets added (WriteOffsets) the abort below by identity runs
+	// too: sarama ends only the transactions it added partitions to, and
+	// sends nothing if every record failed before that.
+	if err := s.prod.AbortTxn(); err == nil && !s.offsets {
 		s.state = slotAborted
 		if failed {
 			// After a failed record sarama bumps the epoch when it

@@ -1013,5 +1013,58 @@ func TestKafkaTxnWriteOffsets(t *testing.T) {
 			t.Fatalf("after a recovery commit: group offset %d, want 11", got)
 		}
 		kafkaTxnExpect(t, brokers, out, sarama.ReadCommitted, []string{"a", "c"})
+
+		// Offsets only, pre-committed, then the writer is gone: a new
+		// writer that keeps the Pending commits it, one that doesn't
+		// aborts it.
+		offsetsOnly := func(w *KafkaTxn, txn, off int64) Pending {
+			t.Helper()
+			if err := w.Begin(ctx, txn); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.WriteOffsets(ctx, group, map[string]map[int32]int64{in: {0: off}}); err != nil {
+				t.Fatal(err)
+			}
+			p, err := w.PreCommit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			return p
+		}
+		p = offsetsOnly(other, 6, 13)
+		third := newKafkaTxnTest(t, brokers, prefix)
+		if err := third.Recover(ctx, []Pending{p}); err != nil {
+			t.Fatal(err)
+		}
+		if got := offset(true); got != 13 {
+			t.Fatalf("after recovering an offsets-only txn: group offset %d, want 13", got)
+		}
+		offsetsOnly(third, 7, 17)
+		fourth := newKafkaTxnTest(t, brokers, prefix)
+		if err := fourth.Recover(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := offset(true); got != 13 {
+			t.Fatalf("after a recovery that drops an offsets-only txn: group offset %d, want 13", got)
+		}
+
+		// A bad argument fails the transaction: it can't pre-commit
+		// (records without their offsets would be duplicated later).
+		if err := fourth.Begin(ctx, 8); err != nil {
+			t.Fatal(err)
+		}
+		kafkaTxnWrite(t, fourth, out, "d")
+		if err := fourth.WriteOffsets(ctx, group, map[string]map[int32]int64{in: {0: -1}}); err == nil {
+			t.Fatal("a negative offset was accepted")
+		}
+		if _, err := fourth.PreCommit(ctx); err == nil {
+			t.Fatal("PreCommit after a failed WriteOffsets succeeded")
+		}
+		if err := fourth.Abort(ctx, Pending{}); err != nil {
+			t.Fatal(err)
+		}
+		kafkaTxnWaitStable(t, brokers, out, 10*time.Second)
+		kafkaTxnExpect(t, brokers, out, sarama.ReadCommitted, []string{"a", "c"})
 	})
 }
