@@ -2,6 +2,7 @@ package strategies
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -19,13 +20,26 @@ import (
 // overwrites); then one atomic, offset-guarded script folds the batch into
 // the users' totals and advances the offsets. See writers/redis.go for the
 // key layout and the guarantee.
+//
+// A user's Transform (work) runs the same protocol with rows instead of
+// totals: WriteRowsContribution and FoldRows, into the hashes of its
+// Upsert's value columns (writers.RedisRowsKey).
 type idempotent struct {
 	src   batch.Source
 	r     *writers.Redis
+	work  workload // nil or totalsWork{}: the built-in job
 	job   string
 	epoch int64
 	log   *slog.Logger
 	crash func(point string)
+}
+
+// user is the Transform's workload, or nil for the built-in job.
+func (s *idempotent) user() workload {
+	if _, builtin := s.work.(totalsWork); builtin {
+		return nil
+	}
+	return s.work
 }
 
 func wrange(r batch.Range) writers.Range {
@@ -66,6 +80,9 @@ func (s *idempotent) task(ctx context.Context, b batch.Info, r batch.Range) (bat
 }
 
 func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskResult, error) {
+	if u := s.user(); u != nil {
+		return s.contributeRows(ctx, r, u)
+	}
 	pt := &totalsPart{job: s.job, agg: event.NewAggregator()}
 	agg := pt.agg
 	var dls []writers.DeadLetter
@@ -84,13 +101,41 @@ func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskR
 	return res, s.r.WriteContribution(ctx, s.job, s.epoch, wrange(r), totals, dls)
 }
 
+// contributeRows is contribute for a user's Transform.
+func (s *idempotent) contributeRows(ctx context.Context, r batch.Range, work workload) (batch.TaskResult, error) {
+	p := work.newPart(s.job)
+	var dls []writers.DeadLetter
+	c, err := process(ctx, s.src, s.job, r, p, func(dl writers.DeadLetter) error {
+		dls = append(dls, dl)
+		return nil
+	})
+	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
+	if err != nil {
+		return res, err
+	}
+	rows, err := p.rows() // ErrConfig if the rows function misbehaves
+	if err != nil {
+		return res, err
+	}
+	err = s.r.WriteRowsContribution(ctx, s.job, s.epoch, wrange(r), work.upsert(), rows, dls)
+	if errors.Is(err, writers.ErrRedisValue) {
+		err = fmt.Errorf("%w: transform: %w", ErrConfig, err)
+	}
+	return res, err
+}
+
 // commit folds the batch: totals, dead letters and offsets move at once,
 // only for ranges still at their start.
 func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []batch.Range) (batch.CommitResult, error) {
 	s.crash(CrashAfterWriteBeforeOffsets)
 	start := time.Now()
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d fold", b.ID), func() error {
-		_, err := s.r.Fold(ctx, s.job, s.epoch, b.ID, wranges(ranges))
+		var err error
+		if u := s.user(); u != nil {
+			_, err = s.r.FoldRows(ctx, s.job, s.epoch, b.ID, wranges(ranges), u.upsert())
+		} else {
+			_, err = s.r.Fold(ctx, s.job, s.epoch, b.ID, wranges(ranges))
+		}
 		return err
 	})
 	return batch.CommitResult{Duration: time.Since(start), Attempts: attempts}, err

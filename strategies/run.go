@@ -307,7 +307,7 @@ func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSou
 	if err != nil {
 		return nil, err
 	}
-	return &idempotent{src: src, r: rw, job: cfg.Job, epoch: epoch, log: cfg.Logger, crash: crash}, nil
+	return &idempotent{src: src, r: rw, work: workloadOf(cfg), job: cfg.Job, epoch: epoch, log: cfg.Logger, crash: crash}, nil
 }
 
 // startRule is where a partition without stored progress begins, for every

@@ -19,8 +19,9 @@ import (
 //
 // A transform runs with the strategies that write to a SQL sink: txn (each
 // partition's rows commit with its offset), single (all partitions' rows in
-// one transaction), and the controls at-least-once and at-most-once. The
-// idempotent strategy (Redis) and checkpoint mode run the built-in job only.
+// one transaction), the controls at-least-once and at-most-once, and with
+// idempotent, which writes to Redis (see NewTransform). Checkpoint mode runs
+// the built-in job only.
 type Transform struct {
 	work workload
 }
@@ -28,23 +29,24 @@ type Transform struct {
 // NewTransform makes a Transform from two functions:
 //
 //   - decode turns one record into a T. An error dead-letters the record
-//     with the error's text as the reason (mb_dead_letters) and the job goes
-//     on; so does a panic in decode. rec.Key and rec.Value are only valid
-//     during the call: copy what T keeps.
+//     with the error's text as the reason (mb_dead_letters, or in Redis
+//     mb:{job}:dead:…) and the job goes on; so does a panic in decode.
+//     rec.Key and rec.Value are only valid during the call: copy what T
+//     keeps.
 //   - rows turns the decoded records of a batch into rows of u, each row
 //     the key columns' values then the value columns', in u's order. It is
-//     called once per partition range (txn, controls) or once per batch
-//     with every partition's records (single), so for u.Merge == MergeAdd
-//     it may aggregate (sum per key) or not; the upsert adds rows with the
-//     same key together either way. It must be deterministic: a retried
-//     batch calls it again on the same records.
+//     called once per partition range (txn, idempotent, controls) or once
+//     per batch with every partition's records (single), so for
+//     u.Merge == MergeAdd it may aggregate (sum per key) or not; the
+//     upsert adds rows with the same key together either way. It must be
+//     deterministic: a retried batch calls it again on the same records.
 //
 // Both functions run in several partition tasks at once: they must be
 // safe for concurrent use (pure functions of their input are).
 //
-// The table of u is the user's to create before the job runs, with a
-// primary key (or unique key) on exactly u.Keys; Run checks it
-// (writers.SQL.CheckUpsert) and refuses to start without it. A row the
+// On a SQL sink, the table of u is the user's to create before the job
+// runs, with a primary key (or unique key) on exactly u.Keys; Run checks
+// it (writers.SQL.CheckUpsert) and refuses to start without it. A row the
 // database rejects (a value too long, a NULL in a NOT NULL column) fails
 // the batch on every retry and stops the job: make rows valid for the
 // table, and reject what can't be in decode, where it is dead-lettered.
@@ -53,6 +55,20 @@ type Transform struct {
 // with whichever write committed last (with txn, the partitions commit in
 // no set order), not the latest event: use MergeReplace for keys that
 // live in one partition (the record key's partition), or MergeAdd.
+//
+// With the idempotent strategy the sink is Redis and there is no table:
+// each value column v of u is a hash mb:{job}:rows:<u.Table>:<v>
+// (writers.RedisRowsKey) whose field is the row's key — the key value's
+// text with one key column, the texts length-prefixed and concatenated
+// with several, "2:eu10:2026-11-30" (writers.RedisRowField) — and whose
+// value is the column's. MergeAdd adds the rows' values (HINCRBY), which
+// must then be Go integers; MergeReplace sets the value's text (HSET).
+// Read them with writers.Redis.Rows. The rows of a range are folded into
+// the hashes together with its offsets and dead letters
+// (mb:{job}:dead:<topic>:<partition>), exactly once, as the built-in
+// totals are. A row Redis can't hold (a non-integer for MergeAdd, a nil, a
+// type without a text form) fails the batch with ErrConfig, naming the
+// column, and stops the job before anything of the batch is visible.
 func NewTransform[T any](u writers.Upsert, decode func(rec *batch.Record) (T, error), rows func(items []T) [][]any) *Transform {
 	return &Transform{work: &userWork[T]{u: u, decode: decode, rows: rows}}
 }

@@ -57,10 +57,22 @@ package writers
 //	                               the partition's last logged range
 //	mb:{job}:contrib:{topic}:{partition}:{from}-{to}
 //	                         hash  "t:"+key -> "events,amount",
+//	                               "a:"+table+":"+column+NUL+row key -> sum,
+//	                               "s:"+table+":"+column+NUL+row key -> text
+//	                                 (a user-defined job's rows, MergeAdd / MergeReplace),
 //	                               "d:"+offset -> dead letter JSON,
 //	                               "m" -> the range (marks even an empty one)
 //	mb:{job}:dead:{topic}:{partition}
 //	                         hash  offset -> {"reason": …, "payload": base64}
+//	mb:{job}:rows:{table}:{column}
+//	                         hash  row key -> value  (users' view of a
+//	                               user-defined job: one hash per value
+//	                               column of its Upsert; RedisRowField)
+//
+// A user-defined job (strategies.NewTransform) writes rows of an Upsert
+// instead of per-key totals (WriteRowsContribution, FoldRows): the same
+// plan, contribution keys, fencing and fold, so the same guarantee, with
+// the rows hashes in place of the totals hashes.
 //
 // Guarantee: the totals hashes count every record exactly once once the job
 // has caught up. A reader during a run or a recovery may find a batch not
@@ -75,6 +87,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -725,6 +738,12 @@ func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, 
 	for k, s := range sums {
 		args = append(args, "t:"+k, strconv.FormatInt(s[0], 10)+","+strconv.FormatInt(s[1], 10))
 	}
+	return w.writeContribution(ctx, job, r, args, dls)
+}
+
+// writeContribution appends the dead letters to args (the script's ARGV so
+// far) and runs the script.
+func (w *Redis) writeContribution(ctx context.Context, job string, r Range, args []any, dls []DeadLetter) error {
 	for _, d := range dls {
 		if d.Topic != r.Topic || d.Partition != r.Partition || d.Offset < r.From || d.Offset >= r.To {
 			return fmt.Errorf("writers: dead letter %s/%d@%d is outside range %v", d.Topic, d.Partition, d.Offset, r)
@@ -747,9 +766,196 @@ func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, 
 	return nil
 }
 
+// ErrRedisValue means a row of a user-defined job (WriteRowsContribution)
+// can't be stored in the Redis hashes: a MergeAdd value that is not an
+// integer, a sum that overflows int64, a key or value of a type without a
+// text form, a nil, or a row of the wrong width. It is the job's error, not
+// Redis's: retrying gives the same rows again.
+var ErrRedisValue = errors.New("writers: row not storable in Redis")
+
+// RedisRowsKey is the hash holding value column column of a user-defined
+// job's table (WriteRowsContribution): field = the row's key
+// (RedisRowField), value = the column's value.
+func RedisRowsKey(job, table, column string) string { return redisKey(job, "rows", table, column) }
+
+// RedisRowField is the field of a row with key values keys in the rows
+// hashes (RedisRowsKey). With one key column it is the value's text;
+// with several, each value's text prefixed by its length in bytes and a
+// colon, concatenated: ("eu", "2026-11-30") -> "2:eu10:2026-11-30", which
+// no other key tuple gives, whatever bytes the values hold. The text of a
+// value: a string or []byte as it is, integers and floats in decimal
+// (strconv, shortest form for floats), a bool as true/false, a time.Time
+// in UTC as RFC 3339 with nanoseconds, a fmt.Stringer by its String.
+// Other types and nil are refused (ErrRedisValue).
+func RedisRowField(keys []any) (string, error) {
+	if len(keys) == 0 {
+		return "", fmt.Errorf("%w: a row needs key values", ErrRedisValue)
+	}
+	if len(keys) == 1 {
+		s, ok := redisText(keys[0])
+		if !ok {
+			return "", fmt.Errorf("%w: key value %v (%T) has no text form", ErrRedisValue, keys[0], keys[0])
+		}
+		return s, nil
+	}
+	var b strings.Builder
+	for _, k := range keys {
+		s, ok := redisText(k)
+		if !ok {
+			return "", fmt.Errorf("%w: key value %v (%T) has no text form", ErrRedisValue, k, k)
+		}
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	return b.String(), nil
+}
+
+// redisText is a key's or a MergeReplace value's text (see RedisRowField).
+func redisText(v any) (string, bool) {
+	if i, ok := redisInt(v); ok {
+		return strconv.FormatInt(i, 10), true
+	}
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case []byte:
+		return string(x), true
+	case uint64:
+		return strconv.FormatUint(x, 10), true
+	case uint:
+		return strconv.FormatUint(uint64(x), 10), true
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), true
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32), true
+	case bool:
+		return strconv.FormatBool(x), true
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano), true
+	case fmt.Stringer:
+		return x.String(), true
+	}
+	return "", false
+}
+
+// redisInt is a MergeAdd value: Go's integer types, within int64.
+func redisInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint:
+		if uint64(x) <= math.MaxInt64 {
+			return int64(x), true
+		}
+	case uint64:
+		if x <= math.MaxInt64 {
+			return int64(x), true
+		}
+	}
+	return 0, false
+}
+
+// redisRowsSuffix is the part of a rows hash's key after mb:{job}:rows:, and
+// the part of a contribution field between its prefix and the NUL: the
+// table and column are SQL identifiers (Upsert.Validate), so neither holds
+// ":" or NUL.
+func redisRowsSuffix(table, column string) string { return table + ":" + column }
+
+// WriteRowsContribution is WriteContribution for a user-defined job: range
+// r's results are rows of u (key values then value values, in u's order)
+// instead of per-key totals. Each value column v of u is a hash
+// RedisRowsKey(job, u.Table, v) with a field per row key (RedisRowField);
+// the fold (FoldRows) adds the rows' values into it with HINCRBY for
+// u.Merge == MergeAdd — values must then be integers, and rows with the same
+// key are summed here — or sets them with HSET for MergeReplace (the text
+// of the value, see RedisRowField; of rows with the same key, the last
+// one's). A row that can't be stored fails the whole call with
+// ErrRedisValue, naming the column, and writes nothing. The contribution
+// replaces the range's as WriteContribution's does, with the same fencing
+// and replay rules.
+func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int64, r Range, u Upsert, rows [][]any, dls []DeadLetter) error {
+	if err := checkJob(job); err != nil {
+		return err
+	}
+	if err := r.validate(); err != nil {
+		return err
+	}
+	if err := u.Validate(); err != nil {
+		return err
+	}
+	nk, width := len(u.Keys), len(u.Keys)+len(u.Values)
+	prefix := "s:"
+	if u.Merge == MergeAdd {
+		prefix = "a:"
+	}
+	cols := make([]string, len(u.Values))
+	for i, v := range u.Values {
+		cols[i] = prefix + redisRowsSuffix(u.Table, v) + "\x00"
+	}
+	sums := map[string]int64{}
+	sets := map[string]string{}
+	for _, row := range rows {
+		if len(row) != width {
+			return fmt.Errorf("%w: a row of %d values for %s, want %d (keys %v then values %v)",
+				ErrRedisValue, len(row), u.Table, width, u.Keys, u.Values)
+		}
+		key, err := RedisRowField(row[:nk])
+		if err != nil {
+			return fmt.Errorf("%s %v: %w", u.Table, u.Keys, err)
+		}
+		for i, v := range row[nk:] {
+			f := cols[i] + key
+			if u.Merge == MergeAdd {
+				n, ok := redisInt(v)
+				if !ok {
+					return fmt.Errorf("%w: %s.%s is added (MergeAdd) in Redis, which takes integers only; key %q has %v (%T)",
+						ErrRedisValue, u.Table, u.Values[i], key, v, v)
+				}
+				s := sums[f]
+				if (n > 0 && s > math.MaxInt64-n) || (n < 0 && s < math.MinInt64-n) {
+					return fmt.Errorf("%w: %s.%s of key %q overflows int64 in range %v", ErrRedisValue, u.Table, u.Values[i], key, r)
+				}
+				sums[f] = s + n
+				continue
+			}
+			s, ok := redisText(v)
+			if !ok {
+				return fmt.Errorf("%w: %s.%s of key %q is %v (%T), which has no text form for Redis",
+					ErrRedisValue, u.Table, u.Values[i], key, v, v)
+			}
+			sets[f] = s
+		}
+	}
+	args := make([]any, 0, 6+2*len(sums)+2*len(sets)+2*len(dls))
+	args = append(args, epoch, r.field(), r.From, r.To, "m", r.String())
+	for f, n := range sums {
+		args = append(args, f, strconv.FormatInt(n, 10))
+	}
+	for f, s := range sets {
+		args = append(args, f, s)
+	}
+	return w.writeContribution(ctx, job, r, args, dls)
+}
+
 // foldScript: KEYS epoch, epochs, offsets, totals:events, totals:amount,
-// plan:parts, then per range its contrib and dead keys; ARGV epoch,
-// batchID, then per range its field, from, to.
+// plan:parts, then per range its contrib and dead keys, then the rows
+// hashes the contributions may add to (FoldRows); ARGV epoch, batchID, then
+// per range its field, from, to.
 //
 // It runs in two passes so that a failure changes nothing (Redis does not
 // undo a script's writes when it fails half-way): the first pass reads and
@@ -758,9 +964,13 @@ func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, 
 // overflow check uses Lua doubles with a bound well below 2^63, which their
 // rounding can't cross; the increments themselves are passed to HINCRBY as
 // the exact decimal strings.
+//
+// A user-defined job's fields ("a:"/"s:" table:column NUL row-key) go to the
+// rows hash KEYS names for table:column; one the caller did not pass is
+// refused (MBCONFLICT), not written to an undeclared key.
 var foldScript = redis.NewScript(redisFenceLua + `
 local LIMIT = 9.2e18
-local n = (#KEYS - 6) / 2
+local n = (#ARGV - 2) / 3
 for i = 1, n do
   local err = fence(KEYS[1], KEYS[2], ARGV[3 * i], ARGV[1], 'fold')
   if err then
@@ -779,7 +989,32 @@ for k = 3, 5 do
     return redis.error_reply('MBCORRUPT ' .. KEYS[k] .. ' is not a hash')
   end
 end
+local rowkeys = {}
+for k = 7 + 2 * n, #KEYS do
+  if not ishash(KEYS[k]) then
+    return redis.error_reply('MBCORRUPT ' .. KEYS[k] .. ' is not a hash')
+  end
+  local sfx = string.match(KEYS[k], '}:rows:(.+)$')
+  if not sfx then
+    return redis.error_reply('MBCORRUPT ' .. KEYS[k] .. ' is not a rows key')
+  end
+  rowkeys[sfx] = KEYS[k]
+end
+-- rowtarget parses a rows field: its hash and the field in it.
+local function rowtarget(ck, f)
+  local z = string.find(f, '\0', 3, true)
+  if not z then
+    return nil, nil, redis.error_reply('MBCORRUPT ' .. ck .. ' has a bad field ' .. f)
+  end
+  local sfx = string.sub(f, 3, z - 1)
+  local hk = rowkeys[sfx]
+  if not hk then
+    return nil, nil, redis.error_reply('MBCONFLICT ' .. ck .. ' has rows for ' .. sfx .. ', which the fold was not given (fold a user-defined job with FoldRows and its Upsert)')
+  end
+  return hk, string.sub(f, z + 1), nil
+end
 local run = {{}, {}}
+local rrun = {}
 local todo = {}
 for i = 1, n do
   local ck, dk = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
@@ -834,6 +1069,37 @@ for i = 1, n do
           end
           run[h][key] = cur
         end
+      elseif p == 'a:' then
+        local hk, key, err = rowtarget(ck, f)
+        if err then
+          return err
+        end
+        if not isint(v) then
+          return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
+        end
+        local r = rrun[hk]
+        if r == nil then
+          r = {}
+          rrun[hk] = r
+        end
+        local cur = r[key]
+        if cur == nil then
+          local s = redis.call('HGET', hk, key) or '0'
+          if not isint(s) then
+            return redis.error_reply('MBCORRUPT ' .. hk .. ' field ' .. key .. ' is not an integer')
+          end
+          cur = tonumber(s)
+        end
+        cur = cur + tonumber(v)
+        if math.abs(cur) > LIMIT then
+          return redis.error_reply('MBOVERFLOW folding ' .. field .. ' ' .. from .. '-' .. to .. ' would overflow ' .. hk .. ' field ' .. key)
+        end
+        r[key] = cur
+      elseif p == 's:' then
+        local _, _, err = rowtarget(ck, f)
+        if err then
+          return err
+        end
       elseif p ~= 'd:' and f ~= 'm' then
         return redis.error_reply('MBCORRUPT ' .. ck .. ' has an unknown field ' .. f)
       end
@@ -853,6 +1119,12 @@ for _, t in ipairs(todo) do
       redis.call('HINCRBY', KEYS[5], key, string.sub(v, c + 1))
     elseif p == 'd:' then
       redis.call('HSET', dk, string.sub(f, 3), v)
+    elseif p == 'a:' then
+      local hk, key = rowtarget(ck, f)
+      redis.call('HINCRBY', hk, key, v)
+    elseif p == 's:' then
+      local hk, key = rowtarget(ck, f)
+      redis.call('HSET', hk, key, v)
     end
   end
   redis.call('HSET', KEYS[3], field, to)
@@ -880,13 +1152,33 @@ return #todo
 // The script holds Redis for the time it takes, which grows with the keys in
 // the batch (about a millisecond per thousand).
 func (w *Redis) Fold(ctx context.Context, job string, epoch, batchID int64, ranges []Range) (folded int, err error) {
+	return w.fold(ctx, job, epoch, batchID, ranges, nil)
+}
+
+// FoldRows is Fold for a user-defined job whose contributions were written
+// by WriteRowsContribution with u: it also applies their rows to u's hashes
+// (RedisRowsKey), in the same atomic step as the offsets. A contribution
+// with rows of another table or column than u's is refused
+// (offsets.ErrConflict) and nothing changes.
+func (w *Redis) FoldRows(ctx context.Context, job string, epoch, batchID int64, ranges []Range, u Upsert) (folded int, err error) {
+	if err := u.Validate(); err != nil {
+		return 0, err
+	}
+	rows := make([]string, len(u.Values))
+	for i, v := range u.Values {
+		rows[i] = RedisRowsKey(job, u.Table, v)
+	}
+	return w.fold(ctx, job, epoch, batchID, ranges, rows)
+}
+
+func (w *Redis) fold(ctx context.Context, job string, epoch, batchID int64, ranges []Range, rows []string) (folded int, err error) {
 	if err := checkJob(job); err != nil {
 		return 0, err
 	}
 	if err := validateRanges(ranges); err != nil {
 		return 0, err
 	}
-	keys := make([]string, 0, 6+2*len(ranges))
+	keys := make([]string, 0, 6+2*len(ranges)+len(rows))
 	keys = append(keys, redisEpochKey(job), redisEpochsKey(job), redisOffsetsKey(job),
 		RedisEventsKey(job), RedisAmountKey(job), redisPlanPartsKey(job))
 	args := make([]any, 0, 2+3*len(ranges))
@@ -895,11 +1187,40 @@ func (w *Redis) Fold(ctx context.Context, job string, epoch, batchID int64, rang
 		keys = append(keys, redisContribKey(job, r), redisDeadKey(job, r.Topic, r.Partition))
 		args = append(args, r.field(), r.From, r.To)
 	}
+	keys = append(keys, rows...)
 	n, err := foldScript.Run(ctx, w.c, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("folding batch %d of job %s: %w", batchID, job, scriptError(err))
 	}
 	return n, nil
+}
+
+// Rows reads a user-defined job's hash of value column column of table
+// (RedisRowsKey): row key (RedisRowField) -> value. It reads in steps, not
+// as one snapshot: call it when the job is idle, or read the hash in a
+// MULTI yourself.
+func (w *Redis) Rows(ctx context.Context, job, table, column string) (map[string]string, error) {
+	if err := checkJob(job); err != nil {
+		return nil, err
+	}
+	if err := (Upsert{Table: table, Keys: []string{column}, Values: []string{column}}).Validate(); err != nil {
+		return nil, err
+	}
+	key := RedisRowsKey(job, table, column)
+	out := map[string]string{}
+	it := w.c.HScan(ctx, key, 0, "", 1000).Iterator()
+	var field string
+	for i := 0; it.Next(ctx); i++ {
+		if i%2 == 0 {
+			field = it.Val()
+			continue
+		}
+		out[field] = it.Val()
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", key, err)
+	}
+	return out, nil
 }
 
 // Totals sums the users' totals hashes: all events, all amounts, and how many

@@ -1,0 +1,255 @@
+package writers
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/microbatch/microbatch/offsets"
+)
+
+// The rows of a user-defined job (WriteRowsContribution, FoldRows): the
+// same protocol as the built-in totals, into hashes per value column.
+
+var (
+	rowsAdd     = Upsert{Table: "per_key", Keys: []string{"k"}, Values: []string{"n", "total"}, Merge: MergeAdd}
+	rowsReplace = Upsert{Table: "last_seen", Keys: []string{"region", "k"}, Values: []string{"at"}, Merge: MergeReplace}
+)
+
+func mustWriteRows(t *testing.T, w *Redis, job string, epoch int64, r Range, u Upsert, rows [][]any, dls []DeadLetter) {
+	t.Helper()
+	if err := w.WriteRowsContribution(t.Context(), job, epoch, r, u, rows, dls); err != nil {
+		t.Fatalf("WriteRowsContribution %v: %v", r, err)
+	}
+}
+
+func mustFoldRows(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []Range, u Upsert, want int) {
+	t.Helper()
+	n, err := w.FoldRows(t.Context(), job, epoch, batch, ranges, u)
+	if err != nil {
+		t.Fatalf("FoldRows: %v", err)
+	}
+	if n != want {
+		t.Fatalf("FoldRows folded %d ranges, want %d", n, want)
+	}
+}
+
+func wantRows(t *testing.T, w *Redis, job, table, column string, want map[string]string) {
+	t.Helper()
+	got, err := w.Rows(t.Context(), job, table, column)
+	if err != nil {
+		t.Fatalf("Rows(%s, %s): %v", table, column, err)
+	}
+	if len(got) == 0 && len(want) == 0 {
+		return
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("rows %s.%s = %v, want %v", table, column, got, want)
+	}
+}
+
+func TestRedisRowField(t *testing.T) {
+	at := time.Date(2026, 11, 30, 14, 0, 0, 5, time.FixedZone("CET", 3600))
+	for _, c := range []struct {
+		keys []any
+		want string
+	}{
+		{[]any{"a:b"}, "a:b"},
+		{[]any{int64(-7)}, "-7"},
+		{[]any{uint64(math.MaxUint64)}, "18446744073709551615"},
+		{[]any{[]byte("x\x00y")}, "x\x00y"},
+		{[]any{1.5}, "1.5"},
+		{[]any{true}, "true"},
+		{[]any{at}, "2026-11-30T13:00:00.000000005Z"},
+		{[]any{"eu", "2026-11-30"}, "2:eu10:2026-11-30"},
+		// The length prefixes keep these apart, whatever bytes the values hold.
+		{[]any{"a1:", "b"}, "3:a1:1:b"},
+		{[]any{"a", "1:b"}, "1:a3:1:b"},
+		{[]any{"", 7}, "0:1:7"},
+	} {
+		got, err := RedisRowField(c.keys)
+		if err != nil || got != c.want {
+			t.Errorf("RedisRowField(%v) = %q, %v; want %q", c.keys, got, err, c.want)
+		}
+	}
+	for _, bad := range [][]any{nil, {nil}, {"a", nil}, {struct{}{}}, {[]int{1}}} {
+		if got, err := RedisRowField(bad); !errors.Is(err, ErrRedisValue) {
+			t.Errorf("RedisRowField(%v) = %q, %v; want ErrRedisValue", bad, got, err)
+		}
+	}
+}
+
+// Rows with MergeAdd: summed per key in the contribution and into the hash
+// by the fold, with the dead letters and the offsets in the same step; a
+// contribution written again replaces the first, a second fold adds
+// nothing, a fenced epoch writes and folds nothing.
+func TestRedisRowsFold(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 2, 10)
+
+	// Existing keys of the built-in job are not touched.
+	before := snapshot(t, w, job)
+	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"x", 1, int64(10)}, {"y", 1, 5}, {"x", 1, -3}},
+		[]DeadLetter{{Topic: "in", Partition: 0, Offset: 4, Reason: "no key", Payload: []byte("{}")}})
+	// A replay with the same records writes the same contribution again:
+	// the first is replaced, not added to.
+	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"x", 1, int64(10)}, {"y", 1, 5}, {"x", 1, -3}},
+		[]DeadLetter{{Topic: "in", Partition: 0, Offset: 4, Reason: "no key", Payload: []byte("{}")}})
+	mustWriteRows(t, w, job, epoch, ranges[1], rowsAdd, [][]any{{"x", uint8(1), int32(100)}, {"z", 2, 0}}, nil)
+	wantRows(t, w, job, "per_key", "n", nil) // nothing visible before the fold
+	if n, _ := w.DeadLetterCount(ctx, job); n != 0 {
+		t.Fatalf("%d dead letters visible before the fold", n)
+	}
+	wantOffsets(t, w, job, map[int32]int64{0: 0, 1: 0})
+
+	mustFoldRows(t, w, job, epoch, 1, ranges, rowsAdd, 2)
+	wantRows(t, w, job, "per_key", "n", map[string]string{"x": "3", "y": "1", "z": "2"})
+	wantRows(t, w, job, "per_key", "total", map[string]string{"x": "107", "y": "5", "z": "0"})
+	wantOffsets(t, w, job, map[int32]int64{0: 10, 1: 10})
+	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 1 {
+		t.Fatalf("DeadLetterCount = %d, %v; want 1", n, err)
+	}
+	if keys, _ := w.Client().Keys(ctx, "mb:{"+job+"}:contrib:*").Result(); len(keys) != 0 {
+		t.Fatalf("contributions left after the fold: %v", keys)
+	}
+	wantTotals(t, w, job, nil)
+	if _, ok := before[RedisEventsKey(job)]; ok {
+		t.Fatal("the test expects no built-in totals")
+	}
+
+	// Replayed after the fold: the write is skipped and the fold adds nothing.
+	before = snapshot(t, w, job)
+	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"x", 1, 10}}, nil)
+	mustFoldRows(t, w, job, epoch, 1, ranges, rowsAdd, 0)
+	sameSnapshot(t, "a replayed write and fold", before, snapshot(t, w, job))
+
+	// The next batch adds to what is there.
+	next := []Range{{Topic: "in", Partition: 0, From: 10, To: 20}}
+	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteRows(t, w, job, epoch, next[0], rowsAdd, [][]any{{"x", 1, 1}, {"new", 1, 1}}, nil)
+	// Another instance takes over: the old one neither writes nor folds.
+	if _, err := w.Claim(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	if err := w.WriteRowsContribution(ctx, job, epoch, next[0], rowsAdd, [][]any{{"zombie", 1, 1}}, nil); !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("WriteRowsContribution with a stale epoch = %v, want ErrFenced", err)
+	}
+	if _, err := w.FoldRows(ctx, job, epoch, 2, next, rowsAdd); !errors.Is(err, offsets.ErrFenced) || IsRedisRetryable(err) {
+		t.Fatalf("FoldRows with a stale epoch = %v, want ErrFenced, not retryable", err)
+	}
+	sameSnapshot(t, "a fenced write and fold", before, snapshot(t, w, job))
+}
+
+// A fold that can't apply every row changes nothing: rows of a table the
+// fold was not given, a plain Fold of a rows contribution, a sum that would
+// overflow, a hash holding text where a sum goes.
+func TestRedisRowsFoldRefusalsChangeNothing(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 2, 10)
+	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"a", 1, 1}}, nil)
+	mustWriteRows(t, w, job, epoch, ranges[1], rowsAdd, [][]any{{"b", 1, int64(1 << 40)}}, nil)
+	before := snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, offsets.ErrConflict) || !strings.Contains(err.Error(), "FoldRows") {
+		t.Fatalf("Fold of rows contributions = %v, want ErrConflict pointing to FoldRows", err)
+	}
+	other := Upsert{Table: "per_key", Keys: []string{"k"}, Values: []string{"n"}, Merge: MergeAdd}
+	if _, err := w.FoldRows(ctx, job, epoch, 1, ranges, other); !errors.Is(err, offsets.ErrConflict) || !strings.Contains(err.Error(), "per_key:total") {
+		t.Fatalf("FoldRows without the total column = %v, want ErrConflict naming per_key:total", err)
+	}
+	sameSnapshot(t, "folds without the contributions' hashes", before, snapshot(t, w, job))
+
+	if err := w.Client().HSet(ctx, RedisRowsKey(job, "per_key", "total"), "b", int64(math.MaxInt64)-(1<<30)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	if _, err := w.FoldRows(ctx, job, epoch, 1, ranges, rowsAdd); err == nil || !strings.Contains(err.Error(), "overflow") || IsRedisRetryable(err) {
+		t.Fatalf("FoldRows that overflows = %v, want a non-retryable overflow error", err)
+	}
+	sameSnapshot(t, "an overflowing fold", before, snapshot(t, w, job))
+
+	if err := w.Client().HSet(ctx, RedisRowsKey(job, "per_key", "total"), "b", "text").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	if _, err := w.FoldRows(ctx, job, epoch, 1, ranges, rowsAdd); err == nil || !strings.Contains(err.Error(), "not an integer") {
+		t.Fatalf("FoldRows into a text field = %v, want a not-an-integer error", err)
+	}
+	sameSnapshot(t, "a fold into a text field", before, snapshot(t, w, job))
+
+	if err := w.Client().HDel(ctx, RedisRowsKey(job, "per_key", "total"), "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustFoldRows(t, w, job, epoch, 1, ranges, rowsAdd, 2)
+	wantRows(t, w, job, "per_key", "total", map[string]string{"a": "1", "b": "1099511627776"})
+}
+
+// MergeReplace: the fold sets the values' text; of rows with the same key
+// in one contribution the last wins, and a later batch replaces.
+func TestRedisRowsReplace(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	t1 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	mustWriteRows(t, w, job, epoch, ranges[0], rowsReplace, [][]any{
+		{"eu", "k1", t1}, {"eu", "k1", t1.Add(time.Minute)}, {"us", "k1", "text"}, {"eu", "k2", 2.5},
+	}, nil)
+	mustFoldRows(t, w, job, epoch, 1, ranges, rowsReplace, 1)
+	wantRows(t, w, job, "last_seen", "at", map[string]string{
+		"2:eu2:k1": "2026-11-30T12:01:00Z", "2:us2:k1": "text", "2:eu2:k2": "2.5",
+	})
+	next := []Range{{Topic: "in", Partition: 0, From: 10, To: 12}}
+	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteRows(t, w, job, epoch, next[0], rowsReplace, [][]any{{"eu", "k1", "later"}}, nil)
+	mustFoldRows(t, w, job, epoch, 2, next, rowsReplace, 1)
+	mustFoldRows(t, w, job, epoch, 2, next, rowsReplace, 0)
+	wantRows(t, w, job, "last_seen", "at", map[string]string{
+		"2:eu2:k1": "later", "2:us2:k1": "text", "2:eu2:k2": "2.5",
+	})
+}
+
+// Rows that can't be stored are refused before anything is written, with
+// an ErrRedisValue naming the column.
+func TestRedisRowsBadValues(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	before := snapshot(t, w, job)
+	for _, c := range []struct {
+		name string
+		u    Upsert
+		rows [][]any
+		want string
+	}{
+		{"float sum", rowsAdd, [][]any{{"a", 1, 2.5}}, "per_key.total"},
+		{"text sum", rowsAdd, [][]any{{"a", "1", 2}}, "per_key.n"},
+		{"huge uint", rowsAdd, [][]any{{"a", uint64(math.MaxUint64), 2}}, "per_key.n"},
+		{"nil sum", rowsAdd, [][]any{{"a", 1, nil}}, "per_key.total"},
+		{"overflow", rowsAdd, [][]any{{"a", 1, int64(math.MaxInt64)}, {"a", 1, 1}}, "overflows"},
+		{"nil replace", rowsReplace, [][]any{{"eu", "a", nil}}, "last_seen.at"},
+		{"nil key", rowsAdd, [][]any{{nil, 1, 1}}, "key value"},
+		{"short row", rowsAdd, [][]any{{"a", 1}}, "want 3"},
+	} {
+		err := w.WriteRowsContribution(ctx, job, epoch, ranges[0], c.u, c.rows, nil)
+		if !errors.Is(err, ErrRedisValue) || !strings.Contains(err.Error(), c.want) || IsRedisRetryable(err) {
+			t.Errorf("%s: WriteRowsContribution = %v, want a non-retryable ErrRedisValue mentioning %q", c.name, err, c.want)
+		}
+	}
+	sameSnapshot(t, "refused rows", before, snapshot(t, w, job))
+	if err := w.WriteRowsContribution(ctx, job, epoch, ranges[0], Upsert{Table: "t; drop", Keys: []string{"k"}, Values: []string{"v"}}, nil, nil); !errors.Is(err, ErrBadIdentifier) {
+		t.Errorf("a bad table name = %v, want ErrBadIdentifier", err)
+	}
+}
