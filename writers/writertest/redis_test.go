@@ -175,8 +175,8 @@ type redisTxn struct {
 	r  writers.Range // offsets: the logged range
 }
 
-func (t *redisTxn) PreCommit(context.Context) error {
-	return errors.New("the Redis writer is not two-phase")
+func (t *redisTxn) PreCommit(context.Context) (writertest.Pending, error) {
+	return nil, errors.New("the Redis writer is not two-phase")
 }
 
 func (t *redisTxn) Commit(ctx context.Context) error {

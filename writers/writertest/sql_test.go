@@ -188,8 +188,8 @@ type sqlTxn struct {
 	b writertest.Batch
 }
 
-func (t *sqlTxn) PreCommit(context.Context) error {
-	return errors.New("the SQL writer is not two-phase")
+func (t *sqlTxn) PreCommit(context.Context) (writertest.Pending, error) {
+	return nil, errors.New("the SQL writer is not two-phase")
 }
 
 // Commit writes the rows and the advance in one transaction and commits.

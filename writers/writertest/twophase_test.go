@@ -36,11 +36,37 @@ import (
 //
 // Txn numbers (checkpoint ids) come from one counter per Subject, so a
 // writer opened later continues above the earlier ones, as a restored job
-// does. Open is the writer's constructor followed by Recover(nil): a new
-// instance that keeps nothing of its predecessors' pending transactions.
+// does. OpenKeeping is the writer's constructor followed by Recover(keep)
+// (which commits the kept transactions and aborts the others), Open is
+// OpenKeeping(nil), and CommitKept is Commit: the writers.Pending a
+// PreCommit returned is what the suite hands from one instance to the
+// next, as a checkpoint does.
 
+// TestConformanceKafkaTxn runs KafkaTxn twice: with the position as a
+// record of the transaction (KafkaPositionRecord), and as the offset of a
+// consumer group written into it with WriteOffsets (KafkaGroupOffsets),
+// the way a consume-transform-produce job keeps its source position.
+//
+// With group offsets, rows and position are in different partitions (the
+// topic's and __consumer_offsets'), whose commit markers the coordinator
+// writes one after the other: for a moment after a commit a reader can see
+// one and not yet the other. Commit (and OpenKeeping, whose Recover
+// commits) therefore wait until both are stable before the suite reads, so
+// what the suite checks is that a transaction ends up visible whole or not
+// at all — not that a reader never sees it half-way.
 func TestConformanceKafkaTxn(t *testing.T) {
 	t.Parallel()
+	t.Run("KafkaPositionRecord", func(t *testing.T) {
+		t.Parallel()
+		testConformanceKafkaTxn(t, false)
+	})
+	t.Run("KafkaGroupOffsets", func(t *testing.T) {
+		t.Parallel()
+		testConformanceKafkaTxn(t, true)
+	})
+}
+
+func testConformanceKafkaTxn(t *testing.T, groupOffsets bool) {
 	writertest.Run(t, func(t *testing.T) writertest.Subject {
 		brokers := kafkautil.SplitBrokers(needServer(t, testutil.EnvKafka))
 		topic := uniqueName(t)
@@ -48,6 +74,15 @@ func TestConformanceKafkaTxn(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := uniqueName(t)
+		var pos *kafkaGroupPosition
+		if groupOffsets {
+			// The group's offsets are of a source topic the test never
+			// reads: positions are only numbers to it.
+			pos = &kafkaGroupPosition{group: uniqueName(t), topic: topic + "-src"}
+			if err := kafkautil.EnsureTopic(brokers, pos.topic, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
 		return &twoPhaseSubject{
 			caps: writertest.Capabilities{
 				TwoPhase: true,
@@ -56,15 +91,17 @@ func TestConformanceKafkaTxn(t *testing.T) {
 				// Recover starts a producer on each of the subtask's
 				// transactional ids (InitProducerId), which aborts what an
 				// older producer of the id has open or pre-committed and
-				// fences it.
+				// fences it — also on a slot the older writer has not used
+				// yet: a transaction it begins there after the newer
+				// Recover fails at PreCommit (PRODUCER_FENCED).
 				Fencing:   writertest.FencedByOpen,
 				FencedErr: writers.ErrTxnLost,
 			},
 			open: func(context.Context) (twoPhaseWriter, error) {
 				w, err := writers.NewKafkaTxn(writers.KafkaTxnConfig{Brokers: brokers, TransactionalID: id})
-				return &kafkaTxn{w, brokers, topic}, err
+				return &kafkaTxn{w, brokers, topic, pos}, err
 			},
-			read: func(ctx context.Context) (writertest.State, error) { return readKafka(ctx, brokers, topic) },
+			read: func(ctx context.Context) (writertest.State, error) { return readKafka(ctx, brokers, topic, pos) },
 		}
 	})
 }
@@ -156,10 +193,12 @@ func TestConformanceFileTxn(t *testing.T) {
 				// subtask, so the older writer's pre-committed (or still
 				// open) file is gone and its Commit finds neither it nor
 				// a committed one (ErrTxnLost). There is no epoch: a
-				// transaction the older writer begins after that is not
-				// stopped.
-				Fencing:   writertest.FencedByOpen,
-				FencedErr: writers.ErrTxnLost,
+				// transaction the older writer begins after that commits
+				// (StaleEpochRejected shows it, were FencedByOpen
+				// claimed).
+				Fencing:         writertest.FencedInFlightByOpen,
+				FencedErr:       writers.ErrTxnLost,
+				NoFencingReason: "a file transaction the older writer begins after the newer writer's Recover commits: there is no epoch in the directory to check it against; in checkpoint mode the checkpoint decides which transactions commit, and a zombie's are never listed in a newer run's checkpoints",
 			},
 			open: func(context.Context) (twoPhaseWriter, error) {
 				f, err := writers.NewFileTxn(dir, job, 0)
@@ -177,6 +216,12 @@ type twoPhaseWriter interface {
 	write(ctx context.Context, b writertest.Batch) error
 }
 
+// settler is a twoPhaseWriter whose commits become visible to readers a
+// little after they return: settle waits for that.
+type settler interface {
+	settle(ctx context.Context) error
+}
+
 type twoPhaseSubject struct {
 	caps writertest.Capabilities
 	open func(ctx context.Context) (twoPhaseWriter, error)
@@ -189,13 +234,31 @@ func (s *twoPhaseSubject) Capabilities() writertest.Capabilities { return s.caps
 func (s *twoPhaseSubject) Read(ctx context.Context) (writertest.State, error) { return s.read(ctx) }
 
 func (s *twoPhaseSubject) Open(ctx context.Context) (writertest.Writer, error) {
+	return s.OpenKeeping(ctx, nil)
+}
+
+func (s *twoPhaseSubject) OpenKeeping(ctx context.Context, keep []writertest.Pending) (writertest.TwoPhaseWriter, error) {
+	ps := make([]writers.Pending, len(keep))
+	for i, k := range keep {
+		p, ok := k.(writers.Pending)
+		if !ok {
+			return nil, fmt.Errorf("keep[%d] is a %T, not a writers.Pending", i, k)
+		}
+		ps[i] = p
+	}
 	w, err := s.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Recover(ctx, nil); err != nil {
+	if err := w.Recover(ctx, ps); err != nil {
 		w.Close()
 		return nil, err
+	}
+	if st, ok := w.(settler); ok && len(ps) > 0 {
+		if err := st.settle(ctx); err != nil {
+			w.Close()
+			return nil, err
+		}
 	}
 	return &twoPhaseAdapter{s: s, w: w}, nil
 }
@@ -206,6 +269,14 @@ type twoPhaseAdapter struct {
 }
 
 func (a *twoPhaseAdapter) Close() error { return a.w.Close() }
+
+func (a *twoPhaseAdapter) CommitKept(ctx context.Context, k writertest.Pending) error {
+	p, ok := k.(writers.Pending)
+	if !ok {
+		return fmt.Errorf("a %T, not a writers.Pending", k)
+	}
+	return a.w.Commit(ctx, p)
+}
 
 func (a *twoPhaseAdapter) Begin(ctx context.Context, b writertest.Batch) (writertest.Txn, error) {
 	txn := a.s.txn.Add(1)
@@ -226,16 +297,16 @@ type twoPhaseTxn struct {
 	prepared bool
 }
 
-func (t *twoPhaseTxn) PreCommit(ctx context.Context) error {
+func (t *twoPhaseTxn) PreCommit(ctx context.Context) (writertest.Pending, error) {
 	p, err := t.w.PreCommit(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if p.Txn != t.txn {
-		return fmt.Errorf("PreCommit of txn %d returned the Pending of txn %d", t.txn, p.Txn)
+		return nil, fmt.Errorf("PreCommit of txn %d returned the Pending of txn %d", t.txn, p.Txn)
 	}
 	t.p, t.prepared = p, true
-	return nil
+	return p, nil
 }
 
 func (t *twoPhaseTxn) Commit(ctx context.Context) error {
@@ -250,8 +321,10 @@ func (t *twoPhaseTxn) Commit(ctx context.Context) error {
 func (t *twoPhaseTxn) Abort(ctx context.Context) error { return t.w.Abort(ctx, t.p) }
 
 // Kafka: rows are records keyed by the row's key with the value in decimal,
-// the position a record keyed "@position"; read back by a read-committed
-// consumer of the topic's one partition.
+// read back by a read-committed consumer of the topic's one partition; the
+// position a record keyed "@position" among them, or the committed offset
+// of partition 0 of a source topic for a consumer group
+// (kafkaGroupPosition).
 
 const kafkaPositionKey = "@position"
 
@@ -259,6 +332,13 @@ type kafkaTxn struct {
 	*writers.KafkaTxn
 	brokers []string
 	topic   string
+	group   *kafkaGroupPosition // nil: the position is a record
+}
+
+// kafkaGroupPosition: the position is group's committed offset of
+// partition 0 of topic.
+type kafkaGroupPosition struct {
+	group, topic string
 }
 
 // Commit commits, then waits until no transaction is open on the
@@ -268,11 +348,16 @@ type kafkaTxn struct {
 // a read right after Commit may not see them yet. In the suite's steps no
 // other transaction stays open across a successful commit (a fenced
 // writer's is aborted by the newer writer's Recover), so "stable" means
-// this one's markers are written.
+// this one's markers are written. With group offsets, it also waits until
+// the group has no pending offsets.
 func (k *kafkaTxn) Commit(ctx context.Context, p writers.Pending) error {
 	if err := k.KafkaTxn.Commit(ctx, p); err != nil {
 		return err
 	}
+	return k.settle(ctx)
+}
+
+func (k *kafkaTxn) settle(ctx context.Context) error {
 	client, err := sarama.NewClient(k.brokers, kafkautil.Config("writertest-wait"))
 	if err != nil {
 		return err
@@ -289,10 +374,23 @@ func (k *kafkaTxn) Commit(ctx context.Context, p writers.Pending) error {
 			return err
 		}
 		if lso == hwm {
-			return nil
+			break
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("committed, but %s's last stable offset %d is still below its high-water mark %d after 10s", k.topic, lso, hwm)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if k.group == nil {
+		return nil
+	}
+	for {
+		_, err := k.group.fetch(ctx, client, true)
+		if !errors.Is(err, sarama.ErrUnstableOffsetCommit) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("committed, but group %s still has pending offsets after 10s", k.group.group)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -304,7 +402,53 @@ func (k *kafkaTxn) write(ctx context.Context, b writertest.Batch) error {
 			return err
 		}
 	}
+	if k.group != nil {
+		to, err := strconv.ParseInt(b.To, 10, 64)
+		if err != nil {
+			return fmt.Errorf("position %q is not an offset: %w", b.To, err)
+		}
+		return k.WriteOffsets(ctx, k.group.group, map[string]map[int32]int64{k.group.topic: {0: to}})
+	}
 	return k.Write(ctx, k.topic, []byte(kafkaPositionKey), []byte(b.To))
+}
+
+// fetch returns the group's committed offset of partition 0 of the topic
+// in decimal, "" if it has none. stable: fail with ErrUnstableOffsetCommit
+// while a transaction holds pending offsets of the group for it, rather
+// than answer the last committed one.
+func (g *kafkaGroupPosition) fetch(ctx context.Context, client sarama.Client, stable bool) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if err := client.RefreshCoordinator(g.group); err != nil {
+		return "", err
+	}
+	b, err := client.Coordinator(g.group)
+	if err != nil {
+		return "", err
+	}
+	req := sarama.NewOffsetFetchRequest(kafkautil.Version, g.group, map[string][]int32{g.topic: {0}})
+	req.RequireStable = stable
+	res, err := b.FetchOffset(req)
+	if err != nil {
+		return "", err
+	}
+	code := res.Err
+	blk := res.GetBlock(g.topic, 0)
+	if code == sarama.ErrNoError && blk != nil {
+		code = blk.Err
+	}
+	switch {
+	case code == sarama.ErrGroupIDNotFound: // kfake, for a group without offsets
+		return "", nil
+	case code != sarama.ErrNoError:
+		return "", fmt.Errorf("fetching the offsets of group %s: %w", g.group, code)
+	case blk == nil:
+		return "", fmt.Errorf("fetching the offsets of group %s: no answer for %s/0", g.group, g.topic)
+	case blk.Offset < 0:
+		return "", nil
+	}
+	return strconv.FormatInt(blk.Offset, 10), nil
 }
 
 // readKafka returns what a read-committed consumer of partition 0 of topic
@@ -314,13 +458,22 @@ func (k *kafkaTxn) write(ctx context.Context, b writertest.Batch) error {
 // would only show as a quiet time — and a slow fetch would then pass for
 // "nothing visible". Like the consumer, it drops control batches and the
 // batches of aborted transactions (the fetch response lists them).
-func readKafka(ctx context.Context, brokers []string, topic string) (writertest.State, error) {
+//
+// With group set, the position is the group's committed offset: the last
+// committed one, as a consumer of the group starting now gets (pending
+// offsets of an open or pre-committed transaction are not it).
+func readKafka(ctx context.Context, brokers []string, topic string, group *kafkaGroupPosition) (writertest.State, error) {
 	st := writertest.State{Rows: map[string]int64{}}
 	client, err := sarama.NewClient(brokers, kafkautil.Config("writertest-reader"))
 	if err != nil {
 		return st, err
 	}
 	defer client.Close()
+	if group != nil {
+		if st.Position, err = group.fetch(ctx, client, false); err != nil {
+			return st, err
+		}
+	}
 	lso, err := lastStableOffset(client, topic)
 	if err != nil {
 		return st, err
@@ -377,7 +530,7 @@ func readKafka(ctx context.Context, brokers []string, topic string) (writertest.
 					if off < next || off >= lso {
 						continue
 					}
-					if string(r.Key) == kafkaPositionKey {
+					if group == nil && string(r.Key) == kafkaPositionKey {
 						st.Position = string(r.Value)
 						continue
 					}

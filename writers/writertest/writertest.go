@@ -11,9 +11,15 @@
 //   - ReplayIsHarmless: committing a committed batch again changes nothing.
 //     An idempotent writer accepts the replay (ReplayIgnored), a
 //     compare-and-set writer refuses it with an error (ReplayRefused).
+//   - PreCommittedSurvivesRestart (two-phase writers): a batch
+//     pre-committed by a writer that then closes is committed by a writer
+//     opened later that keeps it (as a job restored from a checkpoint
+//     listing it does), visible exactly once; one that the later writer
+//     does not keep is aborted and never shows.
 //   - StaleEpochRejected: a writer opened later (a restart, a new owner)
 //     makes the commit of a batch an older writer still had in flight fail,
-//     and that commit changes nothing.
+//     and that commit changes nothing. With FencedByOpen, so does a batch
+//     the older writer begins after the newer one opened.
 //   - CloseTwice: Close is safe to call twice, and closing a writer never
 //     commits the batch it had open.
 //
@@ -90,6 +96,11 @@ func (s State) equal(o State) bool {
 	return s.Position == o.Position && maps.Equal(s.Rows, o.Rows)
 }
 
+// Pending is a pre-committed batch as a checkpoint stores it: what a
+// writer opened later needs to commit it (writers.Pending, for the writers
+// of package writers). The suite only hands it back to the Subject.
+type Pending any
+
 // Subject adapts one writer, with its own fresh space in the sink (a job
 // name, a topic, a directory), to the suite. Run asks for a new Subject for
 // every test.
@@ -106,6 +117,30 @@ type Subject interface {
 	Read(ctx context.Context) (State, error)
 }
 
+// TwoPhaseSubject is the Subject of a two-phase writer
+// (Capabilities.TwoPhase): it can also open a writer the way a job restored
+// from a checkpoint does.
+type TwoPhaseSubject interface {
+	Subject
+	// OpenKeeping opens a writer instance like Open, handing it keep: the
+	// batches earlier instances pre-committed that it is to commit (a
+	// restored checkpoint's, writers.TwoPhase.Recover's keep). Every other
+	// batch an earlier instance left open or pre-committed, it aborts;
+	// Open is OpenKeeping with nothing to keep. It may commit the kept
+	// batches before it returns (Recover does) or leave them to
+	// CommitKept.
+	OpenKeeping(ctx context.Context, keep []Pending) (TwoPhaseWriter, error)
+}
+
+// TwoPhaseWriter is a writer instance opened by OpenKeeping.
+type TwoPhaseWriter interface {
+	Writer
+	// CommitKept commits p, one of the batches handed to OpenKeeping.
+	// Idempotent: a batch committed already (by OpenKeeping, or by an
+	// earlier CommitKept) is success.
+	CommitKept(ctx context.Context, p Pending) error
+}
+
 // Writer is one writer instance.
 type Writer interface {
 	// Begin starts a transaction and writes batch b into it. Nothing of
@@ -118,10 +153,11 @@ type Writer interface {
 
 // Txn is one batch in a writer.
 type Txn interface {
-	// PreCommit makes the batch durable but still invisible. Called only
-	// for a two-phase writer (Capabilities.TwoPhase), always before
-	// Commit.
-	PreCommit(ctx context.Context) error
+	// PreCommit makes the batch durable but still invisible, and returns
+	// what a writer opened later needs to commit it (see
+	// TwoPhaseSubject). Called only for a two-phase writer
+	// (Capabilities.TwoPhase), always before Commit.
+	PreCommit(ctx context.Context) (Pending, error)
 	// Commit makes the batch visible. ReplayIsHarmless calls it again
 	// after it succeeded.
 	Commit(ctx context.Context) error
@@ -159,11 +195,22 @@ const (
 	// NoFencing: nothing in the writer stops an older instance; whatever
 	// runs it must (Capabilities.NoFencingReason says what).
 	NoFencing Fencing = iota
-	// FencedByNewerCommit: an older writer's commit is refused once a
-	// newer writer has committed a batch, not before.
+	// FencedByNewerCommit: the commit of a batch an older writer had in
+	// flight (begun before a newer writer opened) is refused once the
+	// newer writer has committed a batch, not before. Batches the older
+	// writer begins later are not covered.
 	FencedByNewerCommit
-	// FencedByOpen: an older writer's commit is refused as soon as a
-	// newer writer has opened, whether or not it committed anything.
+	// FencedInFlightByOpen: the commit of a batch an older writer had in
+	// flight is refused as soon as a newer writer has opened, whether or
+	// not it committed anything; but a batch the older writer begins
+	// after that is not stopped (e.g. a writer whose Open deletes what
+	// older instances left, with no epoch to check later batches
+	// against). NoFencingReason must say what stops those.
+	FencedInFlightByOpen
+	// FencedByOpen: every commit of an older writer is refused as soon
+	// as a newer writer has opened, whether or not it committed anything:
+	// of the batches it had in flight, and of those it begins after that
+	// (refused at Begin, PreCommit or Commit).
 	FencedByOpen
 )
 
@@ -173,6 +220,8 @@ func (f Fencing) String() string {
 		return "none"
 	case FencedByNewerCommit:
 		return "by a newer commit"
+	case FencedInFlightByOpen:
+		return "in flight by a newer open"
 	case FencedByOpen:
 		return "by a newer open"
 	}
@@ -206,7 +255,8 @@ type Capabilities struct {
 	// offsets.ErrFenced.
 	FencedErr error
 	// NoFencingReason says, with NoFencing, why the writer can't fence
-	// and what does instead. Required then.
+	// and what does instead. Required then, and with
+	// FencedInFlightByOpen, for the batches not fenced.
 	NoFencingReason string
 }
 
@@ -214,8 +264,8 @@ func (c Capabilities) check() error {
 	switch {
 	case c.Replay != ReplayIgnored && c.Replay != ReplayRefused:
 		return fmt.Errorf("Capabilities.Replay = %v: want ReplayIgnored or ReplayRefused", c.Replay)
-	case c.Fencing == NoFencing && c.NoFencingReason == "":
-		return errors.New("Capabilities.Fencing = NoFencing needs a NoFencingReason")
+	case (c.Fencing == NoFencing || c.Fencing == FencedInFlightByOpen) && c.NoFencingReason == "":
+		return fmt.Errorf("Capabilities.Fencing = %v needs a NoFencingReason", c.Fencing)
 	case c.Fencing < NoFencing || c.Fencing > FencedByOpen:
 		return fmt.Errorf("Capabilities.Fencing = %v: unknown", c.Fencing)
 	}
@@ -235,6 +285,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"CommitShowsRowsAndPositionTogether", commitShowsRowsAndPositionTogether},
 		{"AbortLeavesNothing", abortLeavesNothing},
 		{"ReplayIsHarmless", replayIsHarmless},
+		{"PreCommittedSurvivesRestart", preCommittedSurvivesRestart},
 		{"StaleEpochRejected", staleEpochRejected},
 		{"CloseTwice", closeTwice},
 	}
@@ -247,7 +298,15 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 			if err := caps.check(); err != nil {
 				t.Fatalf("bad Subject: %v", err)
 			}
-			tc.run(&harness{t: t, ctx: ctx, s: s, caps: caps})
+			h := &harness{t: t, ctx: ctx, s: s, caps: caps}
+			if caps.TwoPhase {
+				ts, ok := s.(TwoPhaseSubject)
+				if !ok {
+					t.Fatalf("bad Subject: a two-phase writer's Subject (%T) must be a TwoPhaseSubject", s)
+				}
+				h.ts = ts
+			}
+			tc.run(h)
 		})
 	}
 }
@@ -334,9 +393,11 @@ func replayIsHarmless(h *harness) {
 		again, err := w.Begin(h.ctx, batch)
 		if err == nil {
 			if h.caps.TwoPhase {
-				h.preCommit(again)
+				_, err = again.PreCommit(h.ctx)
 			}
-			err = again.Commit(h.ctx)
+			if err == nil {
+				err = again.Commit(h.ctx)
+			}
 		} else if h.caps.Replay != ReplayRefused {
 			h.t.Fatalf("a newer writer's Begin of the committed batch: %v (the writer claims it ignores replays)", err)
 		}
@@ -348,6 +409,65 @@ func replayIsHarmless(h *harness) {
 	b := h.begin(w, Batch{From: "10", To: "20", Rows: rowsB})
 	h.commit2(b)
 	h.expect("after the next batch", s1.plus("20", rowsB))
+}
+
+func preCommittedSurvivesRestart(h *harness) {
+	if !h.caps.TwoPhase {
+		h.t.Skip("the writer has no PreCommit (not two-phase)")
+	}
+	// Kept: the batch the checkpoint lists is committed by the newer
+	// writer, once.
+	old := h.open()
+	s0 := h.read()
+	a := h.begin(old, Batch{From: s0.Position, To: "10", Rows: rowsA})
+	p := h.preCommit(a)
+	if err := old.Close(); err != nil {
+		h.t.Fatalf("Close of the writer that pre-committed: %v", err)
+	}
+	h.expect("after the writer that pre-committed closed", s0)
+
+	s1 := s0.plus("10", rowsA)
+	w := h.openKeeping([]Pending{p})
+	if got := h.read(); !got.equal(s0) && !got.equal(s1) {
+		h.t.Fatalf("after a newer writer opened keeping the pre-committed batch: the sink holds %v, want %v (not committed yet) or %v (committed by the open)", got, s0, s1)
+	}
+	if err := w.CommitKept(h.ctx, p); err != nil {
+		h.t.Fatalf("the newer writer's commit of the kept batch: %v", err)
+	}
+	h.expect("after the newer writer committed the kept batch", s1)
+	if err := w.CommitKept(h.ctx, p); err != nil {
+		h.t.Fatalf("the newer writer's second commit of the kept batch (it is idempotent): %v", err)
+	}
+	h.expect("after the newer writer committed the kept batch twice", s1)
+
+	// The newer writer goes on from where the kept batch ended.
+	b := h.begin(w, Batch{From: "10", To: "20", Rows: rowsB})
+	h.commit2(b)
+	s2 := s1.plus("20", rowsB)
+	h.expect("after the newer writer's own batch", s2)
+	if err := w.Close(); err != nil {
+		h.t.Fatalf("Close: %v", err)
+	}
+
+	// Not kept: a batch pre-committed by a writer that closed, which the
+	// next writer does not keep (the checkpoint that would have listed it
+	// did not complete), is aborted and never shows; the batch in its
+	// place does. A later writer keeping nothing leaves what was
+	// committed alone.
+	old = h.open()
+	lost := h.begin(old, Batch{From: "20", To: "30", Rows: rowsStale})
+	h.preCommit(lost)
+	if err := old.Close(); err != nil {
+		h.t.Fatalf("Close of the writer that pre-committed: %v", err)
+	}
+	w = h.openKeeping(nil)
+	h.expect("after a newer writer opened without keeping the pre-committed batch", s2)
+	c := h.begin(w, Batch{From: "20", To: "30", Rows: rowsA})
+	h.commit2(c)
+	s3 := s2.plus("30", rowsA)
+	h.expect("after the newer writer's batch in place of the one not kept", s3)
+	h.open()
+	h.expect("after yet another writer opened", s3)
 }
 
 func staleEpochRejected(h *harness) {
@@ -363,6 +483,27 @@ func staleEpochRejected(h *harness) {
 
 	fresh := h.open()
 	if h.caps.Fencing == FencedByOpen {
+		h.fenced("the older writer's commit after a newer writer opened", zombie.Commit(h.ctx))
+		h.expect("after the older writer's refused commit", s0)
+
+		// A batch the older writer begins after the newer one opened is
+		// stopped too: at Begin, at PreCommit (with any error: FencedErr
+		// is what a refused commit wraps) or at Commit.
+		const what = "the older writer's batch begun after a newer writer opened"
+		stage := "Begin"
+		late, err := old.Begin(h.ctx, Batch{From: s0.Position, To: "10", Rows: rowsStale})
+		if err == nil && h.caps.TwoPhase {
+			stage = "PreCommit"
+			_, err = late.PreCommit(h.ctx)
+		}
+		if err == nil {
+			h.fenced(what+", its commit", late.Commit(h.ctx))
+		} else {
+			h.t.Logf("%s, refused at %s as it should be: %v", what, stage, err)
+		}
+		h.expect("after the older writer's refused batch begun after a newer writer opened", s0)
+	}
+	if h.caps.Fencing == FencedInFlightByOpen {
 		h.fenced("the older writer's commit after a newer writer opened", zombie.Commit(h.ctx))
 		h.expect("after the older writer's refused commit", s0)
 	}
@@ -412,6 +553,7 @@ type harness struct {
 	t    *testing.T
 	ctx  context.Context
 	s    Subject
+	ts   TwoPhaseSubject // s, for a two-phase writer
 	caps Capabilities
 }
 
@@ -421,6 +563,18 @@ func (h *harness) open() Writer {
 	w, err := h.s.Open(h.ctx)
 	if err != nil {
 		h.t.Fatalf("Open: %v", err)
+	}
+	h.t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+// openKeeping opens a two-phase writer keeping keep, closed when the test
+// ends.
+func (h *harness) openKeeping(keep []Pending) TwoPhaseWriter {
+	h.t.Helper()
+	w, err := h.ts.OpenKeeping(h.ctx, keep)
+	if err != nil {
+		h.t.Fatalf("OpenKeeping(%d batches): %v", len(keep), err)
 	}
 	h.t.Cleanup(func() { _ = w.Close() })
 	return w
@@ -454,11 +608,13 @@ func (h *harness) begin(w Writer, b Batch) Txn {
 	return tx
 }
 
-func (h *harness) preCommit(tx Txn) {
+func (h *harness) preCommit(tx Txn) Pending {
 	h.t.Helper()
-	if err := tx.PreCommit(h.ctx); err != nil {
+	p, err := tx.PreCommit(h.ctx)
+	if err != nil {
 		h.t.Fatalf("PreCommit: %v", err)
 	}
+	return p
 }
 
 func (h *harness) commit(tx Txn) {
