@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ import (
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -91,8 +93,18 @@ type proc struct {
 
 func start(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, bin, args...)
+}
+
+// startEnv is start with env (NAME=value) added to the environment: the
+// examples' test hooks.
+func startEnv(t *testing.T, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, lines: make(chan string, 10000), done: make(chan struct{}), started: time.Now()}
 	p.cmd = exec.Command(bin, args...)
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stderr = &p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -167,6 +179,50 @@ func (p *proc) wait(limit time.Duration) string {
 		p.t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, p.err, p.stdout(), p.stderr.String())
 	}
 	return p.stdout()
+}
+
+// waitKilled waits for the process to die of SIGKILL, sent by itself (a
+// test hook), and returns its stdout.
+func (p *proc) waitKilled(limit time.Duration) string {
+	p.t.Helper()
+	go func() {
+		for range p.lines {
+		}
+	}()
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.t.Fatalf("%s did not kill itself within %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, limit, p.stdout(), p.stderr.String())
+	}
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		p.t.Fatalf("%s ended with %v, want killed by SIGKILL (its test hook)\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, p.err, p.stdout(), p.stderr.String())
+	}
+	p.t.Logf("%s killed itself (%v after its start)", filepath.Base(p.cmd.Path), time.Since(p.started).Round(time.Millisecond))
+	return p.stdout()
+}
+
+// waitFail waits for the process to exit with an error and returns its
+// stderr.
+func (p *proc) waitFail(limit time.Duration) string {
+	p.t.Helper()
+	go func() {
+		for range p.lines {
+		}
+	}()
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.t.Fatalf("%s did not finish within %v\nstdout:\n%s", p.cmd.Path, limit, p.stdout())
+	}
+	if p.err == nil {
+		p.t.Fatalf("%s succeeded, want it to fail\nstdout:\n%s", p.cmd.Path, p.stdout())
+	}
+	return p.stderr.String()
 }
 
 func (p *proc) stdout() string {
@@ -299,8 +355,9 @@ func csvFile(t *testing.T, lines int) (path string, want map[string][2]int64, ba
 	return path, want, bad
 }
 
-// TestCSVImport loads a CSV, is killed after a few chunks, and loads the
-// rest on the second run: the table's sums equal the file's exactly and
+// TestCSVImport loads a CSV, is killed between two chunks, then (a test
+// hook) inside a chunk's transaction with its rows written, and loads the
+// rest on the third run: the table's sums equal the file's exactly and
 // every bad line is dead-lettered once.
 func TestCSVImport(t *testing.T) {
 	bin := binary(t, "csv-import")
@@ -313,19 +370,39 @@ func TestCSVImport(t *testing.T) {
 			t.Cleanup(func() { w.DB().Exec("DROP TABLE " + table) })
 			args := []string{"-dsn", dsn, "-file", file, "-job", job, "-table", table, "-chunk", "2000"}
 
+			// Killed between chunks, in a pause.
 			first := start(t, bin, append(args, "-pause", "40ms")...)
-			first.killAfter(4, `^chunk \d+ committed`)
+			first.killAfter(2, `^chunk \d+ committed`)
 			if strings.Contains(first.stdout(), "done:") {
 				t.Fatal("the first run finished before it was killed")
 			}
-			out := start(t, bin, args...).wait(60 * time.Second)
-			if !strings.Contains(out, "resuming orders.csv at byte ") || strings.Contains(out, "at byte 0 ") || !strings.Contains(out, "done:") {
-				t.Fatalf("second run did not resume and finish:\n%s", out)
+			committed := regexp.MustCompile(`(?m)^chunk (\d+) committed`)
+			m := committed.FindAllStringSubmatch(first.stdout(), -1)
+			lastChunk, _ := strconv.Atoi(m[len(m)-1][1])
+			// Killed by its test hook inside a chunk's transaction, with the
+			// chunk's rows and dead letters written: chunk 10 (lines
+			// 18001-20000) holds bad line 20000. The first run may have
+			// committed one chunk more than it printed.
+			const crash = 10
+			if lastChunk+1 >= crash {
+				t.Fatalf("the first run went too far (chunk %d) for the crash in chunk %d", lastChunk, crash)
 			}
-			// A third run finds nothing to do.
+			out := startEnv(t, []string{fmt.Sprintf("CSV_IMPORT_CRASH_IN_CHUNK=%d", crash)}, bin, args...).waitKilled(60 * time.Second)
+			if !strings.Contains(out, "test hook: SIGKILL") || strings.Contains(out, fmt.Sprintf("chunk %d committed", crash)) {
+				t.Fatalf("second run was not killed in chunk %d:\n%s", crash, out)
+			}
+			// The third run starts with that chunk and finishes.
+			out = start(t, bin, args...).wait(60 * time.Second)
+			if !strings.Contains(out, "resuming orders.csv at byte ") || strings.Contains(out, "at byte 0 ") || !strings.Contains(out, "done:") {
+				t.Fatalf("third run did not resume and finish:\n%s", out)
+			}
+			if m := committed.FindStringSubmatch(out); m == nil || m[1] != strconv.Itoa(crash) {
+				t.Fatalf("third run did not start with chunk %d:\n%s", crash, out)
+			}
+			// A fourth run finds nothing to do.
 			out = start(t, bin, args...).wait(30 * time.Second)
 			if strings.Contains(out, "committed") {
-				t.Fatalf("third run committed more:\n%s", out)
+				t.Fatalf("fourth run committed more:\n%s", out)
 			}
 
 			got := map[string][2]int64{}
@@ -407,17 +484,24 @@ func testKafkaEnrich(t *testing.T, brokers []string) {
 
 	args := []string{"-brokers", strings.Join(brokers, ","), "-in", in, "-out", out,
 		"-group", uniqueName("enrich-group"), "-txn-id", uniqueName("enrich-txn"), "-batch", "250"}
-	// Killed in a pause between transactions, then (no pause) most likely
-	// with a transaction open, which the next run's Recover aborts.
-	start(t, bin, append(args, "-pause", "30ms")...).killAfter(4, `^txn \d+ committed`)
-	start(t, bin, args...).killAfter(4, `^txn \d+ committed`)
+	// Killed in a pause between transactions; then, through its test hook,
+	// in its 3rd transaction with the records and offsets flushed to the
+	// brokers, not committed: the next run's Recover aborts that one.
+	first := start(t, bin, append(args, "-pause", "30ms")...)
+	first.killAfter(4, `^txn \d+ committed`)
+	if c := strings.Count(first.stdout(), "has no committed offset for partition"); c != 3 {
+		t.Fatalf("first run: %d partitions said to start at the earliest, want 3:\n%s", c, first.stdout())
+	}
+	crashed := startEnv(t, []string{"KAFKA_ENRICH_CRASH_BEFORE_COMMIT=3"}, bin, args...).waitKilled(60 * time.Second)
+	if c := len(regexp.MustCompile(`(?m)^txn \d+ committed`).FindAllString(crashed, -1)); c != 2 || !strings.Contains(crashed, "test hook: SIGKILL") {
+		t.Fatalf("run killed by its hook committed %d transactions, want 2:\n%s", c, crashed)
+	}
+	checkResumed(t, crashed)
 	last := start(t, bin, append(args, "-idle", "1500ms")...).wait(60 * time.Second)
 	if !strings.Contains(last, "idle: done") {
 		t.Fatalf("last run:\n%s", last)
 	}
-	if m := regexp.MustCompile(`starting at \S+ map\[(.*)\]`).FindStringSubmatch(last); m == nil || !strings.Contains(m[1], ":") {
-		t.Fatalf("last run did not start from committed offsets:\n%s", last)
-	}
+	checkResumed(t, last)
 
 	seen := map[int64]int{}
 	for _, v := range readCommitted(t, brokers, out, n) {
@@ -443,8 +527,44 @@ func testKafkaEnrich(t *testing.T, brokers []string) {
 	if dups != 0 || lost != 0 || len(seen) != n {
 		t.Fatalf("output: %d duplicates, %d lost, %d distinct ids; want 0, 0, %d", dups, lost, len(seen), n)
 	}
-	if dl := readCommitted(t, brokers, out+"-dead-letters", len(bad)); len(dl) != len(bad) {
-		t.Fatalf("dead letters %q, want %q once each", dl, bad)
+	dl := readCommitted(t, brokers, out+"-dead-letters", len(bad))
+	slices.Sort(dl)
+	if wantDL := slices.Sorted(slices.Values(bad)); !slices.Equal(dl, wantDL) {
+		t.Fatalf("dead letters %q, want %q once each", dl, wantDL)
+	}
+	// The aborted transaction's records are in the log: a read_uncommitted
+	// reader sees them.
+	all := readTopic(t, brokers, out, n+1, sarama.ReadUncommitted)
+	if len(all) <= n {
+		t.Fatalf("read_uncommitted, the output holds %d records: want more than the %d committed (the aborted transaction's)", len(all), n)
+	}
+	t.Logf("output: %d records committed, %d in all (read_uncommitted)", n, len(all))
+
+	// A new group (as after its offsets expired) over an output holding
+	// committed records: the program refuses to start from the earliest.
+	args = []string{"-brokers", strings.Join(brokers, ","), "-in", in, "-out", out,
+		"-group", uniqueName("enrich-group"), "-txn-id", uniqueName("enrich-txn"), "-idle", "500ms"}
+	if e := start(t, bin, args...).waitFail(30 * time.Second); !strings.Contains(e, "-from-start") {
+		t.Fatalf("a run with a group without offsets over a used output: %s, want a refusal", e)
+	}
+}
+
+// checkResumed checks the "starting at" line of a restarted kafka-enrich:
+// every partition starts from a committed offset.
+func checkResumed(t *testing.T, out string) {
+	t.Helper()
+	m := regexp.MustCompile(`starting at \S+ map\[(.*)\]`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no starting line:\n%s", out)
+	}
+	offs := regexp.MustCompile(`(\d+):(-?\d+)`).FindAllStringSubmatch(m[1], -1)
+	if len(offs) != 3 {
+		t.Fatalf("starting at %s: want 3 partitions\n%s", m[1], out)
+	}
+	for _, o := range offs {
+		if o[2] == "-1" {
+			t.Fatalf("restart: partition %s has no committed offset (starting at %s)\n%s", o[1], m[1], out)
+		}
 	}
 }
 
@@ -452,8 +572,14 @@ func testKafkaEnrich(t *testing.T, brokers []string) {
 // read_committed, until want records and a quiet time, or 20 s.
 func readCommitted(t *testing.T, brokers []string, topic string, want int) []string {
 	t.Helper()
+	return readTopic(t, brokers, topic, want, sarama.ReadCommitted)
+}
+
+// readTopic is readCommitted with the isolation level given.
+func readTopic(t *testing.T, brokers []string, topic string, want int, isolation sarama.IsolationLevel) []string {
+	t.Helper()
 	conf := kafkautil.Config("examples-test-reader")
-	conf.Consumer.IsolationLevel = sarama.ReadCommitted
+	conf.Consumer.IsolationLevel = isolation
 	conf.Consumer.MaxWaitTime = 50 * time.Millisecond
 	c, err := sarama.NewConsumer(brokers, conf)
 	if err != nil {
@@ -496,7 +622,8 @@ func readCommitted(t *testing.T, brokers []string, topic string, want int) []str
 }
 
 // TestCustomAgg: per-minute counts by key of a user-defined transform,
-// killed mid-run and run again, equal the expected ones exactly.
+// killed between batches, then inside a partition's open transaction with
+// its rows written, and run again, equal the expected ones exactly.
 func TestCustomAgg(t *testing.T) {
 	bin := binary(t, "custom-agg")
 	brokers := startDevBroker(t, 3)
@@ -530,19 +657,28 @@ func TestCustomAgg(t *testing.T) {
 	table, job := uniqueName("minute_totals"), uniqueName("aggjob")
 	args := []string{"-brokers", strings.Join(brokers, ","), "-topic", topic, "-sink", dsn, "-job", job,
 		"-table", table, "-max-batch", "300", "-idle", "1s", "-interval", "50ms", "-instance-id", "agg-1"}
-	start(t, bin, args...).killAfter(3, `^batch \d+ committed`)
-	second := start(t, bin, args...)
-	out := second.wait(60 * time.Second)
-	t.Logf("second run: %v\n%s", time.Since(second.started), out)
+	// Killed between batches (most likely), then, through its test hook, at
+	// the 7th time a partition's rows are written in its open transaction,
+	// its offset not yet: in the 3rd batch of that run, as the 3 partitions
+	// reach that point once a batch.
+	start(t, bin, args...).killAfter(2, `^batch \d+ committed`)
+	crashed := startEnv(t, []string{"CUSTOM_AGG_CRASH_AT=" + strategies.CrashAfterWriteBeforeOffsets + ":7"}, bin, args...).waitKilled(60 * time.Second)
+	if !strings.Contains(crashed, "test hook: SIGKILL") || !strings.Contains(crashed, " committed") {
+		t.Fatalf("run killed by its hook:\n%s", crashed)
+	}
+	t.Logf("run killed by its hook:\n%s", crashed)
+	last := start(t, bin, args...)
+	out := last.wait(60 * time.Second)
+	t.Logf("last run: %v\n%s", time.Since(last.started), out)
 	if !strings.Contains(out, "done:") {
-		t.Fatalf("second run:\n%s", out)
+		t.Fatalf("last run:\n%s", out)
 	}
 	m := regexp.MustCompile(`done: \d+ batches, (\d+) records`).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("second run:\n%s", out)
+		t.Fatalf("last run:\n%s", out)
 	}
 	if rest, _ := strconv.Atoi(m[1]); rest <= 0 || rest >= n {
-		t.Fatalf("second run read %d records: the first run should have committed some, not all of %d", rest, n)
+		t.Fatalf("last run read %d records: the runs before should have committed some, not all of %d", rest, n)
 	}
 
 	w := openSQL(t, dsn)

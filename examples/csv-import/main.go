@@ -113,7 +113,7 @@ func run(ctx context.Context, dsn, file, job, table string, chunkLines int, paus
 			return nil
 		}
 		a := offsets.SourceAdvance{Job: job, Source: source, From: from, To: c.end.String(), Epoch: claim.Epoch}
-		if err := commitChunk(ctx, w, u, c, a); err != nil {
+		if err := commitChunk(ctx, w, u, c, a, n == crashInChunk()); err != nil {
 			return fmt.Errorf("chunk %d (lines %d-%d): %w", n, pos.Line+1, c.end.Line, err)
 		}
 		fmt.Printf("chunk %d committed: lines %d-%d, %d customers, %d bad lines, position %s\n",
@@ -138,13 +138,31 @@ func run(ctx context.Context, dsn, file, job, table string, chunkLines int, paus
 // it fails with offsets.ErrConflict if the file is not at a.From any more
 // (this chunk was committed already) and offsets.ErrFenced if a newer run
 // claimed the file.
-func commitChunk(ctx context.Context, w *writers.SQL, u writers.Upsert, c chunk, a offsets.SourceAdvance) error {
+func commitChunk(ctx context.Context, w *writers.SQL, u writers.Upsert, c chunk, a offsets.SourceAdvance, crash bool) error {
 	return w.CommitSource(ctx, a, func(tx *writers.SQLTx) error {
 		if err := tx.Upsert(ctx, u, c.rows); err != nil {
 			return err
 		}
-		return tx.DeadLetters(ctx, c.bad)
+		if err := tx.DeadLetters(ctx, c.bad); err != nil {
+			return err
+		}
+		if crash { // TEST HOOK, see crashInChunk
+			fmt.Println("test hook: SIGKILL with the chunk's rows written, not committed")
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		return nil
 	})
+}
+
+// crashInChunk reads CSV_IMPORT_CRASH_IN_CHUNK. TEST HOOK, not for
+// production: with n > 0, the program SIGKILLs itself inside the
+// transaction of chunk n (as numbered in its output), after the chunk's
+// rows and dead letters are written and before the commit. examples_test.go uses it to show
+// that such a chunk is rolled back and loaded again, once.
+func crashInChunk() int64 {
+	n, _ := strconv.ParseInt(os.Getenv("CSV_IMPORT_CRASH_IN_CHUNK"), 10, 64)
+	return n
 }
 
 // position is where a chunk ends: the byte offset to seek to, and the

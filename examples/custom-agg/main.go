@@ -23,7 +23,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -120,12 +122,35 @@ func run(ctx context.Context, brokers, topic, sink, job, table, instance string,
 		OnProgress: func(p batch.Progress) {
 			fmt.Printf("batch %d committed: %d records, %d dead letters, lag %d\n", p.BatchID, p.Records, p.DeadLetters, p.Lag)
 		},
+		CrashPoint: crashHook(),
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("done: %d batches, %d records, %d dead letters\n", res.Batches, res.Records, res.DeadLetters)
 	return nil
+}
+
+// crashHook reads CUSTOM_AGG_CRASH_AT=<point>:<n>. TEST HOOK, not for
+// production: the process SIGKILLs itself the n-th time the strategy
+// reaches crash point <point> (strategies.CrashPoints, e.g.
+// after-write-before-offsets: a partition's rows written in its open
+// transaction, its offset not). examples_test.go uses it to show that the
+// restart counts every event once. Without the variable: nil.
+func crashHook() func(string) {
+	point, count, _ := strings.Cut(os.Getenv("CUSTOM_AGG_CRASH_AT"), ":")
+	n, err := strconv.ParseInt(count, 10, 64)
+	if point == "" || err != nil || n < 1 {
+		return nil
+	}
+	var reached atomic.Int64 // called from several partition tasks at once
+	return func(p string) {
+		if p == point && reached.Add(1) == n {
+			fmt.Printf("test hook: SIGKILL at %s (%d)\n", p, n)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
 }
 
 // createTable creates the job's table if missing: Run doesn't, the table
