@@ -142,6 +142,10 @@ func (c Config) validateCheckpoint(bad func(string, ...any) error) error {
 	if err != nil {
 		return bad("%v", err)
 	}
+	if c.Transform != nil && (spec.kind == "kafka" || spec.kind == "file") {
+		return bad("transform: checkpoint mode writes a Transform's rows, upserts into table %q, to an SQL sink: mysql:// (XA), or mysql:// or sqlite:// with --sink-mode wal; a %s:// sink takes the built-in job's per-event output only",
+			c.Transform.Upsert().Table, spec.kind)
+	}
 	switch spec.kind {
 	case "xa":
 		if len(c.Job) > maxXAJobBytes {

@@ -64,6 +64,7 @@ type notice struct {
 // channels, and the coordinator (run) that checkpoints them.
 type pipeline struct {
 	r     *ckptRunner
+	tw    streamWork          // the Transform, nil for the built-in job
 	chk   *offsets.Checkpoint // where this attempt started
 	data  ckptData
 	parts []int32
@@ -82,7 +83,7 @@ type pipeline struct {
 }
 
 func newPipeline(r *ckptRunner, chk *offsets.Checkpoint, data ckptData) *pipeline {
-	p := &pipeline{r: r, chk: chk, data: data, nextID: chk.ID + 1, lastDone: time.Now()}
+	p := &pipeline{r: r, tw: streamWorkOf(r.cfg), chk: chk, data: data, nextID: chk.ID + 1, lastDone: time.Now()}
 	for part := range chk.Offsets {
 		p.parts = append(p.parts, part)
 	}
@@ -373,7 +374,20 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 		err := p.r.src.Read(ctx, r, func(rec *batch.Record) error {
 			var o output
 			target := 0
-			if derr := event.Decode(rec.Value, &ev); derr != nil {
+			if p.tw != nil {
+				// A Transform: every value goes to subtask 0, which turns
+				// the interval's values into rows (see transformTarget).
+				v, derr := p.tw.decodeAny(rec)
+				if derr != nil {
+					dl := deadLetter(cfg.Job, cfg.Topic, rec, derr)
+					o.Dead = &dl
+					target = int(part) % nOps
+					dead++
+				} else {
+					o.Val = v
+					target = transformTarget
+				}
+			} else if derr := event.Decode(rec.Value, &ev); derr != nil {
 				dl := deadLetter(cfg.Job, cfg.Topic, rec, derr)
 				o.Dead = &dl
 				target = int(part) % nOps
@@ -414,6 +428,18 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 		}
 	}
 }
+
+// transformTarget is the operator and sink subtask that a Transform's
+// values go to: all of them, so that one rows call per checkpoint sees the
+// whole interval and one transaction writes every row of the user's table.
+// Spreading them would let two subtasks write the same row in one
+// checkpoint: with XA, the first one's prepared branch holds the row lock
+// until the checkpoint completes, which waits for the second one's
+// pre-commit, which waits for that lock (a deadlock until the lock wait
+// times out); and with MergeReplace their commit order would pick the
+// value. The rows' keys are known only after rows, so they can't be routed
+// by key before it.
+const transformTarget = 0
 
 // keyOwner is the operator instance that owns key.
 func keyOwner(key []byte, n int) int {
@@ -465,6 +491,14 @@ func (p *pipeline) operator(ctx context.Context, o int, state map[string][2]int6
 			return ctx.Err()
 		}
 		it := v.Interface().(item)
+		if it.barrier == 0 && p.tw != nil {
+			// A Transform keeps no keyed state: the values pass to the
+			// sink, which writes them into the interval's transaction.
+			if err := emit(it); err != nil {
+				return err
+			}
+			continue
+		}
 		if it.barrier == 0 {
 			for i := range it.recs {
 				r := &it.recs[i]

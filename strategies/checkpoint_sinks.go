@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/microbatch/microbatch/internal/event"
@@ -11,12 +12,14 @@ import (
 )
 
 // output is what the keyed operator emits for one input record: the event
-// with its key's running count and total, or a dead letter passed through.
+// with its key's running count and total, or a dead letter passed through;
+// with a Transform, the decoded value (Val) or a dead letter.
 type output struct {
 	ID, Amount, TS int64
 	Key            string
 	Count, Total   int64
 	Dead           *writers.DeadLetter
+	Val            any
 }
 
 // ckptSink is one sink subtask: a two-phase writer plus how the built-in
@@ -69,6 +72,12 @@ func openCheckpointSinks(ctx context.Context, cfg Config, spec ckptSinkSpec, par
 		if err := w.CreateTables(ctx); err != nil {
 			w.Close()
 			return nil, err
+		}
+		if cfg.Transform != nil {
+			if err := checkTable(ctx, w, cfg.Transform.Upsert()); err != nil {
+				w.Close()
+				return nil, err
+			}
 		}
 		// An XA writer holds a connection per slot (3), plus short-lived
 		// ones for recovery.
@@ -125,9 +134,9 @@ func (s *ckptSinks) subtask(i int) (ckptSink, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &xaSink{XA: w, totals: totalsBuffer{job: job}}, nil
+		return &xaSink{XA: w, totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg)}}, nil
 	default:
-		return &walSink{WAL: writers.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job}}, nil
+		return &walSink{WAL: writers.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg)}}, nil
 	}
 }
 
@@ -230,14 +239,19 @@ func (f *fileSink) flush(context.Context) error { return nil }
 
 // totalsBuffer sums a transaction's outputs per key for mb_totals (the
 // same rows the micro-batch strategies write) and collects dead letters.
+// With a Transform (tw) it collects the decoded values instead, and take
+// makes the transaction's rows of them: the transform's rows function is
+// called once per checkpoint interval.
 type totalsBuffer struct {
-	job  string
-	agg  *event.Aggregator
-	dead []writers.DeadLetter
+	job   string
+	tw    streamWork
+	agg   *event.Aggregator
+	items []any
+	dead  []writers.DeadLetter
 }
 
 func (t *totalsBuffer) add(outs []output) {
-	if t.agg == nil {
+	if t.agg == nil && t.tw == nil {
 		t.agg = event.NewAggregator()
 	}
 	for i := range outs {
@@ -246,18 +260,39 @@ func (t *totalsBuffer) add(outs []output) {
 			t.dead = append(t.dead, *o.Dead)
 			continue
 		}
+		if t.tw != nil {
+			t.items = append(t.items, o.Val)
+			continue
+		}
 		t.agg.AddTotal(event.Total{Key: o.Key, Events: 1, Amount: o.Amount})
 	}
 }
 
-// take returns the buffered rows and dead letters and empties the buffer.
-func (t *totalsBuffer) take() (rows [][]any, dead []writers.DeadLetter) {
-	if t.agg != nil && t.agg.Len() > 0 {
+// take returns the buffered rows (of upsert u) and dead letters and
+// empties the buffer. An error is the Transform's (ErrConfig: its rows
+// function panicked or made a row of the wrong width).
+func (t *totalsBuffer) take() (u writers.Upsert, rows [][]any, dead []writers.DeadLetter, err error) {
+	u = writers.Totals
+	if t.tw != nil {
+		u = t.tw.upsert()
+		rows, err = t.tw.rowsOf(t.items)
+		clear(t.items)
+		t.items = t.items[:0]
+	} else if t.agg != nil && t.agg.Len() > 0 {
 		rows = totalsRows(t.job, t.agg.Totals())
 		t.agg.Reset()
 	}
 	dead, t.dead = t.dead, nil
-	return rows, dead
+	return u, rows, dead, err
+}
+
+// drop empties the buffer (the transaction is aborted).
+func (t *totalsBuffer) drop() {
+	if t.agg != nil {
+		t.agg.Reset()
+	}
+	clear(t.items)
+	t.items, t.dead = t.items[:0], nil
 }
 
 // xaSink adds each transaction's per-key sums to mb_totals in an XA branch.
@@ -269,16 +304,20 @@ type xaSink struct {
 // write only sums: rows go into the XA branch at the barrier (flush), after
 // the sink committed the previous checkpoint's branch. Writing earlier
 // could touch a key still locked by that prepared branch and wait on a
-// commit only this goroutine can send. Memory is one sum per key.
+// commit only this goroutine can send. Memory is one sum per key (with a
+// Transform, every value of the interval).
 func (x *xaSink) write(_ context.Context, outs []output) error {
 	x.totals.add(outs)
 	return nil
 }
 
 func (x *xaSink) flush(ctx context.Context) error {
-	rows, dead := x.totals.take()
+	u, rows, dead, err := x.totals.take()
+	if err != nil {
+		return err
+	}
 	if len(rows) > 0 {
-		if err := x.Upsert(ctx, writers.Totals, rows); err != nil {
+		if err := x.Upsert(ctx, u, rows); err != nil {
 			return err
 		}
 	}
@@ -289,7 +328,7 @@ func (x *xaSink) flush(ctx context.Context) error {
 }
 
 func (x *xaSink) Abort(ctx context.Context, p writers.Pending) error {
-	x.totals.take()
+	x.totals.drop()
 	return x.XA.Abort(ctx, p)
 }
 
@@ -305,9 +344,17 @@ func (w *walSink) write(_ context.Context, outs []output) error {
 }
 
 func (w *walSink) flush(ctx context.Context) error {
-	rows, dead := w.totals.take()
+	u, rows, dead, err := w.totals.take()
+	if err != nil {
+		return err
+	}
+	if w.totals.tw != nil {
+		if err := walRowsCheck(u, rows); err != nil {
+			return err
+		}
+	}
 	if len(rows) > 0 {
-		if err := w.Upsert(ctx, writers.Totals, rows); err != nil {
+		if err := w.Upsert(ctx, u, rows); err != nil {
 			return err
 		}
 	}
@@ -318,6 +365,47 @@ func (w *walSink) flush(ctx context.Context) error {
 }
 
 func (w *walSink) Abort(ctx context.Context, p writers.Pending) error {
-	w.totals.take()
+	w.totals.drop()
 	return w.WAL.Abort(ctx, p)
+}
+
+// walRowsCheck refuses a Transform's row value that would not come back
+// the same from the checkpoint, where the WAL sink keeps its writes as JSON
+// until it applies them: a []byte would come back base64 text, a time.Time
+// RFC 3339 text, a uint64 above 2^63-1 or a NaN not at all. Refusing it at
+// the barrier (ErrConfig: the job stops) beats writing something else into
+// the user's table after the checkpoint moved the offsets past the record.
+func walRowsCheck(u writers.Upsert, rows [][]any) error {
+	for _, row := range rows {
+		for i, v := range row {
+			if walValueOK(v) {
+				continue
+			}
+			col := ""
+			if i < len(u.Keys) {
+				col = u.Keys[i]
+			} else if j := i - len(u.Keys); j < len(u.Values) {
+				col = u.Values[j]
+			}
+			return fmt.Errorf("%w: transform: the write-ahead sink keeps rows as JSON in the checkpoint and can't keep %s.%s = %v (%T) exactly: use strings, integers, finite floats, booleans or nil (a time as formatted text, bytes as a string)",
+				ErrConfig, u.Table, col, v, v)
+		}
+	}
+	return nil
+}
+
+func walValueOK(v any) bool {
+	switch x := v.(type) {
+	case nil, string, bool, int, int8, int16, int32, int64, uint8, uint16, uint32:
+		return true
+	case uint:
+		return uint64(x) <= math.MaxInt64
+	case uint64:
+		return x <= math.MaxInt64
+	case float32:
+		return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0)
+	case float64:
+		return !math.IsNaN(x) && !math.IsInf(x, 0)
+	}
+	return false
 }

@@ -155,7 +155,7 @@ type Config struct {
 	MaxRestartTime      time.Duration // how long a restart may take; the txn timeout must cover it
 
 	// Transform, when set, replaces the built-in per-key totals job with
-	// the user's (every strategy but checkpoint).
+	// the user's (checkpoint mode: with an SQL sink only).
 	Transform *Transform
 
 	Logger       *slog.Logger
@@ -266,8 +266,6 @@ func (c Config) Validate() error {
 		return bad("sink: none given")
 	case c.UntilIdle < 0:
 		return bad("until-idle %s is negative", c.UntilIdle)
-	case c.Transform != nil && c.Strategy == StrategyCheckpoint:
-		return bad("strategy %s runs the built-in totals job only; a Transform needs txn, single, idempotent, at-least-once or at-most-once", c.Strategy)
 	case c.Transform != nil && c.Transform.validate() != nil:
 		return bad("transform: %v", c.Transform.validate())
 	case c.Strategy == StrategyCheckpoint:

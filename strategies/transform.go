@@ -20,7 +20,21 @@ import (
 // A transform runs with the strategies that write to a SQL sink: txn (each
 // partition's rows commit with its offset), single (all partitions' rows in
 // one transaction), the controls at-least-once and at-most-once, and with
-// idempotent, which writes to Redis (see NewTransform). Checkpoint mode runs
+// idempotent, which writes to Redis (see NewTransform), and with checkpoint
+// mode into an SQL sink (XA, or write-ahead with --sink-mode wal): there a
+// checkpoint interval is the batch. The sources decode each record as it
+// is read; every decoded value goes to sink subtask 0, which at the
+// interval's barrier calls rows once on the interval's values (in read
+// order within a partition) and writes the rows into the checkpoint's
+// transaction, which commits when the checkpoint completes; the dead
+// letters go into the same transactions. Values are held in memory until
+// the barrier: memory grows with interval × rate. A Transform keeps no
+// state across checkpoints, so recovery is the built-in job's: back to
+// the latest checkpoint's offsets, its transactions committed, everything
+// after it aborted and read again. With the write-ahead sink the rows are
+// kept as JSON in the checkpoint until applied, so their values must be
+// strings, integers, finite floats, booleans or nil (anything else stops
+// the job with ErrConfig at the barrier). A kafka:// or file:// sink takes
 // the built-in job only.
 type Transform struct {
 	work workload
@@ -35,8 +49,9 @@ type Transform struct {
 //     keeps.
 //   - rows turns the decoded records of a batch into rows of u, each row
 //     the key columns' values then the value columns', in u's order. It is
-//     called once per partition range (txn, idempotent, controls) or once
-//     per batch with every partition's records (single), so for
+//     called once per partition range (txn, idempotent, controls), once
+//     per batch with every partition's records (single) or once per
+//     checkpoint interval with every partition's records (checkpoint), so for
 //     u.Merge == MergeAdd it may aggregate (sum per key) or not; the
 //     upsert adds rows with the same key together either way. It must be
 //     deterministic: a retried batch calls it again on the same records.
@@ -209,6 +224,52 @@ func (p *userPart[T]) rows() (rows [][]any, err error) {
 
 func (p *userPart[T]) merge(o part) { p.items = append(p.items, o.(*userPart[T]).items...) }
 func (p *userPart[T]) reset()       { clear(p.items); p.items = p.items[:0] }
+
+// streamWork is a Transform as checkpoint mode runs it: the sources decode
+// (the values travel through the pipeline boxed) and a sink subtask turns
+// a checkpoint interval's values into rows at the barrier.
+type streamWork interface {
+	upsert() writers.Upsert
+	// decodeAny decodes one record; an error (or a panic in decode) means
+	// a dead letter with the error as the reason.
+	decodeAny(rec *batch.Record) (any, error)
+	// rowsOf turns values decodeAny returned into checked rows sorted by
+	// key; nil for none.
+	rowsOf(items []any) ([][]any, error)
+}
+
+func streamWorkOf(cfg Config) streamWork {
+	if cfg.Transform == nil {
+		return nil
+	}
+	return cfg.Transform.work.(streamWork)
+}
+
+func (w *userWork[T]) decodeAny(rec *batch.Record) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("decode panicked: %v", r)
+		}
+	}()
+	t, err := w.decode(rec)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (w *userWork[T]) rowsOf(items []any) ([][]any, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	p := &userPart[T]{w: w, items: make([]T, len(items))}
+	for i, v := range items {
+		if v != nil { // nil: a nil interface or pointer T, left zero
+			p.items[i] = v.(T)
+		}
+	}
+	return p.rows()
+}
 
 // sortRows orders rows by their first nkeys values.
 func sortRows(rows [][]any, nkeys int) {

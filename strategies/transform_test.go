@@ -36,20 +36,7 @@ type userEvent struct {
 
 func userTransform(table string) *strategies.Transform {
 	u := writers.Upsert{Table: table, Keys: []string{"k"}, Values: []string{"n", "total"}, Merge: writers.MergeAdd}
-	return strategies.NewTransform(u,
-		func(rec *batch.Record) (userEvent, error) {
-			if string(rec.Value) == "PANIC" {
-				panic("a bug in the user's decoder")
-			}
-			var ev userEvent
-			if err := json.Unmarshal(rec.Value, &ev); err != nil {
-				return ev, err
-			}
-			if ev.Key == "" {
-				return ev, errors.New("no key")
-			}
-			return ev, nil
-		},
+	return strategies.NewTransform(u, userTransformDecode,
 		func(evs []userEvent) [][]any {
 			rows := make([][]any, len(evs))
 			for i, ev := range evs {
@@ -57,6 +44,21 @@ func userTransform(table string) *strategies.Transform {
 			}
 			return rows
 		})
+}
+
+// userTransformDecode is userTransform's decode.
+func userTransformDecode(rec *batch.Record) (userEvent, error) {
+	if string(rec.Value) == "PANIC" {
+		panic("a bug in the user's decoder")
+	}
+	var ev userEvent
+	if err := json.Unmarshal(rec.Value, &ev); err != nil {
+		return ev, err
+	}
+	if ev.Key == "" {
+		return ev, errors.New("no key")
+	}
+	return ev, nil
 }
 
 // TestTransform runs a user-defined transform with each strategy: the
@@ -265,8 +267,9 @@ func redisRows(t *testing.T, r *writers.Redis, job, table string) keyTotals {
 	return got
 }
 
-// TestTransformConfigErrors: a transform with a strategy that can't run it,
-// or whose table is missing, stops before reading with a config error.
+// TestTransformConfigErrors: a transform with a sink that can't take it
+// (checkpoint mode's kafka:// and file://), or whose table is missing or
+// keyless, stops before reading with a config error.
 func TestTransformConfigErrors(t *testing.T) {
 	brokers := kfake.brokers(t)
 	topic := newTopic(t, brokers)
@@ -276,16 +279,21 @@ func TestTransformConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		name, strategy, sink, table, want string
+		name, strategy, mode, sink, table, want string
 	}{
-		{"checkpoint", strategies.StrategyCheckpoint, dsn, "t", "built-in totals job only"},
-		{"bad table name", strategies.StrategyTxn, dsn, "t; drop", "transform"},
-		{"missing table", strategies.StrategyTxn, dsn, "no_such_table", "no_such_table"},
-		{"table without a key on k", strategies.StrategyTxn, dsn, "keyless", "no primary or unique key"},
+		{"checkpoint to files", strategies.StrategyCheckpoint, "", "file://" + t.TempDir(), "t", "built-in job's per-event output only"},
+		{"checkpoint to kafka", strategies.StrategyCheckpoint, "", "kafka://" + brokers[0] + "/out", "t", "to an SQL sink"},
+		{"checkpoint missing table", strategies.StrategyCheckpoint, strategies.SinkModeWAL, dsn, "no_such_table", "no_such_table"},
+		{"checkpoint table without a key on k", strategies.StrategyCheckpoint, strategies.SinkModeWAL, dsn, "keyless", "no primary or unique key"},
+		{"bad table name", strategies.StrategyTxn, "", dsn, "t; drop", "transform"},
+		{"missing table", strategies.StrategyTxn, "", dsn, "no_such_table", "no_such_table"},
+		{"table without a key on k", strategies.StrategyTxn, "", dsn, "keyless", "no primary or unique key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := baseConfig(t, brokers, topic, uniqueName(t, "cfg"), c.sink)
 			cfg.Strategy = c.strategy
+			cfg.SinkMode = c.mode
+			cfg.StateDir = t.TempDir()
 			cfg.Transform = userTransform(c.table)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
