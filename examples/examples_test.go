@@ -161,8 +161,10 @@ func (p *proc) killAfter(n int, re string) {
 	p.t.Logf("killed %s after %d lines /%s/ (%v after its start)", filepath.Base(p.cmd.Path), n, re, time.Since(p.started).Round(time.Millisecond))
 }
 
-// wait waits for the process to exit successfully and returns its stdout.
-func (p *proc) wait(limit time.Duration) string {
+// waitExit reads the rest of the output and waits up to limit for the
+// process to end; past that it kills it and fails the test, saying it did
+// not do what (finish, kill itself) in time.
+func (p *proc) waitExit(limit time.Duration, what string) {
 	p.t.Helper()
 	go func() {
 		for range p.lines {
@@ -173,8 +175,14 @@ func (p *proc) wait(limit time.Duration) string {
 	case <-time.After(limit):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		p.t.Fatalf("%s did not finish within %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, limit, p.stdout(), p.stderr.String())
+		p.t.Fatalf("%s did not %s within %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, what, limit, p.stdout(), p.stderr.String())
 	}
+}
+
+// wait waits for the process to exit successfully and returns its stdout.
+func (p *proc) wait(limit time.Duration) string {
+	p.t.Helper()
+	p.waitExit(limit, "finish")
 	if p.err != nil {
 		p.t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, p.err, p.stdout(), p.stderr.String())
 	}
@@ -185,17 +193,7 @@ func (p *proc) wait(limit time.Duration) string {
 // test hook), and returns its stdout.
 func (p *proc) waitKilled(limit time.Duration) string {
 	p.t.Helper()
-	go func() {
-		for range p.lines {
-		}
-	}()
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		p.t.Fatalf("%s did not kill itself within %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, limit, p.stdout(), p.stderr.String())
-	}
+	p.waitExit(limit, "kill itself")
 	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		p.t.Fatalf("%s ended with %v, want killed by SIGKILL (its test hook)\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, p.err, p.stdout(), p.stderr.String())
@@ -208,17 +206,7 @@ func (p *proc) waitKilled(limit time.Duration) string {
 // stderr.
 func (p *proc) waitFail(limit time.Duration) string {
 	p.t.Helper()
-	go func() {
-		for range p.lines {
-		}
-	}()
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		p.t.Fatalf("%s did not finish within %v\nstdout:\n%s", p.cmd.Path, limit, p.stdout())
-	}
+	p.waitExit(limit, "finish")
 	if p.err == nil {
 		p.t.Fatalf("%s succeeded, want it to fail\nstdout:\n%s", p.cmd.Path, p.stdout())
 	}

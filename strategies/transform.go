@@ -10,6 +10,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/values"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -284,8 +285,8 @@ func sortRows(rows [][]any, nkeys int) {
 }
 
 func compareValues(a, b any) int {
-	if x, ok := asInt64(a); ok {
-		if y, ok := asInt64(b); ok {
+	if x, ok := values.Int64(a); ok {
+		if y, ok := values.Int64(b); ok {
 			return cmp.Compare(x, y)
 		}
 	}
@@ -313,26 +314,4 @@ func compareValues(a, b any) int {
 		return c
 	}
 	return cmp.Compare(fmt.Sprint(a), fmt.Sprint(b))
-}
-
-func asInt64(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), true
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	}
-	return 0, false
 }

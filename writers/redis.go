@@ -100,6 +100,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/microbatch/microbatch/internal/values"
 	"github.com/microbatch/microbatch/offsets"
 )
 
@@ -813,7 +814,7 @@ func RedisRowField(keys []any) (string, error) {
 
 // redisText is a key's or a MergeReplace value's text (see RedisRowField).
 func redisText(v any) (string, bool) {
-	if i, ok := redisInt(v); ok {
+	if i, ok := values.Int64(v); ok {
 		return strconv.FormatInt(i, 10), true
 	}
 	switch x := v.(type) {
@@ -837,37 +838,6 @@ func redisText(v any) (string, bool) {
 		return x.String(), true
 	}
 	return "", false
-}
-
-// redisInt is a MergeAdd value: Go's integer types, within int64.
-func redisInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), true
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case uint:
-		if uint64(x) <= math.MaxInt64 {
-			return int64(x), true
-		}
-	case uint64:
-		if x <= math.MaxInt64 {
-			return int64(x), true
-		}
-	}
-	return 0, false
 }
 
 // redisRowsSuffix is the part of a rows hash's key after mb:{job}:rows:, and
@@ -921,7 +891,7 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 		for i, v := range row[nk:] {
 			f := cols[i] + key
 			if u.Merge == MergeAdd {
-				n, ok := redisInt(v)
+				n, ok := values.Int64(v)
 				if !ok {
 					return fmt.Errorf("%w: %s.%s is added (MergeAdd) in Redis, which takes integers only; key %q has %v (%T)",
 						ErrRedisValue, u.Table, u.Values[i], key, v, v)
