@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/redis/go-redis/v9"
 )
@@ -253,4 +255,71 @@ func TestSQLCommitSource(t *testing.T) {
 			t.Fatalf("position %+v, want 1 after one chunk", p)
 		}
 	})
+}
+
+// A COMMIT whose reply is lost landed, and SourceLanded says so — the
+// settling CommitSource relies on before it would write the chunk again;
+// a chunk whose connection was cut before COMMIT did not land, and
+// CommitSource's retry then commits it once.
+func TestSQLSourceCommitReplyLost(t *testing.T) {
+	target, err := ParseSQLDSN(mysqlDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysql.ParseDSN(target.DataSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testutil.StartCutProxy(t, cfg.Addr)
+	cfg.Addr = proxy.Addr()
+	direct := openMySQL(t)
+	w := openSink(t, cfg.FormatDSN())
+	ctx := t.Context()
+	job := uniqueJob(t)
+	claim, err := w.ClaimSource(ctx, job, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := func(a offsets.SourceAdvance, cut func()) error {
+		tx, err := w.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := tx.Upsert(ctx, Totals, [][]any{{job, "k", 1, 1}}); err != nil {
+			return err
+		}
+		if err := tx.AdvanceSource(ctx, a); err != nil {
+			return err
+		}
+		cut()
+		return tx.Commit()
+	}
+
+	a1 := offsets.SourceAdvance{Job: job, Source: "f", From: "", To: "1", Epoch: claim.Epoch}
+	err = chunk(a1, func() { proxy.DropReplies(true) })
+	proxy.DropReplies(false)
+	if err == nil || !IsRetryable(err) {
+		t.Fatalf("COMMIT with its reply lost: %v, want a retryable error", err)
+	}
+	if landed, err := direct.SourceLanded(ctx, a1); err != nil || !landed {
+		t.Fatalf("SourceLanded after a lost COMMIT reply = %v, %v; want true", landed, err)
+	}
+
+	a2 := offsets.SourceAdvance{Job: job, Source: "f", From: "1", To: "2", Epoch: claim.Epoch}
+	err = chunk(a2, proxy.CutAll)
+	if err == nil || !IsRetryable(err) {
+		t.Fatalf("COMMIT on a cut connection: %v, want a retryable error", err)
+	}
+	if landed, err := direct.SourceLanded(ctx, a2); err != nil || landed {
+		t.Fatalf("SourceLanded after a cut before COMMIT = %v, %v; want false", landed, err)
+	}
+	if err := w.CommitSource(ctx, a2, func(tx *SQLTx) error {
+		return tx.Upsert(ctx, Totals, [][]any{{job, "k", 1, 1}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTotals(t, direct, job); got["k"] != (total{2, 2}) {
+		t.Fatalf("totals %v, want the two chunks once each", got)
+	}
 }
