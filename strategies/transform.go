@@ -188,18 +188,25 @@ type userPart[T any] struct {
 	items []T
 }
 
-func (p *userPart[T]) add(rec *batch.Record) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("decode panicked: %v", r)
-		}
-	}()
-	v, err := p.w.decode(rec)
+func (p *userPart[T]) add(rec *batch.Record) error {
+	v, err := p.w.safeDecode(rec)
 	if err != nil {
 		return err
 	}
 	p.items = append(p.items, v)
 	return nil
+}
+
+// safeDecode is the user's decode with a panic turned into an error (and
+// so into a dead letter, like a decode error).
+func (w *userWork[T]) safeDecode(rec *batch.Record) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("decode panicked: %v", r)
+		}
+	}()
+	return w.decode(rec)
 }
 
 func (p *userPart[T]) rows() (rows [][]any, err error) {
@@ -246,13 +253,8 @@ func streamWorkOf(cfg Config) streamWork {
 	return cfg.Transform.work.(streamWork)
 }
 
-func (w *userWork[T]) decodeAny(rec *batch.Record) (v any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			v, err = nil, fmt.Errorf("decode panicked: %v", r)
-		}
-	}()
-	t, err := w.decode(rec)
+func (w *userWork[T]) decodeAny(rec *batch.Record) (any, error) {
+	t, err := w.safeDecode(rec)
 	if err != nil {
 		return nil, err
 	}

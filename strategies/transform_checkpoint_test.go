@@ -42,14 +42,7 @@ func checkpointTransformConfig(t testing.TB, brokers []string, topic, job, dsn, 
 // partitions' ends.
 func checkpointAtEnds(t testing.TB, stateDir string, brokers []string, job, topic string) {
 	t.Helper()
-	store, err := offsets.NewFileCheckpoints(stateDir, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chk, err := store.Latest(context.Background(), job)
-	if err != nil || chk == nil {
-		t.Fatalf("latest checkpoint of %s: %v, %v", job, chk, err)
-	}
+	chk := latestCheckpoint(t, stateDir, job)
 	if want := testutil.EndOffsets(t, brokers, topic); fmt.Sprint(chk.Offsets) != fmt.Sprint(want) {
 		t.Errorf("checkpoint %d resumes at %v, partition ends %v", chk.ID, chk.Offsets, want)
 	}
@@ -368,10 +361,9 @@ func preparedXA(t *testing.T, dsn, job string) int {
 	return n
 }
 
-// pendingRows says whether job's latest checkpoint lists a pending
-// transaction of subtask 0 (for the write-ahead sink: one holding rows of
-// table).
-func pendingRows(t *testing.T, stateDir, job, table string) bool {
+// latestCheckpoint reads job's latest complete checkpoint from the file
+// store in stateDir; there must be one.
+func latestCheckpoint(t testing.TB, stateDir, job string) *offsets.Checkpoint {
 	t.Helper()
 	store, err := offsets.NewFileCheckpoints(stateDir, 0)
 	if err != nil {
@@ -381,6 +373,15 @@ func pendingRows(t *testing.T, stateDir, job, table string) bool {
 	if err != nil || chk == nil {
 		t.Fatalf("latest checkpoint of %s: %v, %v", job, chk, err)
 	}
+	return chk
+}
+
+// pendingRows says whether job's latest checkpoint lists a pending
+// transaction of subtask 0 (for the write-ahead sink: one holding rows of
+// table).
+func pendingRows(t *testing.T, stateDir, job, table string) bool {
+	t.Helper()
+	chk := latestCheckpoint(t, stateDir, job)
 	var data struct{ Pending []writers.Pending }
 	if err := json.Unmarshal(chk.Data, &data); err != nil {
 		t.Fatal(err)

@@ -27,31 +27,14 @@ type secureServers struct {
 	kafka, user, password, ca, mysql, redis string
 }
 
-// needSecureServers returns the secure servers' settings. Missing, it
-// fails the test where the servers are part of the run — CI, or when
-// scripts/services.sh's plaintext servers are set — and skips it elsewhere.
+// needSecureServers returns the secure servers' settings (each
+// testutil.NeedServer: skipped without it, failed where the servers are
+// part of the run).
 func needSecureServers(t *testing.T) secureServers {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the real servers: skipped with -short")
-	}
-	vals := map[string]string{}
-	var missing []string
-	for _, env := range []string{envKafkaSASLSSL, envKafkaSASLUser, envKafkaSASLPass, envTLSCA, envMySQLTLS, envRedisTLS} {
-		if vals[env] = os.Getenv(env); vals[env] == "" {
-			missing = append(missing, env)
-		}
-	}
-	if len(missing) > 0 {
-		msg := fmt.Sprintf("%s not set: scripts/test.sh starts the servers and sets them (or: scripts/services.sh start; eval \"$(scripts/services.sh env)\")",
-			strings.Join(missing, ", "))
-		if os.Getenv("CI") != "" || os.Getenv(testutil.EnvKafka) != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return secureServers{kafka: vals[envKafkaSASLSSL], user: vals[envKafkaSASLUser], password: vals[envKafkaSASLPass],
-		ca: vals[envTLSCA], mysql: vals[envMySQLTLS], redis: vals[envRedisTLS]}
+	need := func(env string) string { return testutil.NeedServer(t, env) }
+	return secureServers{kafka: need(envKafkaSASLSSL), user: need(envKafkaSASLUser), password: need(envKafkaSASLPass),
+		ca: need(envTLSCA), mysql: need(envMySQLTLS), redis: need(envRedisTLS)}
 }
 
 // TestSecureServers runs produce, run and verify against the real servers

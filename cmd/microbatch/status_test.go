@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/microbatch/microbatch/internal/testutil"
 )
 
 // screenshotEnv, when set, names a file the test copies its screenshot of
@@ -40,7 +42,7 @@ func chromium(t *testing.T) string {
 		}
 	}
 	msg := "no chromium in PATH (apt-get install chromium; scripts/services.sh start installs it)"
-	if os.Getenv("CI") != "" || os.Getenv("MICROBATCH_TEST_KAFKA") != "" {
+	if testutil.ServersRequired() {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)

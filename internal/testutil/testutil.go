@@ -51,6 +51,15 @@ const (
 	EnvRedis = "MICROBATCH_TEST_REDIS"
 )
 
+// ServersRequired reports whether this run is one in which the servers
+// (and the tools scripts/services.sh installs) are part of the suite: under
+// CI, or in the servers' test run (scripts/test.sh sets
+// MICROBATCH_TEST_KAFKA and the rest). Then a missing one fails a test
+// instead of quietly skipping it.
+func ServersRequired() bool {
+	return os.Getenv("CI") != "" || os.Getenv(EnvKafka) != ""
+}
+
 // NeedServer returns the value of env, skipping the test (or benchmark)
 // under -short or when the variable is unset, with a message naming it —
 // but failing it when unset under CI or while MICROBATCH_TEST_KAFKA is set
@@ -61,10 +70,7 @@ func NeedServer(t testing.TB, env string) string {
 		t.Skip("needs a real server: skipped with -short")
 	}
 	v := os.Getenv(env)
-	if v == "" && (os.Getenv("CI") != "" || os.Getenv(EnvKafka) != "") {
-		// Under CI, or in the servers' test run (scripts/test.sh sets
-		// them all), the servers are part of the suite: a missing one
-		// fails, it does not quietly skip.
+	if v == "" && ServersRequired() {
 		t.Fatalf("%s is not set: the servers are part of this run (scripts/services.sh start; eval \"$(scripts/services.sh env)\")", env)
 	}
 	if v == "" {
