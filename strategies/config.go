@@ -10,6 +10,8 @@ package strategies
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -137,12 +139,20 @@ type Config struct {
 	Assignment       string        // sticky, range or roundrobin
 	SessionTimeout   time.Duration // a member silent this long loses its partitions
 	RebalanceTimeout time.Duration // how long a rebalance waits for a member's batch in flight
-	// InstanceID turns on static membership (KIP-345): a restart with the
-	// same id gets its partitions back at once. Without it a process
-	// restarted after a crash waits until the dead member's SessionTimeout
-	// has passed before it gets its partitions (set one per process, e.g.
-	// the host name, when restarts are frequent).
+	// InstanceID is this process's static group membership id (KIP-345):
+	// a restart with the same id takes the dead member's place and gets
+	// its partitions back at once, instead of waiting SessionTimeout for
+	// the dead member to be dropped. Empty: <job>-<host>-<slot>, the slot
+	// being the lowest free one among the processes of the group on this
+	// host (a lock file in InstanceLockDir, released by the kernel when
+	// the process dies, so a restart takes the same slot; see
+	// instance.go). Give every process its own id when you set it.
 	InstanceID string
+	// InstanceLockDir holds the slot locks of the default instance ids
+	// (default: <os.TempDir()>/microbatch-members). It must be shared by
+	// every process of the group on the host, and by nothing on another
+	// host that has the same host name.
+	InstanceLockDir string
 
 	// Checkpoint mode (strategy checkpoint); see checkpoint.go.
 	OperatorParallelism int           // keyed operator instances (= sink subtasks)
@@ -212,6 +222,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.RebalanceTimeout == 0 {
 		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.InstanceLockDir == "" {
+		c.InstanceLockDir = filepath.Join(os.TempDir(), DefaultInstanceLockDirName)
 	}
 	if c.OperatorParallelism == 0 {
 		c.OperatorParallelism = DefaultOperatorParallelism
