@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -82,8 +83,11 @@ func groupConfig(cfg Config) *sarama.Config {
 	g.Rebalance.Retry.Backoff = 200 * time.Millisecond
 	g.Rebalance.Retry.Max = 20
 	// A JoinGroup is answered only when every member rejoined, which may
-	// take a member's whole batch in flight: up to the rebalance timeout.
-	c.Net.ReadTimeout = max(c.Net.ReadTimeout, cfg.RebalanceTimeout+5*time.Second)
+	// take a member's whole batch in flight: up to the rebalance timeout
+	// (and a SyncGroup waits for the leader's, as long). Only this client
+	// makes those calls. Rebalances that follow one another can hold a
+	// join longer still; runGroup rejoins after such a timeout.
+	c.Net.ReadTimeout = cfg.RebalanceTimeout + max(cfg.SessionTimeout, 5*time.Second)
 	switch cfg.Assignment {
 	case AssignRange:
 		g.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
@@ -159,43 +163,48 @@ type groupRun struct {
 	// onStart is called when the first session has claimed its partitions.
 	onStart func(epoch int64)
 
-	mu      sync.Mutex
-	sum     batch.Summary
-	epoch   int64
-	fatal   error
-	idle    bool // a driver stopped on UntilIdle: the member is done
-	fenced  int  // sessions in a row that ended with fenced commits
-	started bool
+	mu       sync.Mutex
+	sum      batch.Summary
+	epoch    int64
+	fatal    error
+	idle     bool // a driver stopped on UntilIdle: the member is done
+	fenced   int  // sessions in a row that ended with fenced commits
+	started  bool
+	sessions int // sessions set up so far
 
 	// Of the current session.
 	rejoin  context.CancelFunc // ends the session to rejoin the group
 	drvDone chan struct{}
 }
 
+// Rejoin backoff after a group error: the first retry comes soon (most
+// errors are a coordinator moving or a rebalance racing the join), later
+// ones back off so that a broker that is down is not hammered.
+const (
+	rejoinBackoffMin = 250 * time.Millisecond
+	rejoinBackoffMax = 10 * time.Second
+	// maxGroupReadTimeout bounds how far the group client's read timeout
+	// grows after joins that timed out.
+	maxGroupReadTimeout = 15 * time.Minute
+)
+
 // runGroup joins the group and runs one driver per session until ctx is
 // cancelled (the batch in flight finishes), a driver idles out, or a fatal
-// error.
+// error. Group errors are not fatal: the broker may hold a JoinGroup for a
+// whole rebalance — longer than any read timeout when members come and go,
+// or another member has a longer rebalance timeout — coordinators move,
+// connections drop. The member logs the error and rejoins with backoff, on
+// a fresh client whose read timeout doubles after each timeout. Only what
+// no retry can fix ends the run (groupError).
 func runGroup(ctx context.Context, cfg Config, client sarama.Client, all []int32, start sessionStart, onStart func(int64)) (batch.Summary, int64, error) {
-	cg, err := sarama.NewConsumerGroup(cfg.Brokers, cfg.Group, groupConfig(cfg))
-	if err != nil {
-		return batch.Summary{}, 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group, err)
-	}
-	g := &groupRun{client: client, cfg: cfg, log: cfg.Logger, cg: cg, all: all, start: start, onStart: onStart, sum: batch.Summary{Next: map[int32]int64{}}}
-	errsDone := make(chan struct{})
-	go func() {
-		defer close(errsDone)
-		for err := range cg.Errors() {
-			g.log.Warn("consumer group", "group", cfg.Group, "err", err)
-		}
-	}()
+	g := &groupRun{client: client, cfg: cfg, log: cfg.Logger, all: all, start: start, onStart: onStart, sum: batch.Summary{Next: map[int32]int64{}}}
 	began := time.Now()
+	readTimeout := groupConfig(cfg).Net.ReadTimeout
+	failures := 0
+	var err error
 	for {
-		sctx, rejoin := context.WithCancel(ctx)
-		g.mu.Lock()
-		g.rejoin = rejoin
-		g.mu.Unlock()
-		err = cg.Consume(sctx, []string{cfg.Topic}, g)
-		rejoin()
+		var sessions int
+		sessions, err = g.member(ctx, readTimeout)
 		g.mu.Lock()
 		fatal, idle := g.fatal, g.idle
 		g.mu.Unlock()
@@ -207,24 +216,161 @@ func runGroup(ctx context.Context, cfg Config, client sarama.Client, all []int32
 			err = nil
 			break
 		}
-		if err != nil {
-			if errors.Is(err, sarama.ErrClosedConsumerGroup) {
-				break
-			}
-			// sarama retried the join already; a group that can't be joined
-			// is as fatal as a sink that can't be reached.
-			err = fmt.Errorf("consumer group %q: %w", cfg.Group, err)
+		if ferr := groupError(cfg, err); ferr != nil {
+			err = ferr
 			break
 		}
+		if sessions > 0 {
+			failures, readTimeout = 0, groupConfig(cfg).Net.ReadTimeout
+		}
+		failures++
+		if isTimeout(err) {
+			readTimeout = min(2*readTimeout, maxGroupReadTimeout)
+		}
+		wait := min(rejoinBackoffMin<<min(failures-1, 10), rejoinBackoffMax)
+		g.log.Warn("consumer group error: rejoining", "group", cfg.Group, "attempt", failures, "retry_in", wait,
+			"read_timeout", readTimeout, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
-	if cerr := cg.Close(); cerr != nil && err == nil && ctx.Err() == nil {
-		g.log.Warn("leaving consumer group", "group", cfg.Group, "err", cerr)
+	if cfg.InstanceID != "" && !errors.Is(err, sarama.ErrFencedInstancedId) {
+		// A static member stays in the group after its client closes, until
+		// its session times out: that is what lets a crashed process's
+		// restart take its place. A process that stops on purpose leaves by
+		// its instance id instead, so that the others take its partitions
+		// now. (Fenced: the id is another process's now; leaving would
+		// remove that one.)
+		if lerr := leaveStatic(client, cfg.Group, cfg.InstanceID); lerr != nil {
+			g.log.Warn("leaving consumer group", "group", cfg.Group, "instance", cfg.InstanceID, "err", lerr)
+		}
 	}
-	<-errsDone
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sum.Elapsed = time.Since(began)
 	return g.sum, g.epoch, err
+}
+
+// member is one life of the member on one group client: sessions until
+// the stop, the driver idles out, a fatal error (in g.fatal) or a group
+// error (returned). It reports how many sessions ran.
+func (g *groupRun) member(ctx context.Context, readTimeout time.Duration) (sessions int, err error) {
+	cfg := g.cfg
+	// The group has a client of its own, whose connections a stop can cut:
+	// that is the only way to end a JoinGroup the broker is holding (sarama
+	// waits for the read timeout, even to close its client).
+	conf := groupConfig(cfg)
+	conf.Net.ReadTimeout = readTimeout
+	var cutter kafkautil.ConnCutter
+	cutter.Use(conf)
+	gclient, err := sarama.NewClient(cfg.Brokers, conf)
+	if err != nil {
+		return 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group, err)
+	}
+	defer gclient.Close()
+	cg, err := sarama.NewConsumerGroupFromClient(cfg.Group, gclient)
+	if err != nil {
+		return 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group, err)
+	}
+	// A stop ends the session — the driver finishes its batch (Cleanup
+	// waits for it; the batch needs neither this client nor the group) —
+	// and a join in progress at once.
+	stopCut := context.AfterFunc(ctx, cutter.Cut)
+	defer stopCut()
+	errsDone := make(chan struct{})
+	go func() {
+		defer close(errsDone)
+		for err := range cg.Errors() {
+			if ctx.Err() == nil {
+				g.log.Warn("consumer group", "group", cfg.Group, "err", err)
+			}
+		}
+	}()
+	defer func() {
+		if cerr := cg.Close(); cerr != nil && err == nil && ctx.Err() == nil {
+			g.log.Warn("leaving consumer group", "group", cfg.Group, "err", cerr)
+		}
+		<-errsDone
+	}()
+	g.mu.Lock()
+	g.cg = cg
+	g.mu.Unlock()
+	for {
+		sctx, rejoin := context.WithCancel(ctx)
+		g.mu.Lock()
+		g.rejoin = rejoin
+		before := g.sessions
+		g.mu.Unlock()
+		err = cg.Consume(sctx, []string{cfg.Topic}, g)
+		rejoin()
+		g.mu.Lock()
+		sessions += g.sessions - before
+		done := g.fatal != nil || g.idle
+		g.mu.Unlock()
+		if done || ctx.Err() != nil || errors.Is(err, sarama.ErrClosedConsumerGroup) {
+			return sessions, nil
+		}
+		if err != nil {
+			return sessions, err
+		}
+		// A session ended (a rebalance): rejoin on the same client.
+	}
+}
+
+// isTimeout: the error is a network timeout (a read that waited longer
+// than the client's read timeout).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// groupError returns the error that ends the run for a group error no
+// rejoin can fix — a configuration the broker refuses, a denied access, a
+// missing topic — and nil for the others, which call for a rejoin.
+func groupError(cfg Config, err error) error {
+	switch {
+	case errors.Is(err, sarama.ErrFencedInstancedId):
+		return fmt.Errorf("%w: consumer group %q: instance id %q belongs to another process now (two processes with the same --instance-id, or two hosts with the same host name sharing a lock directory): give each process its own --instance-id: %w",
+			ErrConfig, cfg.Group, cfg.InstanceID, err)
+	case errors.Is(err, sarama.ErrInvalidSessionTimeout):
+		return fmt.Errorf("%w: session-timeout %s: the broker refuses it (outside its group.min.session.timeout.ms .. group.max.session.timeout.ms)",
+			ErrConfig, cfg.SessionTimeout)
+	case errors.Is(err, sarama.ErrInconsistentGroupProtocol):
+		return fmt.Errorf("%w: consumer group %q is used by consumers of another kind: give the job its own --group", ErrConfig, cfg.Group)
+	case errors.Is(err, sarama.ErrGroupMaxSizeReached):
+		return fmt.Errorf("%w: consumer group %q is full (the broker's group.max.size): run fewer processes", ErrConfig, cfg.Group)
+	case errors.Is(err, sarama.ErrUnknownTopicOrPartition):
+		return fmt.Errorf("%w %q: %w", ErrNoTopic, cfg.Topic, err)
+	case isDenied(err):
+		return fmt.Errorf("%w: consumer group %q: %w", ErrDenied, cfg.Group, err)
+	}
+	return nil
+}
+
+// leaveStatic removes the static member instanceID from group (a
+// LeaveGroup by instance id, as Kafka's admin client removes members).
+func leaveStatic(client sarama.Client, group, instanceID string) error {
+	b, err := client.Coordinator(group)
+	if err != nil {
+		return err
+	}
+	id := instanceID
+	resp, err := b.LeaveGroup(&sarama.LeaveGroupRequest{Version: 3, GroupId: group, Members: []sarama.MemberIdentity{{GroupInstanceId: &id}}})
+	if err != nil {
+		return err
+	}
+	if !errors.Is(resp.Err, sarama.ErrNoError) {
+		return resp.Err
+	}
+	for _, m := range resp.Members {
+		// Unknown: the member was dropped already (its session ended, or it
+		// never finished joining).
+		if !errors.Is(m.Err, sarama.ErrNoError) && !errors.Is(m.Err, sarama.ErrUnknownMemberId) {
+			return m.Err
+		}
+	}
+	return nil
 }
 
 // Setup claims the session's partitions and starts their driver.
@@ -244,6 +390,9 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	}
 	// A rebalance during the claim must not turn into a failed claim: the
 	// claim is bounded by its retries, and the session ends right after.
+	g.mu.Lock()
+	g.sessions++
+	g.mu.Unlock()
 	d, epoch, err := g.start(context.WithoutCancel(sess.Context()), s)
 	if isFenced(err) {
 		// The group moved on while we claimed: this session is stale.
