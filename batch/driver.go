@@ -168,6 +168,14 @@ type Driver struct {
 	Drop   func(err error) bool
 	OnDrop func(partition int32, err error)
 
+	// JobLag, when set, is the lag of the whole job as its sink stores it:
+	// every partition of the topic, not only those this run was given
+	// (the others belong to other processes of the job, live or dead).
+	// UntilIdle then ends the run only once the job is caught up — JobLag
+	// 0, and this run's partitions idle — and has stayed so for UntilIdle;
+	// and Summary.Lag reports it. Asked only while idle.
+	JobLag func(ctx context.Context, bounds map[int32]Bounds) (int64, error)
+
 	// BatchIDs, when set, gives each batch its id (a counter shared by the
 	// processes of a group, so that none reuses another's); by default ids
 	// count up from LastBatch.
@@ -210,10 +218,23 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 		}
 		sum.Lag = Lag(next, bounds)
 		if len(ranges) == 0 {
-			if idleSince.IsZero() {
+			caughtUp := true
+			if d.JobLag != nil && d.UntilIdle > 0 {
+				if sum.Lag, err = d.JobLag(ctx, bounds); err != nil {
+					if ctx.Err() != nil {
+						return sum, nil
+					}
+					return sum, fmt.Errorf("reading the job's positions: %w", err)
+				}
+				caughtUp = sum.Lag == 0
+			}
+			switch {
+			case !caughtUp:
+				idleSince = time.Time{}
+			case idleSince.IsZero():
 				idleSince = tick
 			}
-			if d.UntilIdle > 0 && tick.Sub(idleSince) >= d.UntilIdle {
+			if d.UntilIdle > 0 && caughtUp && tick.Sub(idleSince) >= d.UntilIdle {
 				return sum, nil
 			}
 		} else {

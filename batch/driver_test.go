@@ -943,3 +943,54 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 		})
 	}
 }
+
+// TestDriverUntilIdleWaitsForTheJob: with JobLag, a run whose own
+// partitions are idle ends only once the whole job is caught up (other
+// partitions, held by other processes, lag for a while), stays so for
+// UntilIdle, and reports the job's lag.
+func TestDriverUntilIdleWaitsForTheJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Partition 0 is ours and caught up; partition 1 is someone else's
+		// and catches up after 10 s.
+		src := newFakeSource(map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 0, 1: 500})
+		began := time.Now()
+		var asked int
+		jobLag := func(_ context.Context, b map[int32]Bounds) (int64, error) {
+			asked++
+			if len(b) != 2 {
+				t.Errorf("JobLag got bounds of %d partitions, want the whole topic's", len(b))
+			}
+			if time.Since(began) < 10*time.Second {
+				return b[1].End - 100, nil
+			}
+			return 0, nil
+		}
+		var log taskLog
+		d := &Driver{Source: src, Task: readingTask(&log, src, 0), Topic: "events",
+			Next: map[int32]int64{0: 0}, Interval: time.Second, UntilIdle: 2 * time.Second, JobLag: jobLag}
+		sum, err := d.Run(t.Context())
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if el := time.Since(began); el < 12*time.Second || el > 13*time.Second {
+			t.Errorf("Run returned after %v, want once the job was caught up (10s) plus until-idle (2s)", el)
+		}
+		if sum.Lag != 0 || asked < 10 {
+			t.Errorf("Summary.Lag = %d after %d JobLag calls, want 0 after one per interval", sum.Lag, asked)
+		}
+
+		// Stopped while the job lags: the summary says how much.
+		d.JobLag = func(context.Context, map[int32]Bounds) (int64, error) { return 400, nil }
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if sum, err = d.Run(ctx); err != nil || sum.Lag != 400 {
+			t.Errorf("stopped run: lag %d, err %v; want 400, nil", sum.Lag, err)
+		}
+
+		// A job lag that can't be read is an error, not "caught up".
+		d.JobLag = func(context.Context, map[int32]Bounds) (int64, error) { return 0, errors.New("sink down") }
+		if _, err = d.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "sink down") {
+			t.Errorf("Run with a failing JobLag: %v, want its error", err)
+		}
+	})
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -93,9 +95,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res := Result{}
 	var start sessionStart
+	var stored storedPositions
 	switch cfg.Strategy {
 	case StrategyIdempotent:
 		res.Sink = rw.String()
+		stored = func(ctx context.Context) (map[int32]int64, error) { return rw.Offsets(ctx, cfg.Job, cfg.Topic) }
 		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
 			d := newDriver()
 			st, err := startIdempotent(ctx, rw, src, cfg, s, crash)
@@ -127,6 +131,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	case StrategyTxn, StrategySingle:
 		res.Sink = w.String()
+		stored = func(ctx context.Context) (map[int32]int64, error) {
+			pos, err := offsets.Load(ctx, w.DB(), cfg.Job, cfg.Topic)
+			next := make(map[int32]int64, len(pos))
+			for p, x := range pos {
+				next[p] = x.NextOffset
+			}
+			return next, err
+		}
 		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
 			d := newDriver()
 			claim, err := claimPartitions(ctx, w, src, cfg, s)
@@ -148,6 +160,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	case StrategyAtLeastOnce, StrategyAtMostOnce:
 		res.Sink = w.String()
+		stored = func(ctx context.Context) (map[int32]int64, error) {
+			return offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).Load(ctx, src.Partitions())
+		}
 		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
 			d := newDriver()
 			group := offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).AsMember(s.MemberID, s.Generation)
@@ -161,13 +176,71 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return d, d.Epoch, nil
 		}
 	}
+	jobLag := func(ctx context.Context, bounds map[int32]batch.Bounds) (int64, error) {
+		var next map[int32]int64
+		_, err := withRetry(ctx, log, "reading the job's positions", func() (err error) {
+			next, err = stored(ctx)
+			return err
+		})
+		return wholeLag(next, bounds), err
+	}
+	startDriver := start
+	start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
+		d, epoch, err := startDriver(ctx, s)
+		if d != nil {
+			d.JobLag = jobLag
+		}
+		return d, epoch, err
+	}
+	if cfg.InstanceID == "" {
+		host, _ := os.Hostname()
+		slot, err := claimInstanceSlot(cfg.InstanceLockDir, cfg.Group, cfg.Job, host)
+		if err != nil {
+			log.Warn("no default instance id: joining the group as a dynamic member (a restart after a crash waits for the dead member's session to time out; set --instance-id)", "err", err)
+		} else {
+			cfg.InstanceID = slot.ID
+			// Marked free only once the member has left the group (runGroup
+			// returned); a failed run's member may still hold partitions.
+			defer func() { slot.Release(err == nil) }()
+		}
+	}
 	onStart := func(epoch int64) {
 		log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
-			"topic", cfg.Topic, "partitions", len(src.Partitions()), "group", cfg.Group, "epoch", epoch, "sink", res.Sink)
+			"topic", cfg.Topic, "partitions", len(src.Partitions()), "group", cfg.Group, "instance", cfg.InstanceID,
+			"epoch", epoch, "sink", res.Sink)
 	}
 	res.Summary, res.Epoch, err = runGroup(ctx, cfg, client, src.Partitions(), start, onStart)
 	res.Started = res.Epoch != 0
+	if res.Started {
+		// The run's last word on lag is the whole job's, whichever process
+		// holds which partition: "lag=0" must mean nothing is left behind.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if bounds, berr := src.Bounds(lctx); berr == nil {
+			if next, serr := stored(lctx); serr == nil {
+				res.Lag = wholeLag(next, bounds)
+			}
+		}
+	}
 	return res, err
+}
+
+// storedPositions reads where the job stands on every partition of its
+// topic, as its sink (or, for the controls, its consumer group) stores it.
+type storedPositions func(ctx context.Context) (map[int32]int64, error)
+
+// wholeLag is the job's lag over every partition in bounds; a partition
+// with no stored position has all of its log ahead of it.
+func wholeLag(next map[int32]int64, bounds map[int32]batch.Bounds) int64 {
+	var lag int64
+	for p, b := range bounds {
+		n, ok := next[p]
+		if !ok {
+			n = b.Start
+		}
+		lag += max(b.End-n, 0)
+	}
+	return lag
 }
 
 // openSource connects to Kafka, waiting up to the connect timeout for it
