@@ -304,22 +304,38 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible, covered bo
 	return false, next >= to, nil
 }
 
+// reader returns the partition's consumer positioned at r.From. A
+// partition is read by one task at a time, so only the map needs the lock:
+// seeking (two offset requests, then sarama's first fetch) runs for all
+// the partitions of a batch at once — after a restart or a rebalance every
+// partition of the first batch seeks.
 func (s *KafkaSource) reader(r Range) (*partitionReader, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	pr := s.readers[r.Partition]
 	if pr != nil && pr.next == r.From {
+		s.mu.Unlock()
 		return pr, nil
 	}
+	delete(s.readers, r.Partition)
+	closed := s.closed
+	s.mu.Unlock()
 	if pr != nil {
 		_ = pr.pc.Close()
-		delete(s.readers, r.Partition)
+	}
+	if closed {
+		return nil, fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
 	}
 	pc, err := s.consumer.ConsumePartition(s.topic, r.Partition, r.From)
 	if err != nil {
 		return nil, fmt.Errorf("seeking %s/%d to %d: %w", s.topic, r.Partition, r.From, err)
 	}
 	pr = &partitionReader{pc: pc, next: r.From}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = pc.Close()
+		return nil, fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
+	}
 	s.readers[r.Partition] = pr
 	return pr, nil
 }
