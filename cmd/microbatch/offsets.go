@@ -316,7 +316,7 @@ func checkGroupStopped(client sarama.Client, oj offsetsJob) error {
 		return nil
 	}
 	slices.Sort(live)
-	return fmt.Errorf("job %s is not stopped: consumer group %q has live members: %s; stop them first (a process with --instance-id stays a member until its session times out)",
+	return fmt.Errorf("job %s is not stopped: consumer group %q has live members: %s; stop them first (a process killed without a graceful stop stays a member until its session times out)",
 		oj.job, oj.group, strings.Join(live, ", "))
 }
 

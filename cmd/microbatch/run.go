@@ -66,7 +66,7 @@ works on a machine with nothing installed.`,
 	fs.String("assignment-strategy", strategies.DefaultAssignment, "how the group spreads partitions over processes: sticky, range or roundrobin")
 	fs.Duration("session-timeout", strategies.DefaultSessionTimeout, "a process silent this long loses its partitions to the others (within the broker's group.min/max.session.timeout.ms)")
 	fs.Duration("rebalance-timeout", strategies.DefaultRebalanceTimeout, "how long a rebalance waits for a process to finish its batch in flight")
-	fs.String("instance-id", "", "static group membership: a restart with the same id gets its partitions back without a rebalance (one id per process)")
+	fs.String("instance-id", "", "static group membership id, one per process: a restart with the same id takes the dead process's partitions back at once (empty: <job>-<host>-<slot>, the slot from a lock file in $TMPDIR/microbatch-members)")
 	fs.Int("operator-parallelism", strategies.DefaultOperatorParallelism, "checkpoint: keyed operator instances, each with its own sink subtask")
 	fs.Duration("checkpoint-interval", strategies.DefaultCheckpointInterval, "checkpoint: how often barriers are injected (and sink transactions committed)")
 	fs.Duration("checkpoint-timeout", strategies.DefaultCheckpointTimeout, "checkpoint: a checkpoint not complete by then fails and the job restarts from the previous one")

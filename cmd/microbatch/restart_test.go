@@ -1,0 +1,483 @@
+package main_test
+
+// Restarts as a user does them: default flags (no --instance-id), the
+// process restarted right after a SIGKILL, processes killed during their
+// join, dead members holding partitions while `--until-idle` decides the
+// job is done.
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/strategies"
+)
+
+const (
+	// restartFirstCommit is how soon a restarted process must commit its
+	// first batch (issue #14). A restart that waits for its dead
+	// predecessor's session takes the session timeout (10 s by default).
+	restartFirstCommit = time.Second
+	restartKills       = 20
+	// restartFeedRate keeps a backlog for every restart: what arrived
+	// while it was down, a batch's worth, small enough that its first batch
+	// is about the join, not the backlog.
+	restartFeedRate = 4_000
+)
+
+// restartCases are the brokers a restart depends on: the dev broker and
+// Apache Kafka, each with the sink a user pairs it with.
+func restartCases() []groupCase {
+	return []groupCase{
+		{"kfakeToSQLite", strategies.StrategyTxn, func(t *testing.T) (string, string) {
+			b := startBroker(t, "--partitions", strconv.Itoa(groupPartitions))
+			return b.addr, "sqlite://" + t.TempDir() + "/sink.db"
+		}},
+		{"ApacheKafkaToMariaDB", strategies.StrategyTxn, func(t *testing.T) (string, string) {
+			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
+		}},
+	}
+}
+
+// defaultArgs is `run` as a user starts it: where to read and write, and
+// nothing else (the interval, session and rebalance timeouts, membership
+// are the defaults).
+func defaultArgs(brokers, topic, job, sink string, extra ...string) []string {
+	return append([]string{"run", "--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink}, extra...)
+}
+
+var logTimeRE = regexp.MustCompile(`^time=(\S+)`)
+
+// lineTime is the time a text log line was written.
+func lineTime(t *testing.T, line string) time.Time {
+	t.Helper()
+	m := logTimeRE.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("log line without time=: %q", line)
+	}
+	ts, err := time.Parse(time.RFC3339Nano, m[1])
+	if err != nil {
+		t.Fatalf("log line %q: %v", line, err)
+	}
+	return ts
+}
+
+var instanceRE = regexp.MustCompile(`msg="job started" .*\binstance=(\S+)`)
+
+// instanceOf is the group instance id the process reported at start.
+func instanceOf(t *testing.T, p *groupProc) string {
+	t.Helper()
+	i := p.waitLine(t, 0, groupWait, "the job to start", func(l string) bool { return instanceRE.MatchString(l) })
+	return instanceRE.FindStringSubmatch(p.linesFrom(i)[0])[1]
+}
+
+// firstCommit waits for the process's first committed batch and returns
+// how long after start it was written.
+func firstCommit(t *testing.T, p *groupProc, started time.Time) time.Duration {
+	t.Helper()
+	i := p.waitLine(t, 0, groupWait, "the first committed batch", func(l string) bool { return strings.Contains(l, committedMarker) })
+	return lineTime(t, p.linesFrom(i)[0]).Sub(started)
+}
+
+// TestDefaultRestarts kills `microbatch run` with default flags 20 times
+// while input keeps arriving, restarting it at once each time — some kills
+// land during the join, before the process was assigned anything. Every
+// restart must commit its first batch within a second (it takes its dead
+// predecessor's place in the group instead of waiting out its session),
+// the final `--until-idle` run must exit 0 with the job's whole lag at 0,
+// and every event must be in the sink exactly once.
+func TestDefaultRestarts(t *testing.T) {
+	for _, c := range restartCases() {
+		t.Run(c.name, func(t *testing.T) {
+			brokers, sink := c.setup(t)
+			testDefaultRestarts(t, brokers, sink)
+		})
+	}
+}
+
+func testDefaultRestarts(t *testing.T, brokers, sink string) {
+	topic, job := uniqueName(t, "restart"), uniqueName(t, "restart-job")
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("kill timing seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	events, amount := produceGroupInput(t, brokers, topic, 0, 20_000)
+	feeder := kafkautil.StartFeeder(kafkautil.ProduceOptions{
+		Brokers: kafkautil.SplitBrokers(brokers), Topic: topic, Count: 1_000, Keys: crashKeys, Seed: crashSeed, Rate: restartFeedRate,
+	}, event.Expected{Events: events, Amount: amount})
+	t.Cleanup(func() { _, _ = feeder.Finish() })
+	dir := t.TempDir()
+	args := defaultArgs(brokers, topic, job, sink)
+
+	var latencies []time.Duration
+	var instance string
+	duringJoin := 0
+	// A kill "during the join" lands when the process has not been assigned
+	// its partitions yet; when one misses (the join was quicker), it is
+	// tried again, a bounded number of times.
+	const wantDuringJoin = 4
+	for kills, tries := 0, 0; kills < restartKills; tries++ {
+		if tries > 3*restartKills {
+			t.Fatalf("only %d of %d kills landed during the join in %d tries", duringJoin, wantDuringJoin, tries)
+		}
+		started := time.Now()
+		p := startGroupProc(t, fmt.Sprintf("run-%02d", tries), dir, cmdEnv(), args)
+		joinKill := duringJoin < wantDuringJoin && (tries%3 == 1 || restartKills-kills <= wantDuringJoin-duringJoin)
+		if joinKill {
+			// The join starts once Kafka and the sink answer: a few tens of ms.
+			time.Sleep(time.Duration(20+rng.IntN(120)) * time.Millisecond)
+			p.signal(t, syscall.SIGKILL)
+			p.wait()
+			if len(p.assignments()) == 0 {
+				duringJoin++
+				kills++
+				t.Logf("kill %2d: during the join, %s after start", kills, time.Since(started).Round(time.Millisecond))
+			}
+			continue
+		}
+		lat := firstCommit(t, p, started)
+		latencies = append(latencies, lat)
+		id := instanceOf(t, p)
+		if instance == "" {
+			instance = id
+		} else if id != instance {
+			t.Errorf("restart %d joined as %q, its predecessors as %q: a restart must take the dead process's slot", tries, id, instance)
+		}
+		// Kill it a little later, at any point of its batches.
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		p.requireRunning(t)
+		p.signal(t, syscall.SIGKILL)
+		p.wait()
+		kills++
+		t.Logf("kill %2d: first commit %s after start", kills, lat.Round(time.Millisecond))
+	}
+	produced, expAmount := finishFeeder(t, feeder)
+
+	final := startGroupProc(t, "final", dir, cmdEnv(), append(args, "--until-idle", "2s"))
+	if ps := final.exit(t, 3*time.Minute); ps.ExitCode() != 0 {
+		t.Fatalf("final --until-idle run: %v, want exit 0; log %s:\n%s", ps, final.logPath, tail(final.snapshot(), 40))
+	}
+	if lag := finishedLag(t, final); lag != 0 {
+		t.Errorf("final run reported lag=%d, want 0", lag)
+	}
+	gs := openGroupSink(t, strategies.StrategyTxn, sink)
+	checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+
+	slices.Sort(latencies)
+	t.Logf("restart → first commit over %d restarts: min %s, median %s, max %s (%d kills during the join)",
+		len(latencies), latencies[0].Round(time.Millisecond), latencies[len(latencies)/2].Round(time.Millisecond),
+		latencies[len(latencies)-1].Round(time.Millisecond), duringJoin)
+	for i, l := range latencies {
+		if l > restartFirstCommit {
+			t.Errorf("restart %d of %d committed its first batch %s after start, want within %s", i+1, len(latencies), l.Round(time.Millisecond), restartFirstCommit)
+		}
+	}
+}
+
+var finishedLagRE = regexp.MustCompile(`msg="run finished" .*\blag=(\d+)`)
+
+// finishedLag is the lag of the process's "run finished" line.
+func finishedLag(t *testing.T, p *groupProc) int64 {
+	t.Helper()
+	m := finishedLagRE.FindStringSubmatch(p.text())
+	if m == nil {
+		t.Fatalf("%s: no \"run finished\" line with lag=; log %s:\n%s", p.name, p.logPath, tail(p.snapshot(), 40))
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// TestUntilIdleWaitsForTheWholeJob: four processes share the job; three
+// die with partitions in their hands (their sessions last 10 s more).
+// A `--until-idle` run started then takes one dead process's place and
+// catches up its partitions at once — and must not call the job done
+// while the other dead processes' partitions lag: it exits 0 only when
+// every partition of the topic is caught up, and says lag=0 then.
+func TestUntilIdleWaitsForTheWholeJob(t *testing.T) {
+	for _, c := range restartCases() {
+		t.Run(c.name, func(t *testing.T) {
+			brokers, sink := c.setup(t)
+			topic, job := uniqueName(t, "idle"), uniqueName(t, "idle-job")
+			produced, expAmount := produceGroupInput(t, brokers, topic, 0, 10_000)
+			// Input keeps coming until the processes have settled: each must
+			// have had something to commit in its generation.
+			feeder := startGroupFeeder(t, brokers, topic, produced, expAmount)
+			dir := t.TempDir()
+			args := defaultArgs(brokers, topic, job, sink)
+			var procs []*groupProc
+			for i := range 4 {
+				procs = append(procs, startGroupProc(t, fmt.Sprintf("p%d", i), dir, cmdEnv(), args))
+			}
+			waitSettled(t, "four processes to share the partitions", 0, procs...)
+			// Keep slot 0 alive, kill slots 1-3: the new process must take
+			// slot 1, the lowest a crashed process left.
+			slices.SortFunc(procs, func(a, b *groupProc) int { return strings.Compare(instanceOf(t, a), instanceOf(t, b)) })
+			deadID := instanceOf(t, procs[1])
+			if !strings.HasSuffix(instanceOf(t, procs[0]), "-0") || !strings.HasSuffix(deadID, "-1") {
+				t.Fatalf("instance ids %q, %q: want slots 0 and 1", instanceOf(t, procs[0]), deadID)
+			}
+			for _, p := range procs[1:] {
+				p.signal(t, syscall.SIGKILL)
+				p.wait()
+			}
+			produced, expAmount = finishFeeder(t, feeder)
+			ev, am := produceGroupInput(t, brokers, topic, produced, 20_000)
+			produced, expAmount = produced+ev, expAmount+am
+
+			q := startGroupProc(t, "until-idle", dir, cmdEnv(), append(args, "--until-idle", "1s"))
+			if id := instanceOf(t, q); id != deadID {
+				t.Errorf("the new process joined as %q, want the lowest free slot's id %q", id, deadID)
+			}
+			if ps := q.exit(t, 2*time.Minute); ps.ExitCode() != 0 {
+				t.Fatalf("--until-idle run: %v, want exit 0; log %s:\n%s", ps, q.logPath, tail(q.snapshot(), 40))
+			}
+			gs := openGroupSink(t, strategies.StrategyTxn, sink)
+			end, stored := testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic), gs.next(t, job, topic)
+			if fmt.Sprint(end) != fmt.Sprint(stored) {
+				t.Errorf("--until-idle exited 0 with the job behind: stored offsets %v, partition ends %v (lag %d)",
+					stored, end, sum(end)-sum(stored))
+			}
+			if lag := finishedLag(t, q); lag != 0 {
+				t.Errorf("--until-idle reported lag=%d at exit, want 0", lag)
+			}
+			stopGroupProc(t, procs[0])
+			checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+		})
+	}
+}
+
+// TestProcessesOnOneHost: two processes of a job on one host, default
+// flags, get distinct group identities and share the partitions; one that
+// stops gracefully hands its partitions over at once (it leaves the
+// group, static member or not); one that is SIGKILLed is back, with the
+// same identity, committing within a second of its restart.
+func TestProcessesOnOneHost(t *testing.T) {
+	for _, c := range restartCases() {
+		t.Run(c.name, func(t *testing.T) {
+			brokers, sink := c.setup(t)
+			topic, job := uniqueName(t, "host"), uniqueName(t, "host-job")
+			produced, expAmount := produceGroupInput(t, brokers, topic, 0, 20_000)
+			feeder := startGroupFeeder(t, brokers, topic, produced, expAmount)
+			dir := t.TempDir()
+			args := defaultArgs(brokers, topic, job, sink)
+			a := startGroupProc(t, "a", dir, cmdEnv(), args)
+			b := startGroupProc(t, "b", dir, cmdEnv(), args)
+			gen := waitSettled(t, "two processes to share the partitions", 0, a, b)
+			idA, idB := instanceOf(t, a), instanceOf(t, b)
+			if idA == idB || !strings.HasSuffix(idA, "-0") && !strings.HasSuffix(idB, "-0") {
+				t.Fatalf("instance ids %q and %q: want two distinct slots, one of them 0", idA, idB)
+			}
+
+			// Graceful stop: b leaves, a takes everything before b's
+			// session (10 s) could have run out.
+			stopGroupProc(t, b)
+			left := time.Now()
+			waitSettled(t, "a to take b's partitions", gen, a)
+			if took := time.Since(left); took > strategies.DefaultSessionTimeout/2 {
+				t.Errorf("a took b's partitions %s after b stopped: a stopped process must leave the group, not wait out its session", took.Round(time.Millisecond))
+			}
+
+			// Crash and restart: same identity, partitions back at once.
+			a.signal(t, syscall.SIGKILL)
+			a.wait()
+			started := time.Now()
+			a2 := startGroupProc(t, "a2", dir, cmdEnv(), args)
+			if lat := firstCommit(t, a2, started); lat > restartFirstCommit {
+				t.Errorf("restart committed its first batch %s after start, want within %s", lat.Round(time.Millisecond), restartFirstCommit)
+			}
+			if id := instanceOf(t, a2); id != idA {
+				t.Errorf("restart joined as %q, want the killed process's %q", id, idA)
+			}
+			produced, expAmount = finishFeeder(t, feeder)
+			gs := openGroupSink(t, strategies.StrategyTxn, sink)
+			waitDrained(t, gs, brokers, topic, job, a2)
+			stopGroupProc(t, a2)
+			checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+		})
+	}
+}
+
+// TestKilledDuringJoin: four processes of a job started together, each
+// SIGKILLed 0.5–1.5 s after start (during their joins and first batches),
+// then one `run --until-idle 2s` with default flags. The dead members
+// linger in the group; the broker may hold the new member's join for a
+// whole rebalance timeout. The run must wait it out (never exit on a group
+// wait), take over every partition and exit 0 with the job caught up.
+func TestKilledDuringJoin(t *testing.T) {
+	for _, c := range restartCases() {
+		t.Run(c.name, func(t *testing.T) {
+			brokers, sink := c.setup(t)
+			topic, job := uniqueName(t, "joinkill"), uniqueName(t, "joinkill-job")
+			produced, expAmount := produceGroupInput(t, brokers, topic, 0, 40_000)
+			dir := t.TempDir()
+			args := defaultArgs(brokers, topic, job, sink)
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+			var procs []*groupProc
+			for i := range 4 {
+				procs = append(procs, startGroupProc(t, fmt.Sprintf("p%d", i), dir, cmdEnv(), args))
+			}
+			for _, p := range procs {
+				time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond / 4)
+				p.signal(t, syscall.SIGKILL)
+				p.wait()
+			}
+			started := time.Now()
+			final := startGroupProc(t, "until-idle", dir, cmdEnv(), append(args, "--until-idle", "2s"))
+			if ps := final.exit(t, 5*time.Minute); ps.ExitCode() != 0 {
+				t.Fatalf("--until-idle run after the kills: %v, want exit 0; log %s:\n%s", ps, final.logPath, tail(final.snapshot(), 40))
+			}
+			t.Logf("--until-idle run took %s", time.Since(started).Round(time.Millisecond))
+			if lag := finishedLag(t, final); lag != 0 {
+				t.Errorf("--until-idle reported lag=%d at exit, want 0", lag)
+			}
+			gs := openGroupSink(t, strategies.StrategyTxn, sink)
+			checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+		})
+	}
+}
+
+// stubbornMember joins group as a microbatch client of job (so the job
+// accepts it), takes every partition of topic, and then only heartbeats:
+// it never rejoins, so a rebalance waits for it — and holds every other
+// member's JoinGroup — for its whole rebalance timeout, until the broker
+// drops it. Its connection closes with the test.
+func stubbornMember(t *testing.T, brokers, group, job, topic string, rebalance time.Duration) {
+	t.Helper()
+	client, err := sarama.NewClient(kafkautil.SplitBrokers(brokers), kafkautil.Config("microbatch-"+job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		client.Close()
+	})
+	heartbeating := false
+	defer func() {
+		if !heartbeating {
+			close(done)
+		}
+	}()
+	meta := &sarama.ConsumerGroupMemberMetadata{Version: 1, Topics: []string{topic}}
+	join := &sarama.JoinGroupRequest{Version: 5, GroupId: group, SessionTimeout: 2000, RebalanceTimeout: int32(rebalance / time.Millisecond), ProtocolType: "consumer"}
+	if err := join.AddGroupProtocolMetadata("sticky", meta); err != nil {
+		t.Fatal(err)
+	}
+	var b *sarama.Broker
+	var jr *sarama.JoinGroupResponse
+	for tries := 0; ; tries++ {
+		// A new group's coordinator may need a moment (Apache Kafka).
+		if b, err = client.Coordinator(group); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := b.JoinGroup(join)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case errors.Is(resp.Err, sarama.ErrMemberIdRequired):
+			join.MemberId = resp.MemberId
+			continue
+		case tries < 50 && (errors.Is(resp.Err, sarama.ErrNotCoordinatorForConsumer) ||
+			errors.Is(resp.Err, sarama.ErrConsumerCoordinatorNotAvailable) || errors.Is(resp.Err, sarama.ErrOffsetsLoadInProgress)):
+			time.Sleep(100 * time.Millisecond)
+			_ = client.RefreshCoordinator(group)
+			continue
+		case !errors.Is(resp.Err, sarama.ErrNoError):
+			t.Fatalf("stubborn member's join: %v", resp.Err)
+		}
+		jr = resp
+		break
+	}
+	parts := make([]int32, groupPartitions)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	sync := &sarama.SyncGroupRequest{Version: 3, GroupId: group, GenerationId: jr.GenerationId, MemberId: jr.MemberId}
+	if err := sync.AddGroupAssignmentMember(jr.MemberId, &sarama.ConsumerGroupMemberAssignment{Topics: map[string][]int32{topic: parts}}); err != nil {
+		t.Fatal(err)
+	}
+	if sr, err := b.SyncGroup(sync); err != nil || !errors.Is(sr.Err, sarama.ErrNoError) {
+		t.Fatalf("stubborn member's sync: %v %v", err, sr)
+	}
+	heartbeating = true
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			// REBALANCE_IN_PROGRESS is ignored: that is the point.
+			_, _ = b.Heartbeat(&sarama.HeartbeatRequest{Version: 1, GroupId: group, GenerationId: jr.GenerationId, MemberId: jr.MemberId})
+		}
+	}()
+}
+
+// TestGroupJoinHeldPastReadTimeout: the broker holds the process's
+// JoinGroup longer than the group client's read timeout (a member of the
+// group never rejoins, so the rebalance waits out its rebalance timeout).
+// The process must log the error, rejoin and finish its job — not exit 1
+// with "i/o timeout". A stop during such a held join must end the process
+// at once, without waiting for the read timeout.
+func TestGroupJoinHeldPastReadTimeout(t *testing.T) {
+	// Timeouts a user may set: they make the read timeout 8 s instead of
+	// 70; the stubborn member holds the join 12 s.
+	const hold = 12 * time.Second
+	timeouts := []string{"--session-timeout", "1s", "--rebalance-timeout", "3s"}
+	for _, c := range restartCases() {
+		t.Run(c.name, func(t *testing.T) {
+			brokers, sink := c.setup(t)
+			topic := uniqueName(t, "held")
+			produceGroupInput(t, brokers, topic, 0, 5_000)
+			heldJob := func() (job string, args []string) {
+				job = uniqueName(t, "held-job")
+				stubbornMember(t, brokers, job, job, topic, hold)
+				return job, append(defaultArgs(brokers, topic, job, sink), timeouts...)
+			}
+
+			// A stop while the join is held ends the process at once.
+			_, args := heldJob()
+			p := startGroupProc(t, "stopped", t.TempDir(), cmdEnv(), args)
+			time.Sleep(2 * time.Second)
+			if len(p.assignments()) != 0 {
+				t.Fatalf("the join was not held: %s", tail(p.snapshot(), 10))
+			}
+			p.signal(t, syscall.SIGTERM)
+			began := time.Now()
+			ps := p.exit(t, 30*time.Second)
+			if took := time.Since(began); took > 5*time.Second || ps.ExitCode() != 0 {
+				t.Errorf("SIGTERM during a held join: %v after %s, want exit 0 at once; log %s:\n%s",
+					ps, took.Round(time.Millisecond), p.logPath, tail(p.snapshot(), 20))
+			}
+
+			// Held past the read timeout: the process says so, rejoins, and
+			// does its job once the stubborn member is dropped.
+			_, args = heldJob()
+			r := startGroupProc(t, "rejoins", t.TempDir(), cmdEnv(), append(args, "--until-idle", "1s"))
+			r.waitLine(t, 0, time.Minute, "a group error and a rejoin", func(l string) bool {
+				return strings.Contains(l, `msg="consumer group error: rejoining"`) && strings.Contains(l, "timeout")
+			})
+			if ps := r.exit(t, 2*time.Minute); ps.ExitCode() != 0 {
+				t.Fatalf("run: %v, want exit 0 once the group settles; log %s:\n%s", ps, r.logPath, tail(r.snapshot(), 40))
+			}
+			if lag := finishedLag(t, r); lag != 0 {
+				t.Errorf("run finished with lag=%d, want 0", lag)
+			}
+		})
+	}
+}
