@@ -401,10 +401,10 @@ func TestSQLDeadLetters(t *testing.T) {
 
 // TestSQLDeadLetterReasonsNotUTF8: a reason may quote input that is not
 // UTF-8 (a user's decode error, "got \xff…"). MariaDB's utf8mb4 column
-// refuses such a reason (error 1366, the batch fails on every retry) and
-// encoding it anywhere as JSON would turn it into U+FFFD; it is stored
-// with the bad bytes escaped, cut at a character boundary, never inside an
-// escape, and the payload stays exact.
+// refuses such bytes (error 1366; under INSERT IGNORE a warning, and '?'
+// stored for each), and JSON turns them into U+FFFD; the reason is stored
+// with them escaped, cut at a character boundary, never inside an escape,
+// and the payload stays exact.
 func TestSQLDeadLetterReasonsNotUTF8(t *testing.T) {
 	// Escaped, the long reason is 1019 bytes of text, then \xff (to 1023),
 	// then \xfe escapes: the 1024-byte bound falls inside the second.
