@@ -169,7 +169,11 @@ type ckptData struct {
 	// Subtasks is the highest sink parallelism that may have left
 	// transactions behind: recovery cleans up that many subtasks.
 	Subtasks int `json:"subtasks"`
-	// State is the operators' keyed state: per key, [events, amount].
+	// State is the operators' keyed state: per key, [events, amount]. A
+	// JSON object key is not byte-exact (encoding/json writes U+FFFD for
+	// bytes that are not UTF-8), which is safe because the only keys here
+	// are the built-in job's, and event.Decode dead-letters every record
+	// whose key is not valid UTF-8; a Transform keeps no keyed state.
 	State   map[string][2]int64 `json:"state"`
 	Pending []writers.Pending   `json:"pending"`
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -46,8 +47,11 @@ type deadLetterJSON struct {
 	Payload   []byte `json:"payload"` // base64 in JSON
 }
 
+// encodeDeadLetter writes d as JSON; its reason as every sink stores it
+// (reason.Safe: JSON would turn bytes that are not UTF-8 into U+FFFD).
 func encodeDeadLetter(d *writers.DeadLetter) []byte {
-	b, _ := json.Marshal(deadLetterJSON{d.Job, d.Topic, d.Partition, d.Offset, d.Reason, d.Payload}) // plain types: can't fail
+	why := reason.Safe(d.Reason, writers.MaxReasonBytes)
+	b, _ := json.Marshal(deadLetterJSON{d.Job, d.Topic, d.Partition, d.Offset, why, d.Payload}) // plain types: can't fail
 	return b
 }
 
@@ -371,9 +375,10 @@ func (w *walSink) Abort(ctx context.Context, p writers.Pending) error {
 
 // walRowsCheck refuses a Transform's row value that would not come back
 // the same from the checkpoint, where the WAL sink keeps its writes as JSON
-// until it applies them: a []byte would come back base64 text, a time.Time
-// RFC 3339 text, a uint64 above 2^63-1 or a NaN not at all. Refusing it at
-// the barrier (ErrConfig: the job stops) beats writing something else into
+// until it applies them (strings, whatever their bytes, and []byte come
+// back exact: writers.WAL tags them): a time.Time would come back RFC 3339
+// text, a uint64 above 2^63-1 or a NaN not at all. Refusing it at the
+// barrier (ErrConfig: the job stops) beats writing something else into
 // the user's table after the checkpoint moved the offsets past the record.
 func walRowsCheck(u writers.Upsert, rows [][]any) error {
 	for _, row := range rows {
@@ -387,7 +392,7 @@ func walRowsCheck(u writers.Upsert, rows [][]any) error {
 			} else if j := i - len(u.Keys); j < len(u.Values) {
 				col = u.Values[j]
 			}
-			return fmt.Errorf("%w: transform: the write-ahead sink keeps rows as JSON in the checkpoint and can't keep %s.%s = %v (%T) exactly: use strings, integers, finite floats, booleans or nil (a time as formatted text, bytes as a string)",
+			return fmt.Errorf("%w: transform: the write-ahead sink keeps rows as JSON in the checkpoint and can't keep %s.%s = %v (%T) exactly: use strings, []byte, integers, finite floats, booleans or nil (a time as formatted text)",
 				ErrConfig, u.Table, col, v, v)
 		}
 	}
@@ -396,7 +401,7 @@ func walRowsCheck(u writers.Upsert, rows [][]any) error {
 
 func walValueOK(v any) bool {
 	switch x := v.(type) {
-	case nil, string, bool, int, int8, int16, int32, int64, uint8, uint16, uint32:
+	case nil, string, []byte, bool, int, int8, int16, int32, int64, uint8, uint16, uint32:
 		return true
 	case uint:
 		return uint64(x) <= math.MaxInt64

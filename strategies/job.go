@@ -10,6 +10,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -49,15 +50,20 @@ func totalsRows(job string, totals []event.Total) [][]any {
 	return rows
 }
 
+// deadLetter makes rec's dead letter. Its reason (the decoder's, or a
+// Transform's own error text, which may quote the input) is made storable
+// here, valid UTF-8 and within mb_dead_letters.reason (reason.Safe), so
+// that every sink and the checkpoint's JSON keep the same text; the
+// payload is the record's bytes.
 func deadLetter(job, topic string, rec *batch.Record, err error) writers.DeadLetter {
-	reason := err.Error()
+	why := err.Error()
 	var de *event.DecodeError
 	if errors.As(err, &de) {
-		reason = de.Reason
+		why = de.Reason
 	}
 	return writers.DeadLetter{
 		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
-		Reason: reason, Payload: bytes.Clone(rec.Value),
+		Reason: reason.Safe(why, writers.MaxReasonBytes), Payload: bytes.Clone(rec.Value),
 	}
 }
 

@@ -33,9 +33,10 @@ import (
 // state across checkpoints, so recovery is the built-in job's: back to
 // the latest checkpoint's offsets, its transactions committed, everything
 // after it aborted and read again. With the write-ahead sink the rows are
-// kept as JSON in the checkpoint until applied, so their values must be
-// strings, integers, finite floats, booleans or nil (anything else stops
-// the job with ErrConfig at the barrier). A kafka:// or file:// sink takes
+// kept as JSON in the checkpoint until applied, byte for byte (a string
+// that is not valid UTF-8 and a []byte are kept as their bytes), so their
+// values must be strings, []byte, integers, finite floats, booleans or
+// nil (anything else stops the job with ErrConfig at the barrier). A kafka:// or file:// sink takes
 // the built-in job only.
 type Transform struct {
 	work workload
@@ -45,7 +46,9 @@ type Transform struct {
 //
 //   - decode turns one record into a T. An error dead-letters the record
 //     with the error's text as the reason (mb_dead_letters, or in Redis
-//     mb:{job}:dead:…) and the job goes on; so does a panic in decode.
+//     mb:{job}:dead:…; bytes that are not UTF-8 escaped as \xff, cut to
+//     writers.MaxReasonBytes) and the job goes on; so does a panic in
+//     decode.
 //     rec.Key and rec.Value are only valid during the call: copy what T
 //     keeps.
 //   - rows turns the decoded records of a batch into rows of u, each row

@@ -117,7 +117,7 @@ func TestTransformCheckpoint(t *testing.T) {
 // TestTransformCheckpointBadRows: a transform whose rows can't be written
 // as they are stops the job with ErrConfig before any checkpoint holds
 // them: a row of the wrong width (any sink), and for the write-ahead sink
-// a value that JSON would not give back (bytes).
+// a value that its checkpoint JSON would not give back (a time.Time).
 func TestTransformCheckpointBadRows(t *testing.T) {
 	for _, c := range []struct {
 		name, mode string
@@ -125,7 +125,7 @@ func TestTransformCheckpointBadRows(t *testing.T) {
 		want       string
 	}{
 		{"width", strategies.SinkModeWAL, func(ev userEvent) []any { return []any{ev.Key, 1} }, "want 3"},
-		{"bytes", strategies.SinkModeWAL, func(ev userEvent) []any { return []any{[]byte(ev.Key), 1, ev.Amount} }, ".k ="},
+		{"time", strategies.SinkModeWAL, func(ev userEvent) []any { return []any{time.UnixMilli(ev.Amount), 1, ev.Amount} }, ".k ="},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dsn := sqliteSink.dsn(t)

@@ -754,7 +754,7 @@ func (w *Redis) writeContribution(ctx context.Context, job string, r Range, args
 			reason = fmt.Sprintf("%s (payload cut from %d to %d bytes)", reason, len(payload), MaxPayloadBytes)
 			payload = payload[:MaxPayloadBytes]
 		}
-		v, err := json.Marshal(deadLetterJSON{Reason: truncate(reason, MaxReasonBytes), Payload: payload})
+		v, err := json.Marshal(deadLetterJSON{Reason: storedReason(reason), Payload: payload})
 		if err != nil {
 			return fmt.Errorf("encoding dead letter: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -607,6 +608,42 @@ func TestRedisDeadLettersMoveWithTheFold(t *testing.T) {
 	raw = w.Client().HGet(ctx, redisDeadKey(job, "in", 0), "9").Val()
 	if err := json.Unmarshal([]byte(raw), &d); err != nil || len(d.Reason) > MaxReasonBytes {
 		t.Fatalf("dead letter 9's reason not cut to %d bytes: %d (%v)", MaxReasonBytes, len(d.Reason), err)
+	}
+}
+
+// TestRedisDeadLetterReasonsNotUTF8: a dead letter's value in Redis is
+// JSON, where a reason that is not UTF-8 would come back with U+FFFD in
+// place of its bad bytes: they are stored escaped (\xff), cut at a
+// character boundary, and the payload stays exact.
+func TestRedisDeadLetterReasonsNotUTF8(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	r := ranges[0]
+	long := strings.Repeat("é", 509) + "x\xff" + strings.Repeat("\xfe", 10)
+	cases := map[int64][2]string{ // offset: reason, stored reason
+		1: {"decode: invalid key \"page-\xff\"", `decode: invalid key "page-\xff"`},
+		2: {long, strings.Repeat("é", 509) + `x\xff`},
+	}
+	var dls []DeadLetter
+	for off, c := range cases {
+		dls = append(dls, DeadLetter{Topic: "in", Partition: 0, Offset: off, Reason: c[0], Payload: []byte(c[0])})
+	}
+	mustWrite(t, w, job, epoch, r, nil, dls)
+	mustFold(t, w, job, epoch, 1, ranges, 1)
+	for off, c := range cases {
+		raw, err := w.Client().HGet(ctx, redisDeadKey(job, "in", 0), strconv.FormatInt(off, 10)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d deadLetterJSON
+		if err := json.Unmarshal([]byte(raw), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason != c[1] || string(d.Payload) != c[0] {
+			t.Errorf("dead letter %d: reason %q, payload %q; want reason %q, payload %q", off, d.Reason, d.Payload, c[1], c[0])
+		}
 	}
 }
 

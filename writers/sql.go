@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/offsets"
 )
 
@@ -42,7 +43,8 @@ const (
 	DeadLettersTable = "mb_dead_letters"
 )
 
-// MaxReasonBytes bounds mb_dead_letters.reason; longer reasons are cut.
+// MaxReasonBytes bounds mb_dead_letters.reason; longer reasons are cut at
+// a character boundary, and bytes that are not UTF-8 are escaped (\xff).
 const MaxReasonBytes = 1024
 
 // MaxPayloadBytes bounds the payload stored with a dead letter. A larger
@@ -368,7 +370,7 @@ func (w *SQL) deadLetters(ctx context.Context, ex sqlx.ExecerContext, dls []Dead
 				reason = fmt.Sprintf("%s (payload cut from %d to %d bytes)", reason, len(payload), MaxPayloadBytes)
 				payload = payload[:MaxPayloadBytes]
 			}
-			args = append(args, d.Job, d.Topic, d.Partition, d.Offset, truncate(reason, MaxReasonBytes), payload, now)
+			args = append(args, d.Job, d.Topic, d.Partition, d.Offset, storedReason(reason), payload, now)
 		}
 		if _, err := ex.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("inserting dead letters: %w", err)
@@ -377,16 +379,13 @@ func (w *SQL) deadLetters(ctx context.Context, ex sqlx.ExecerContext, dls []Dead
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary so the column stays valid UTF-8.
-	for n > 0 && (s[n]&0xC0) == 0x80 {
-		n--
-	}
-	return s[:n]
-}
+// storedReason is a dead letter's reason as every sink stores it: valid
+// UTF-8 (bytes that are not are escaped, \xff) of at most MaxReasonBytes,
+// cut at a character boundary. MySQL/MariaDB's utf8mb4 column refuses
+// other bytes (error 1366), which the INSERT IGNORE of deadLetters turns
+// into a warning and a '?' per byte; JSON (Redis, the WAL's checkpoint)
+// turns them into U+FFFD. Either way the reason would lose what it quotes.
+func storedReason(s string) string { return reason.Safe(s, MaxReasonBytes) }
 
 // Advance moves a partition's offset in this transaction (offsets.Apply).
 func (t *SQLTx) Advance(ctx context.Context, a offsets.Advance) error {

@@ -399,6 +399,47 @@ func TestSQLDeadLetters(t *testing.T) {
 	})
 }
 
+// TestSQLDeadLetterReasonsNotUTF8: a reason may quote input that is not
+// UTF-8 (a user's decode error, "got \xff…"). MariaDB's utf8mb4 column
+// refuses such bytes (error 1366; under INSERT IGNORE a warning, and '?'
+// stored for each), and JSON turns them into U+FFFD; the reason is stored
+// with them escaped, cut at a character boundary, never inside an escape,
+// and the payload stays exact.
+func TestSQLDeadLetterReasonsNotUTF8(t *testing.T) {
+	// Escaped, the long reason is 1019 bytes of text, then \xff (to 1023),
+	// then \xfe escapes: the 1024-byte bound falls inside the second.
+	longRaw := strings.Repeat("é", 509) + "x\xff" + strings.Repeat("\xfe", 10)
+	cases := []struct {
+		off          int64
+		reason, want string
+	}{
+		{1, "decode: invalid key \"page-\xff\"", `decode: invalid key "page-\xff"`},
+		{2, "caf\xc3 and a lone \x80, \xed\xa0\x80", `caf\xc3 and a lone \x80, \xed\xa0\x80`},
+		{3, longRaw, strings.Repeat("é", 509) + `x\xff`},
+		{4, "valid U+FFFD \uFFFD stays", "valid U+FFFD \uFFFD stays"},
+	}
+	forEachSink(t, func(t *testing.T, w *SQL) {
+		job := uniqueJob(t)
+		var dls []DeadLetter
+		for _, c := range cases {
+			dls = append(dls, DeadLetter{Job: job, Topic: "events", Partition: 0, Offset: c.off, Reason: c.reason, Payload: []byte(c.reason)})
+		}
+		inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), dls) })
+		got := readDeadLetters(t, w, job)
+		for _, c := range cases {
+			d, ok := got[fmt.Sprintf("events/0/%d", c.off)]
+			switch {
+			case !ok:
+				t.Errorf("dead letter %d missing", c.off)
+			case d.reason != c.want:
+				t.Errorf("dead letter %d: reason %q (%d bytes), want %q (%d bytes)", c.off, d.reason, len(d.reason), c.want, len(c.want))
+			case !bytes.Equal(d.payload, []byte(c.reason)):
+				t.Errorf("dead letter %d: payload %q, want the bytes %q", c.off, d.payload, c.reason)
+			}
+		}
+	})
+}
+
 // TestSQLDeadLettersChunked sends more rows (2,500) and more bytes (6 MB)
 // than one statement takes.
 func TestSQLDeadLettersChunked(t *testing.T) {

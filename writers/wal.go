@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/microbatch/microbatch/offsets"
 )
@@ -60,7 +63,96 @@ var _ TwoPhase = (*WAL)(nil)
 
 type walUpsert struct {
 	Upsert Upsert  `json:"upsert"`
-	Rows   [][]any `json:"rows"`
+	Rows   walRows `json:"rows"`
+}
+
+// walRows are rows as the checkpoint keeps them: JSON arrays of plain JSON
+// values, except where plain JSON would not bring a value back byte for
+// byte. encoding/json writes a string that is not valid UTF-8 with U+FFFD
+// in place of each bad byte (two distinct keys, "page-\xff" and
+// "page-\xfe", would come back as one and their rows would merge) and a
+// []byte as base64 text that comes back a string. Such values are written
+// as a one-field object holding their bytes in base64:
+//
+//	{"str": "cGFnZS3/"}   a string that is not valid UTF-8
+//	{"bytes": "AAH/"}     a []byte
+//
+// Rows never held objects before, so checkpoints written by older versions
+// (plain values only) read as they always did.
+type walRows [][]any
+
+// walTagged is the object form of a value in walRows.
+type walTagged struct {
+	Str   *[]byte `json:"str,omitempty"`
+	Bytes *[]byte `json:"bytes,omitempty"`
+}
+
+func (r walRows) MarshalJSON() ([]byte, error) {
+	tagged := func(v any) (walTagged, bool) {
+		switch x := v.(type) {
+		case string:
+			if !utf8.ValidString(x) {
+				b := []byte(x)
+				return walTagged{Str: &b}, true
+			}
+		case []byte:
+			if x == nil {
+				return walTagged{}, false // nil bytes are NULL, as before
+			}
+			return walTagged{Bytes: &x}, true
+		}
+		return walTagged{}, false
+	}
+	// Copy on the first tagged value: the caller's rows stay as they are.
+	out, copied := [][]any(r), false
+	for i, row := range r {
+		rowCopied := false
+		for j, v := range row {
+			t, ok := tagged(v)
+			if !ok {
+				continue
+			}
+			if !copied {
+				out, copied = slices.Clone(out), true
+			}
+			if !rowCopied {
+				out[i], rowCopied = slices.Clone(row), true
+			}
+			out[i][j] = t
+		}
+	}
+	return json.Marshal(out)
+}
+
+// walValue turns a value decoded from walRows (with UseNumber) back into
+// what was written: int64 for integers, float64 for other numbers, and the
+// tagged forms' string or []byte.
+func walValue(v any) (any, error) {
+	switch x := v.(type) {
+	case json.Number:
+		return fromJSONNumber(x), nil
+	case map[string]any:
+		if len(x) == 1 {
+			for tag, enc := range x {
+				s, ok := enc.(string)
+				if !ok {
+					break
+				}
+				b, err := base64.StdEncoding.DecodeString(s)
+				if err != nil {
+					return nil, fmt.Errorf("value %q: %w", tag, err)
+				}
+				switch tag {
+				case "str":
+					return string(b), nil
+				case "bytes":
+					return b, nil
+				}
+			}
+		}
+		return nil, fmt.Errorf("unknown tagged value %v", x)
+	}
+	return v, nil
 }
 
 type walData struct {
@@ -78,8 +170,9 @@ func (l *WAL) String() string { return fmt.Sprintf("wal %s subtask %d", l.w.disp
 // Rewrites counts the commits that found their checkpoint already applied.
 func (l *WAL) Rewrites() int64 { return l.rewrites.Load() }
 
-// Upsert buffers rows for the open checkpoint. Values must survive a JSON
-// round trip: strings, integers, floats, booleans, nil.
+// Upsert buffers rows for the open checkpoint. Values must survive the
+// checkpoint's JSON (walRows) exactly: strings (any bytes), []byte,
+// integers within int64, finite floats, booleans, nil.
 func (l *WAL) Upsert(_ context.Context, u Upsert, rows [][]any) error {
 	if !l.open {
 		return errors.New("wal sink: no open transaction")
@@ -96,7 +189,12 @@ func (l *WAL) DeadLetters(_ context.Context, dls []DeadLetter) error {
 	if !l.open {
 		return errors.New("wal sink: no open transaction")
 	}
-	l.buf.DeadLetters = append(l.buf.DeadLetters, dls...)
+	// Stored as JSON in the checkpoint: a reason that is not UTF-8 would
+	// come back with U+FFFD, so it is made safe here rather than at Commit.
+	for _, d := range dls {
+		d.Reason = storedReason(d.Reason)
+		l.buf.DeadLetters = append(l.buf.DeadLetters, d)
+	}
 	return nil
 }
 
@@ -192,7 +290,9 @@ func (l *WAL) Commit(ctx context.Context, p Pending) error {
 	for _, up := range data.Upserts {
 		for _, row := range up.Rows {
 			for i, v := range row {
-				row[i] = fromJSONNumber(v)
+				if row[i], err = walValue(v); err != nil {
+					return fmt.Errorf("wal sink: checkpoint %d holds unreadable writes: %w", p.Txn, err)
+				}
 			}
 		}
 		if err := l.w.upsert(ctx, tx, up.Upsert, up.Rows); err != nil {
@@ -215,11 +315,7 @@ func (l *WAL) Commit(ctx context.Context, p Pending) error {
 	return nil
 }
 
-func fromJSONNumber(v any) any {
-	n, ok := v.(json.Number)
-	if !ok {
-		return v
-	}
+func fromJSONNumber(n json.Number) any {
 	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
 		return i
 	}

@@ -1,11 +1,18 @@
 package writers_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -91,5 +98,169 @@ func TestWAL(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWALKeepsBytes: the checkpoint keeps a WAL's rows as JSON, and
+// encoding/json turns every byte of a string that is not UTF-8 into U+FFFD:
+// "page-\xff" and "page-\xfe" came back as one key and their rows merged.
+// Rows must come back byte for byte — such strings, a real U+FFFD, []byte
+// (which plain JSON brings back as base64 text), nil — and stay distinct
+// rows; a dead letter's reason that is not UTF-8 is stored escaped.
+func TestWALKeepsBytes(t *testing.T) {
+	for _, c := range []struct{ name, ddl string }{
+		{"sqlite", "CREATE TABLE wal_bytes_%s (k TEXT PRIMARY KEY, v BLOB, n INTEGER NOT NULL)"},
+		{"mysql", "CREATE TABLE wal_bytes_%s (k VARBINARY(64) PRIMARY KEY, v VARBINARY(64), n BIGINT NOT NULL)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			dsn := "sqlite://" + filepath.Join(t.TempDir(), "wal.db")
+			if c.name == "mysql" {
+				dsn = testutil.NeedServer(t, testutil.EnvMySQL)
+			}
+			w, err := writers.OpenSQL(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if err := w.CreateTables(ctx); err != nil {
+				t.Fatal(err)
+			}
+			suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+			table := "wal_bytes_" + suffix
+			if _, err := w.DB().ExecContext(ctx, fmt.Sprintf(c.ddl, suffix)); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.DB().Exec("DROP TABLE " + table) })
+			job := "wal-bytes-" + suffix
+			l := writers.NewWAL(w, job, 0)
+			if err := l.Recover(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			u := writers.Upsert{Table: table, Keys: []string{"k"}, Values: []string{"v", "n"}, Merge: writers.MergeReplace}
+			rows := [][]any{
+				{"page-\xff", []byte{0, 0xff, 0xfe}, int64(1)},
+				{"page-\xfe", []byte{}, int64(10)},
+				{"page-\uFFFD", []byte(nil), int64(100)},
+				{"caf\xc3", []byte("\xc3"), int64(1000)},
+				{"plain", []byte("plain"), int64(10000)},
+			}
+			want := map[string]struct {
+				v []byte
+				n int64
+			}{}
+			for _, r := range rows {
+				want[r[0].(string)] = struct {
+					v []byte
+					n int64
+				}{r[1].([]byte), r[2].(int64)}
+			}
+			orig := fmt.Sprintf("%#v", rows)
+			if err := l.Begin(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Upsert(ctx, u, rows); err != nil {
+				t.Fatal(err)
+			}
+			badReason := "decode: key \"page-\xff\" is " + strings.Repeat("é", 600) // 1218 bytes
+			if err := l.DeadLetters(ctx, []writers.DeadLetter{{Job: job, Topic: "t", Offset: 1, Reason: badReason, Payload: []byte("page-\xff")}}); err != nil {
+				t.Fatal(err)
+			}
+			p, err := l.PreCommit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprintf("%#v", rows); got != orig {
+				t.Errorf("PreCommit changed the caller's rows:\n%s\nwant\n%s", got, orig)
+			}
+			// Through the checkpoint's JSON, as recovery reads it.
+			var saved writers.Pending
+			if b, err := json.Marshal(p); err != nil {
+				t.Fatal(err)
+			} else if err := json.Unmarshal(b, &saved); err != nil {
+				t.Fatal(err)
+			}
+			if err := writers.NewWAL(w, job, 0).Recover(ctx, []writers.Pending{saved}); err != nil {
+				t.Fatal(err)
+			}
+
+			got, err := w.DB().QueryContext(ctx, "SELECT k, v, v IS NULL, n FROM "+table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer got.Close()
+			n := 0
+			for got.Next() {
+				var k, v []byte
+				var null bool
+				var cnt int64
+				if err := got.Scan(&k, &v, &null, &cnt); err != nil {
+					t.Fatal(err)
+				}
+				n++
+				wv, ok := want[string(k)]
+				if !ok {
+					t.Errorf("row k=%q (n=%d) was never written", k, cnt)
+					continue
+				}
+				if cnt != wv.n || !bytes.Equal(v, wv.v) || null != (wv.v == nil) {
+					t.Errorf("row k=%q: v=%q (NULL %v) n=%d, want v=%q (NULL %v) n=%d", k, v, null, cnt, wv.v, wv.v == nil, wv.n)
+				}
+			}
+			if err := got.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if n != len(rows) {
+				t.Errorf("%d rows, want %d distinct ones", n, len(rows))
+			}
+
+			var reason string
+			var payload []byte
+			if err := w.DB().QueryRowContext(ctx, "SELECT reason, payload FROM mb_dead_letters WHERE job = ?", job).Scan(&reason, &payload); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(reason, `decode: key "page-\xff" is éé`) || !utf8.ValidString(reason) || len(reason) > writers.MaxReasonBytes {
+				t.Errorf("reason stored as %d bytes %.60q, want the escaped reason cut to %d bytes", len(reason), reason, writers.MaxReasonBytes)
+			}
+			if string(payload) != "page-\xff" {
+				t.Errorf("payload %q, want the record's bytes", payload)
+			}
+		})
+	}
+}
+
+// TestWALReadsOldCheckpoints: a checkpoint written before values that are
+// not UTF-8 were tagged holds plain JSON values only; it still applies as
+// it did (a []byte then came back base64 text, a string).
+func TestWALReadsOldCheckpoints(t *testing.T) {
+	ctx := t.Context()
+	w, err := writers.OpenSQL(ctx, "sqlite://"+filepath.Join(t.TempDir(), "wal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.CreateTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// PreCommit's Data as the previous version wrote it.
+	old := `{"upserts":[{"upsert":{"Table":"mb_totals","Keys":["job","k"],"Values":["events","amount"],"Merge":0},` +
+		`"rows":[["j","page-\ufffd",1,9007199254740993],["j","b64",2,3]]}],` +
+		`"dead_letters":[{"Job":"j","Topic":"t","Partition":0,"Offset":7,"Reason":"bad","Payload":"AAE="}]}`
+	l := writers.NewWAL(w, "j", 0)
+	if err := l.Recover(ctx, []writers.Pending{{Sink: "wal", Subtask: 0, Txn: 5, ID: "j/0/5", Data: []byte(old)}}); err != nil {
+		t.Fatal(err)
+	}
+	var events, amount int64
+	if err := w.DB().QueryRowContext(ctx, "SELECT events, amount FROM mb_totals WHERE job = 'j' AND k = ?", "page-\uFFFD").Scan(&events, &amount); err != nil || events != 1 || amount != 9007199254740993 {
+		t.Errorf("old checkpoint's row: events %d amount %d (%v), want 1 and 9007199254740993", events, amount, err)
+	}
+	var payload []byte
+	if err := w.DB().QueryRowContext(ctx, "SELECT payload FROM mb_dead_letters WHERE job = 'j' AND off = 7").Scan(&payload); err != nil || !bytes.Equal(payload, []byte{0, 1}) {
+		t.Errorf("old checkpoint's dead letter payload %q (%v), want 00 01", payload, err)
+	}
+	// An object that is not one of the tagged forms is refused, not guessed.
+	bad := `{"upserts":[{"upsert":{"Table":"mb_totals","Keys":["job","k"],"Values":["events","amount"],"Merge":0},"rows":[["j",{"what":"x"},1,2]]}]}`
+	if err := l.Commit(ctx, writers.Pending{Sink: "wal", Txn: 6, ID: "j/0/6", Data: []byte(bad)}); err == nil || !strings.Contains(err.Error(), "unreadable") {
+		t.Errorf("Commit of an unknown tagged value = %v, want unreadable writes", err)
 	}
 }

@@ -15,6 +15,10 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/microbatch/microbatch/internal/reason"
 )
 
 // Event is one input record of the built-in job.
@@ -95,6 +99,9 @@ func decodeSlow(data []byte, ev *Event) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return reject("trailing data after the JSON object")
 	}
+	if err := checkUTF8(data, raw.Key); err != nil {
+		return err
+	}
 	var err error
 	if ev.ID, err = intField("id", raw.ID); err != nil {
 		return err
@@ -129,14 +136,84 @@ func intField(name string, raw json.RawMessage) (int64, error) {
 	return v, nil
 }
 
-// clip shortens a value quoted in a reason.
-func clip(b []byte) string {
-	const n = 64
-	if len(b) <= n {
-		return string(b)
+// utf8Rule is why a record that is not UTF-8 is bad input.
+const utf8Rule = "JSON text must be UTF-8, RFC 8259"
+
+// checkUTF8 rejects a record that is not valid UTF-8 and a key that names
+// a UTF-16 surrogate on its own ("\ud800"). encoding/json accepts both and
+// decodes every such sequence to U+FFFD, so keys that differ only there
+// ("page-\xff", "page-\xfe") would become one key and their totals would
+// merge. A key that really holds U+FFFD, raw or as "\ufffd", is valid and
+// distinct from all others. Lone surrogates elsewhere (an unknown field's
+// string) are valid JSON syntax and stay accepted: only the key is kept.
+func checkUTF8(data, key []byte) error {
+	if !utf8.Valid(key) {
+		return reject("field \"key\" is not valid UTF-8 (%s): %s", utf8Rule, clip(key))
 	}
-	return string(b[:n]) + "…"
+	if esc, ok := loneSurrogate(key); ok {
+		return reject("field \"key\" holds %s, a UTF-16 surrogate without its pair, which is no character (%s): %s", esc, utf8Rule, clip(key))
+	}
+	if !utf8.Valid(data) {
+		at := 0
+		for at < len(data) {
+			r, n := utf8.DecodeRune(data[at:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			at += n
+		}
+		return reject("record is not valid UTF-8: byte 0x%02x at offset %d (%s)", data[at], at, utf8Rule)
+	}
+	return nil
 }
+
+// loneSurrogate finds a \uXXXX escape of a surrogate that is not the high
+// half of a pair followed by its low half. lit is a JSON string literal
+// that the JSON decoder already checked, so its escapes are well formed.
+func loneSurrogate(lit []byte) (string, bool) {
+	for i := 0; i+1 < len(lit); i++ {
+		if lit[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character, skipped by the loop when not 'u'
+		if lit[i] != 'u' || i+4 >= len(lit) {
+			continue
+		}
+		r := hex4(lit[i+1 : i+5])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		if i+6 < len(lit) && lit[i+1] == '\\' && lit[i+2] == 'u' &&
+			utf16.DecodeRune(r, hex4(lit[i+3:i+7])) != utf8.RuneError {
+			i += 6
+			continue
+		}
+		return string(lit[i-5 : i+1]), true
+	}
+	return "", false
+}
+
+// hex4 reads four hex digits (checked by the JSON decoder).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// clip shortens a value quoted in a reason, escaping bytes that are not
+// UTF-8, so that the reason is valid text.
+func clip(b []byte) string { return reason.Clip(string(b), 64) }
 
 func setKey(ev *Event, key []byte) error {
 	switch {

@@ -63,6 +63,13 @@ var validCases = []validCase{
 	{"extra unknown fields", `{"id":1,"v":2,"key":"a","meta":{"x":[1,2,{"y":null}]},"amount":2,"ts":3,"z":"s"}`, want{1, "a", 2, 3}, false},
 	{"max int64", `{"id":9223372036854775807,"key":"a","amount":2,"ts":3}`, want{math.MaxInt64, "a", 2, 3}, false},
 	{"min int64", `{"id":1,"key":"a","amount":2,"ts":-9223372036854775808}`, want{1, "a", 2, math.MinInt64}, false},
+	// UTF-8: what is valid text stays exactly what it is.
+	{"key with a real U+FFFD", canon("1", "\"page-\uFFFD\"", "2", "3"), want{1, "page-\uFFFD", 2, 3}, false},
+	{"key with U+FFFD escaped", canon("1", `"page-\ufffd"`, "2", "3"), want{1, "page-\uFFFD", 2, 3}, false},
+	{"key with an escaped surrogate pair", canon("1", `"\ud83d\udd11"`, "2", "3"), want{1, "🔑", 2, 3}, false},
+	{"key in NFC", canon("1", "\"caf\u00e9\"", "2", "3"), want{1, "caf\u00e9", 2, 3}, false},
+	{"key in NFD", canon("1", "\"cafe\u0301\"", "2", "3"), want{1, "cafe\u0301", 2, 3}, false},
+	{"lone surrogate in an unknown field", `{"id":1,"key":"a","amount":2,"ts":3,"note":"\ud800"}`, want{1, "a", 2, 3}, false},
 }
 
 type rejectCase struct {
@@ -127,6 +134,21 @@ var rejectCases = []rejectCase{
 	{"unterminated key", `{"id":1,"key":"a,"amount":2,"ts":3}`, []string{"JSON"}},
 	{"raw control char in key", "{\"id\":1,\"key\":\"a\x01b\",\"amount\":2,\"ts\":3}", []string{"JSON"}},
 	{"single quotes", `{'id':1,'key':'a','amount':2,'ts':3}`, []string{"JSON"}},
+	// Not UTF-8: encoding/json would read each of these keys as "page-\uFFFD"
+	// (or "\uFFFD"), merging them with one another.
+	{"key with byte 0xff", canon("1", "\"page-\xff\"", "2", "3"), []string{`"key"`, "UTF-8", `page-\xff`}},
+	{"key with byte 0xfe", canon("1", "\"page-\xfe\"", "2", "3"), []string{`"key"`, "UTF-8", `page-\xfe`}},
+	{"key with a truncated sequence", canon("1", "\"caf\xc3\"", "2", "3"), []string{`"key"`, "UTF-8", `caf\xc3`}},
+	{"key with an overlong encoding", canon("1", "\"a\xc0\xafb\"", "2", "3"), []string{`"key"`, "UTF-8"}},
+	{"key with a surrogate in UTF-8 bytes", canon("1", "\"\xed\xa0\x80\"", "2", "3"), []string{`"key"`, "UTF-8"}},
+	{"key with a lone high surrogate escape", canon("1", `"page-\ud800"`, "2", "3"), []string{`"key"`, `\ud800`, "surrogate"}},
+	{"key with a lone low surrogate escape", canon("1", `"\uDC00page"`, "2", "3"), []string{`"key"`, `\uDC00`, "surrogate"}},
+	{"key with a high surrogate before a letter", canon("1", `"\ud83dx"`, "2", "3"), []string{`"key"`, `\ud83d`}},
+	{"key with two high surrogates", canon("1", `"\ud83d\ud83d"`, "2", "3"), []string{`"key"`, `\ud83d`}},
+	{"key with a reversed pair", canon("1", `"\udd11\ud83d"`, "2", "3"), []string{`"key"`, `\udd11`}},
+	{"key with a surrogate after a good pair", canon("1", `"\ud83d\udd11\ud800"`, "2", "3"), []string{`"key"`, `\ud800`}},
+	{"another field with byte 0xff", `{"id":1,"key":"a","amount":2,"ts":3,"note":"` + "\xff\"}", []string{"UTF-8", "0xff", "offset 44"}},
+	{"key not a string, not UTF-8", canon("1", "[\"\xff\"]", "2", "3"), []string{`"key"`, `\xff`}},
 }
 
 func TestDecodeValid(t *testing.T) {
@@ -178,6 +200,9 @@ func TestDecodeRejects(t *testing.T) {
 				if !strings.Contains(de.Reason, s) {
 					t.Errorf("reason %q does not contain %q", de.Reason, s)
 				}
+			}
+			if !utf8.ValidString(de.Reason) {
+				t.Errorf("reason %q is not valid UTF-8", de.Reason)
 			}
 			if len(data) <= MaxRecordBytes && decodeFast(data, &ev) {
 				t.Errorf("decodeFast accepted %.200q", tc.in)
@@ -334,8 +359,13 @@ func FuzzDecode(f *testing.F) {
 			if !IsDecodeError(err) {
 				t.Fatalf("Decode(%q) returned a non-DecodeError: %v", data, err)
 			}
+			if !utf8.ValidString(err.Error()) {
+				t.Fatalf("Decode(%q): reason %q is not valid UTF-8", data, err)
+			}
 		} else {
 			switch {
+			case !utf8.Valid(data):
+				t.Fatalf("Decode(%q) accepted a record that is not UTF-8", data)
 			case len(ev.Key) == 0:
 				t.Fatalf("Decode(%q) accepted an empty key", data)
 			case len(ev.Key) > MaxKeyBytes:
@@ -377,8 +407,8 @@ func FuzzDecodeStrict(f *testing.F) {
 		if Decode(data, &ev) != nil {
 			return
 		}
-		if !json.Valid(data) {
-			t.Fatalf("Decode accepted %q, which is not valid JSON", data)
+		if !json.Valid(data) || !utf8.Valid(data) {
+			t.Fatalf("Decode accepted %q, which is not valid JSON text (UTF-8)", data)
 		}
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(data, &obj); err != nil {

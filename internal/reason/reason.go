@@ -1,0 +1,66 @@
+// Package reason makes the text of a dead letter's reason safe to store.
+// A reason may quote bad input (a decoder's "got …", a user's error text),
+// so it may hold bytes that are not UTF-8; every sink stores it as text (a
+// utf8mb4 VARCHAR on MySQL/MariaDB, a JSON string in Redis, Kafka and
+// files), where such bytes are refused or mangled (MariaDB error 1366;
+// JSON encoders write U+FFFD). Safe is the one place that turns any text
+// into a storable reason; the payload, kept as bytes, is what stays exact.
+//
+// It does not know about sinks or their widths: callers pass the bound.
+package reason
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Safe returns s with every byte that is not part of a valid UTF-8
+// sequence written as \xNN (lower-case hex, as Go's %q does), cut to at
+// most max bytes at a character boundary; an escape is never cut in half.
+// The result is valid UTF-8, and Safe of it (with the same max) is itself.
+func Safe(s string, max int) string {
+	out, _ := safe(s, max)
+	return out
+}
+
+// Clip is Safe for a piece of input quoted in a reason: if s had to be cut
+// to max bytes, "…" follows.
+func Clip(s string, max int) string {
+	out, cut := safe(s, max)
+	if cut {
+		out += "…"
+	}
+	return out
+}
+
+func safe(s string, max int) (string, bool) {
+	if max < 0 {
+		max = 0
+	}
+	if len(s) <= max && utf8.ValidString(s) {
+		return s, false
+	}
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(min(len(s)+8, max))
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		invalid := r == utf8.RuneError && n == 1
+		width := n
+		if invalid {
+			width = len(`\xff`)
+		}
+		if b.Len()+width > max {
+			return b.String(), true
+		}
+		if invalid {
+			b.WriteString(`\x`)
+			b.WriteByte(hex[s[i]>>4])
+			b.WriteByte(hex[s[i]&0xf])
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String(), false
+}
