@@ -393,6 +393,7 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	g.mu.Lock()
 	g.sessions++
 	g.mu.Unlock()
+	g.log.Debug("joined consumer group", "generation", s.Generation, "partitions", len(parts))
 	d, epoch, err := g.start(context.WithoutCancel(sess.Context()), s)
 	if isFenced(err) {
 		// The group moved on while we claimed: this session is stale.

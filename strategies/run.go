@@ -46,6 +46,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return runCheckpoint(ctx, cfg, src)
 	}
 
+	began := time.Now()
 	w, rw, err := openSink(ctx, cfg)
 	if err != nil {
 		return Result{}, err
@@ -64,12 +65,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
+	log.Debug("sink ready", "took", time.Since(began).Round(time.Millisecond))
 	client, src, err := openSource(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	defer client.Close()
 	defer src.Close()
+	log.Debug("kafka ready", "took", time.Since(began).Round(time.Millisecond))
 
 	crash := func(string) {}
 	if cfg.CrashPoint != nil {
