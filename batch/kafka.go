@@ -19,7 +19,9 @@ import (
 // on their last record.
 const tailQuiet = 500 * time.Millisecond
 
-// tailFetchBytes bounds the direct fetch that settles a range's tail.
+// tailFetchBytes bounds the direct fetch that settles a range's tail. A
+// tail longer than that (a big aborted transaction) settles in as many
+// probes, each going on where the previous one got to.
 const tailFetchBytes = 1 << 20
 
 // KafkaSource reads one topic with sarama, read-committed. It keeps one
@@ -170,6 +172,9 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 		return fn(rec)
 	}
 	seen := r.From - 1 // last offset delivered
+	// Every offset of [r.From, probed) was delivered or holds nothing a
+	// read-committed consumer is given (the settle probes saw so).
+	probed := r.From
 	if m := pr.pending; m != nil {
 		if m.Offset >= r.To {
 			pr.next = r.To
@@ -228,50 +233,73 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 			// Nothing arrived for a while. Either the consumer is slow, or
 			// the rest of the range is markers and aborted records: the
 			// broker's log says which. Guessing here would lose records.
-			visible, covered, err := s.visibleIn(r.Partition, seen+1, r.To)
-			if err == nil && covered && !visible {
-				pr.next = r.To
-				return nil
+			from := max(seen+1, probed)
+			visible, next, err := s.visibleIn(r.Partition, from, r.To)
+			if err == nil {
+				if !visible && next >= r.To {
+					pr.next = r.To
+					return nil
+				}
+				probed = next
 			}
-			quiet.Reset(wait)
+			if err == nil && !visible && next > from {
+				// Invisible all the way, but the fetch ended before r.To:
+				// go on from there at once.
+				quiet.Reset(0)
+			} else {
+				quiet.Reset(wait)
+			}
 		}
 	}
 }
 
-// visibleIn fetches [from, to) directly from the partition leader and
-// reports whether it holds a record a read-committed consumer would be
-// given (data that is neither a control marker nor part of an aborted
-// transaction), and whether the fetch covered the whole span. It applies
-// the same aborted-transaction rule as the consumer (and as sarama's
-// partitionConsumer.parseResponse).
-func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible, covered bool, err error) {
+// visibleIn fetches up to tailFetchBytes of the partition from offset from,
+// directly from its leader, and reports whether [from, to) holds a record a
+// read-committed consumer would be given (data that is neither a control
+// marker nor part of an aborted transaction). next is how far the fetch
+// proved there is none: every offset of [from, next) is a marker, aborted,
+// or a record outside [from, to); next >= to means none in the whole span.
+// Only whole record batches count: a partial trailing batch is left for
+// the next probe, which starts at next.
+//
+// It applies the same aborted-transaction rule as the consumer (and as
+// sarama's partitionConsumer.parseResponse), to the broker's list of the
+// aborted transactions overlapping the fetched span. That list includes a
+// transaction that began before from — a probe (or the consumer) starting
+// in the middle of one, whose abort marker a later fetch brings, still
+// knows it is aborted.
+func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next int64, err error) {
 	b, err := s.client.Leader(s.topic, part)
 	if err != nil {
-		return false, false, err
+		return false, from, err
 	}
-	req := &sarama.FetchRequest{Version: 11, MaxBytes: tailFetchBytes, Isolation: sarama.ReadCommitted}
+	// The partition's limit must be what ends the fetch, not the
+	// response's: kfake leaves the aborted-transaction list out of a
+	// partition cut short by the response limit, which would make aborted
+	// records look visible (and the tail never settle).
+	req := &sarama.FetchRequest{Version: 11, MaxBytes: 2 * tailFetchBytes, Isolation: sarama.ReadCommitted}
 	req.AddBlock(s.topic, part, from, tailFetchBytes, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
-		return false, false, err
+		return false, from, err
 	}
 	blk := resp.GetBlock(s.topic, part)
 	if blk == nil {
-		return false, false, sarama.ErrIncompleteResponse
+		return false, from, sarama.ErrIncompleteResponse
 	}
 	if !errors.Is(blk.Err, sarama.ErrNoError) {
-		return false, false, blk.Err
+		return false, from, blk.Err
 	}
 	aborted := slices.Clone(blk.AbortedTransactions)
 	slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
 	active := map[int64]bool{}
-	next := from
+	next = from
 	for _, recs := range blk.RecordsSet {
 		rb := recs.RecordBatch
 		if rb == nil {
 			// Old message format: no transactions, so whatever is there
 			// will be delivered. Let the consumer do it.
-			return true, true, nil
+			return true, next, nil
 		}
 		if rb.PartialTrailingRecord {
 			break
@@ -292,16 +320,16 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible, covered bo
 		default:
 			for _, rec := range rb.Records {
 				if off := rb.FirstOffset + rec.OffsetDelta; off >= from && off < to {
-					return true, true, nil
+					return true, next, nil
 				}
 			}
 		}
 		next = max(next, last+1)
 		if next >= to {
-			return false, true, nil
+			return false, next, nil
 		}
 	}
-	return false, next >= to, nil
+	return false, next, nil
 }
 
 func (s *KafkaSource) reader(r Range) (*partitionReader, error) {
