@@ -158,6 +158,11 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 
 // Read delivers the records of r. Records at or past r.To that arrive are
 // kept for the next Read of the partition.
+//
+// When the stop that ctx carries (WithStop) has fired and no record came
+// for the quiet time, Read probes the tail once more and, unless that
+// settles the range, gives up with ErrStopped instead of waiting on.
+// Records that keep coming are read to the end of the range.
 func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error) error {
 	pr, err := s.reader(r)
 	if err != nil {
@@ -194,6 +199,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 	if s.TailQuiet > 0 {
 		wait = s.TailQuiet
 	}
+	stop := StopRequested(ctx)
 	quiet := time.NewTimer(wait)
 	defer quiet.Stop()
 	for {
@@ -241,6 +247,11 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 					return nil
 				}
 				probed = next
+			}
+			select {
+			case <-stop:
+				return fmt.Errorf("reading %s (%d of its offsets left): %w", r, r.To-max(seen+1, probed), ErrStopped)
+			default:
 			}
 			if err == nil && !visible && next > from {
 				// Invisible all the way, but the fetch ended before r.To:

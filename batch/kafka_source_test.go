@@ -198,6 +198,70 @@ func TestKafkaSourceLongAbortedTail(t *testing.T) {
 	}
 }
 
+// TestKafkaSourceStopEndsWait reads a range that reaches past the end of
+// the log, so its last records never come: Read waits. The stop its
+// context carries must end the wait with ErrStopped (which no caller
+// retries), after the records that were there.
+func TestKafkaSourceStopEndsWait(t *testing.T) {
+	for name, brokers := range sourceBrokers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			topic := fmt.Sprintf("stop-wait-%d", time.Now().UnixNano())
+			if err := kafkautil.EnsureTopic(brokers, topic, 1); err != nil {
+				t.Fatal(err)
+			}
+			want := newTxnProducer(t, brokers, topic).transaction(t, "c", 3, true) // 0-2, marker 3
+			client, err := sarama.NewClient(brokers, kafkautil.Config("source-test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { client.Close() })
+			src := newSource(t, client, topic)
+
+			stop := make(chan struct{})
+			ctx, cancel := context.WithTimeout(batch.WithStop(context.Background(), stop), readRangeTimeout)
+			defer cancel()
+			var got []string
+			allThere := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- src.Read(ctx, batch.Range{Topic: topic, Partition: 0, From: 0, To: 10}, func(r *batch.Record) error {
+					if got = append(got, string(r.Value)); len(got) == len(want) {
+						close(allThere)
+					}
+					return nil
+				})
+			}()
+			select {
+			case <-allThere:
+			case err := <-done:
+				t.Fatalf("Read returned %v before the stop, with %v", err, got)
+			}
+			// Read can't end now but by the stop: it is waiting for offsets
+			// 4-9. Give it several quiet periods to show it does wait.
+			select {
+			case err := <-done:
+				t.Fatalf("Read of offsets that never come returned %v without a stop", err)
+			case <-time.After(3 * time.Second):
+			}
+			close(stop)
+			err = <-done
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Read still waiting %s after the stop", readRangeTimeout)
+			}
+			if !errors.Is(err, batch.ErrStopped) {
+				t.Fatalf("Read after the stop = %v, want ErrStopped", err)
+			}
+			if batch.IsRetryable(err) {
+				t.Errorf("IsRetryable(%v) = true: a stop must not be retried", err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("delivered %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 // head is the start of a list of records, for failure messages.
 func head(recs []string) []string { return recs[:min(len(recs), 20)] }
 
