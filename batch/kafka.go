@@ -287,8 +287,10 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next 
 	// The partition's limit must be what ends the fetch, not the
 	// response's: kfake leaves the aborted-transaction list out of a
 	// partition cut short by the response limit, which would make aborted
-	// records look visible (and the tail never settle).
-	req := &sarama.FetchRequest{Version: 11, MaxBytes: 2 * tailFetchBytes, Isolation: sarama.ReadCommitted}
+	// records look visible (and the tail never settle). SessionEpoch -1
+	// asks for a plain fetch, as sarama's consumer does: epoch 0 would
+	// open a fetch session on the broker for every probe.
+	req := &sarama.FetchRequest{Version: 11, MaxBytes: 2 * tailFetchBytes, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
 	req.AddBlock(s.topic, part, from, tailFetchBytes, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
