@@ -41,6 +41,7 @@ type KafkaSource struct {
 
 	mu      sync.Mutex
 	readers map[int32]*partitionReader
+	probes  map[string]*sarama.Broker // by leader address, see probeBroker
 	closed  bool
 }
 
@@ -69,7 +70,7 @@ func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
 	}
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
-	return &KafkaSource{client: client, consumer: consumer, topic: topic, parts: parts, readers: make(map[int32]*partitionReader)}, nil
+	return &KafkaSource{client: client, consumer: consumer, topic: topic, parts: parts, readers: make(map[int32]*partitionReader), probes: make(map[string]*sarama.Broker)}, nil
 }
 
 // Partitions lists the topic's partitions, sorted.
@@ -280,7 +281,11 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 // in the middle of one, whose abort marker a later fetch brings, still
 // knows it is aborted.
 func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next int64, err error) {
-	b, err := s.client.Leader(s.topic, part)
+	leader, err := s.client.Leader(s.topic, part)
+	if err != nil {
+		return false, from, err
+	}
+	b, err := s.probeBroker(leader)
 	if err != nil {
 		return false, from, err
 	}
@@ -294,6 +299,7 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next 
 	req.AddBlock(s.topic, part, from, tailFetchBytes, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
+		s.dropProbeBroker(b)
 		return false, from, err
 	}
 	blk := resp.GetBlock(s.topic, part)
@@ -345,6 +351,38 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next 
 	return false, next, nil
 }
 
+// probeBroker returns the source's own connection to leader for the settle
+// probes. The client's connection is shared with the partition consumers,
+// whose fetches wait up to Consumer.MaxWaitTime at the end of the log: a
+// probe queued behind one would wait as long, once per MiB of a long tail.
+func (s *KafkaSource) probeBroker(leader *sarama.Broker) (*sarama.Broker, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrSourceClosed
+	}
+	if b := s.probes[leader.Addr()]; b != nil {
+		return b, nil
+	}
+	b := sarama.NewBroker(leader.Addr())
+	if err := b.Open(s.client.Config()); err != nil {
+		return nil, fmt.Errorf("connecting to broker %s: %w", leader.Addr(), err)
+	}
+	s.probes[leader.Addr()] = b
+	return b, nil
+}
+
+// dropProbeBroker closes a probe connection that failed; the next probe
+// opens a new one.
+func (s *KafkaSource) dropProbeBroker(b *sarama.Broker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probes[b.Addr()] == b {
+		delete(s.probes, b.Addr())
+	}
+	_ = b.Close()
+}
+
 func (s *KafkaSource) reader(r Range) (*partitionReader, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -384,6 +422,10 @@ func (s *KafkaSource) Close() error {
 		for range pr.pc.Errors() { // closed when the consumer has stopped
 		}
 		delete(s.readers, p)
+	}
+	for addr, b := range s.probes {
+		_ = b.Close()
+		delete(s.probes, addr)
 	}
 	return s.consumer.Close()
 }
