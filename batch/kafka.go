@@ -160,10 +160,12 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 // Read delivers the records of r. Records at or past r.To that arrive are
 // kept for the next Read of the partition.
 //
-// When the stop that ctx carries (WithStop) has fired and no record came
-// for the quiet time, Read probes the tail once more and, unless that
-// settles the range, gives up with ErrStopped instead of waiting on.
-// Records that keep coming are read to the end of the range.
+// Once the stop that ctx carries (WithStop) has fired, Read gives up with
+// ErrStopped when it is waiting for records that may never come: none
+// arrived for the quiet time, and the broker can't be asked or has none
+// past the last one delivered. Records that keep coming, or that the
+// broker shows are there, are read to the end of the range, and a tail
+// of markers and aborted records still settles.
 func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error) error {
 	pr, err := s.reader(r)
 	if err != nil {
@@ -249,16 +251,24 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 				}
 				probed = next
 			}
-			select {
-			case <-stop:
-				return fmt.Errorf("reading %s (%d of its offsets left): %w", r, r.To-max(seen+1, probed), ErrStopped)
-			default:
-			}
-			if err == nil && !visible && next > from {
+			switch {
+			case err == nil && visible:
+				// The records are there: the consumer is slow, and
+				// will deliver them.
+				quiet.Reset(wait)
+			case err == nil && next > from:
 				// Invisible all the way, but the fetch ended before r.To:
 				// go on from there at once.
 				quiet.Reset(0)
-			} else {
+			default:
+				// The broker has nothing past from (yet), or did not
+				// answer: this is waiting for records that may never
+				// come, which a stop ends.
+				select {
+				case <-stop:
+					return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, from, r.To-1, ErrStopped)
+				default:
+				}
 				quiet.Reset(wait)
 			}
 		}

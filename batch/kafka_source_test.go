@@ -173,6 +173,12 @@ func TestKafkaSourceLongAbortedTail(t *testing.T) {
 				t.Fatalf("[0,%d): got %d records %v, want %v", abortEnd, len(got), head(got), before)
 			}
 			t.Logf("a range ending in %d aborted records of %d bytes settled in %s", aborted, recordBytes, time.Since(began).Round(time.Millisecond))
+			// A stop does not cut short a tail that the probes are
+			// getting through: it is not a wait for records.
+			stopped := batch.WithStop(context.Background(), closedStop())
+			if got := readRangeIn(t, stopped, newSource(t, client, topic), topic, 0, abortEnd); !slices.Equal(got, before) {
+				t.Fatalf("[0,%d) after a stop: got %d records %v, want %v", abortEnd, len(got), head(got), before)
+			}
 			for _, cut := range []int64{5, 11, 12, 3000, abortEnd - 2, abortEnd - 1} {
 				src := newSource(t, client, topic)
 				got := append(readRange(t, src, topic, 0, cut), readRange(t, src, topic, cut, abortEnd)...)
@@ -201,7 +207,8 @@ func TestKafkaSourceLongAbortedTail(t *testing.T) {
 // TestKafkaSourceStopEndsWait reads a range that reaches past the end of
 // the log, so its last records never come: Read waits. The stop its
 // context carries must end the wait with ErrStopped (which no caller
-// retries), after the records that were there.
+// retries), after the records that were there. A range whose records are
+// all there is read whole even after a stop.
 func TestKafkaSourceStopEndsWait(t *testing.T) {
 	for name, brokers := range sourceBrokers(t) {
 		t.Run(name, func(t *testing.T) {
@@ -216,8 +223,14 @@ func TestKafkaSourceStopEndsWait(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { client.Close() })
-			src := newSource(t, client, topic)
+			// Records that are there, and a tail that settles, are read
+			// after a stop too.
+			stopped := batch.WithStop(context.Background(), closedStop())
+			if got := readRangeIn(t, stopped, newSource(t, client, topic), topic, 0, 4); !slices.Equal(got, want) {
+				t.Fatalf("[0,4) after a stop: got %v, want %v", got, want)
+			}
 
+			src := newSource(t, client, topic)
 			stop := make(chan struct{})
 			ctx, cancel := context.WithTimeout(batch.WithStop(context.Background(), stop), readRangeTimeout)
 			defer cancel()
@@ -262,6 +275,13 @@ func TestKafkaSourceStopEndsWait(t *testing.T) {
 	}
 }
 
+// closedStop is a stop that has fired.
+func closedStop() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
 // head is the start of a list of records, for failure messages.
 func head(recs []string) []string { return recs[:min(len(recs), 20)] }
 
@@ -281,7 +301,14 @@ const readRangeTimeout = 60 * time.Second
 
 func readRange(t *testing.T, src *batch.KafkaSource, topic string, from, to int64) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), readRangeTimeout)
+	return readRangeIn(t, context.Background(), src, topic, from, to)
+}
+
+// readRangeIn is readRange on a context of the caller's (one carrying a
+// stop, say).
+func readRangeIn(t *testing.T, ctx context.Context, src *batch.KafkaSource, topic string, from, to int64) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, readRangeTimeout)
 	defer cancel()
 	var got []string
 	err := src.Read(ctx, batch.Range{Topic: topic, Partition: 0, From: from, To: to}, func(r *batch.Record) error {
