@@ -183,6 +183,10 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 	// Every offset of [r.From, probed) was delivered or holds nothing a
 	// read-committed consumer is given (the settle probes saw so).
 	probed := r.From
+	// A probe saw a record at owed that the consumer is yet to deliver
+	// while seen < owed: asking again before it did would only fetch the
+	// same MiB again (every quiet period, while the consumer is slow).
+	owed := seen
 	if m := pr.pending; m != nil {
 		if m.Offset >= r.To {
 			pr.next = r.To
@@ -242,6 +246,10 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 			// Nothing arrived for a while. Either the consumer is slow, or
 			// the rest of the range is markers and aborted records: the
 			// broker's log says which. Guessing here would lose records.
+			if seen < owed {
+				quiet.Reset(wait)
+				continue
+			}
 			from := max(seen+1, probed)
 			visible, next, err := s.visibleIn(r.Partition, from, r.To)
 			if err == nil {
@@ -255,6 +263,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 			case err == nil && visible:
 				// The records are there: the consumer is slow, and
 				// will deliver them.
+				owed = next
 				quiet.Reset(wait)
 			case err == nil && next > from:
 				// Invisible all the way, but the fetch ended before r.To:
@@ -281,6 +290,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 // marker nor part of an aborted transaction). next is how far the fetch
 // proved there is none: every offset of [from, next) is a marker, aborted,
 // or a record outside [from, to); next >= to means none in the whole span.
+// If there is one, next is its offset.
 // Only whole record batches count: a partial trailing batch is left for
 // the next probe, which starts at next.
 //
@@ -327,7 +337,7 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next 
 		rb := recs.RecordBatch
 		if rb == nil {
 			// Old message format: no transactions, so whatever is there
-			// will be delivered. Let the consumer do it.
+			// (from next on) will be delivered. Let the consumer do it.
 			return true, next, nil
 		}
 		if rb.PartialTrailingRecord {
@@ -349,7 +359,7 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next 
 		default:
 			for _, rec := range rb.Records {
 				if off := rb.FirstOffset + rec.OffsetDelta; off >= from && off < to {
-					return true, next, nil
+					return true, off, nil
 				}
 			}
 		}
