@@ -172,7 +172,7 @@ func TestKafkaSourceLongAbortedTail(t *testing.T) {
 			if got := readRange(t, src, topic, 0, abortEnd); !slices.Equal(got, before) {
 				t.Fatalf("[0,%d): got %d records %v, want %v", abortEnd, len(got), head(got), before)
 			}
-			t.Logf("a range ending in %d aborted records of %d bytes settled in %s", aborted, recordBytes, time.Since(began).Round(time.Millisecond))
+			t.Logf("%s: a range ending in %d aborted records of %d bytes settled in %s", name, aborted, recordBytes, time.Since(began).Round(time.Millisecond))
 			// A stop does not cut short a tail that the probes are
 			// getting through: it is not a wait for records.
 			stopped := batch.WithStop(context.Background(), closedStop())
