@@ -11,11 +11,20 @@
 //   - a partition's next offset moves only when its task reported success,
 //     and only to the end of the range it was given;
 //   - a stop request (context cancelled) lets the running batch finish,
-//     commit or roll back, and then returns without error.
+//     commit or roll back, and then returns without error. Tasks run on a
+//     context the stop does not cancel, so a commit is never cut short;
+//     it carries the stop instead (WithStop), so that a Read that is
+//     waiting for records gives up (ErrStopped, as KafkaSource does)
+//     rather than holding the stop up for as long as they don't come.
+//     Such a task rolls back, its partition's offset stays, its siblings
+//     are not cancelled, a batch-level Commit is skipped, and Run returns
+//     nil: the next run reads the range again.
 package batch
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -64,6 +73,24 @@ type TaskResult struct {
 // Task processes one partition's range and makes its results and the new
 // offset durable. A nil error means committed.
 type Task func(ctx context.Context, b Info, r Range) (TaskResult, error)
+
+type stopKey struct{}
+
+// WithStop returns a copy of ctx that carries stop, a channel closed when
+// the run is asked to stop. The driver gives its tasks such a context
+// (whose own Done never fires on a stop): a Source that is waiting for
+// records watches StopRequested and gives up with ErrStopped, while work
+// that must not be cut short (a commit) goes on.
+func WithStop(ctx context.Context, stop <-chan struct{}) context.Context {
+	return context.WithValue(ctx, stopKey{}, stop)
+}
+
+// StopRequested returns the stop channel ctx carries (see WithStop), or
+// nil — a channel that never fires — if it carries none.
+func StopRequested(ctx context.Context) <-chan struct{} {
+	stop, _ := ctx.Value(stopKey{}).(<-chan struct{})
+	return stop
+}
 
 // Clock is the driver's view of time, replaceable in tests.
 type Clock interface {
@@ -123,6 +150,10 @@ type Summary struct {
 	Lag         int64
 	Next        map[int32]int64
 	Fenced      int // partitions dropped after a fenced commit
+	// RolledBack counts the tasks of the last batch that gave up waiting
+	// for records when the run was asked to stop (ErrStopped); their
+	// ranges are read again by the next run.
+	RolledBack int
 }
 
 // Driver runs batches until stopped, idle for UntilIdle, or failed.
@@ -189,8 +220,9 @@ type CommitResult struct {
 }
 
 // Run drives batches. It returns nil when ctx is cancelled (after the
-// running batch finished) or after UntilIdle of idleness, and an error when
-// a task fails for good or the source can't be read.
+// running batch finished, or rolled back the tasks that were still waiting
+// for records) or after UntilIdle of idleness, and an error when a task
+// fails for good or the source can't be read.
 func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 	clock := d.clock()
 	next := maps.Clone(d.Next)
@@ -263,10 +295,16 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 			if d.OnStart != nil {
 				d.OnStart(Info{ID: batchID, Epoch: d.Epoch}, ranges)
 			}
-			p, err := d.runBatch(ctx, Info{ID: batchID, Epoch: d.Epoch}, ranges, next)
+			p, rolledBack, err := d.runBatch(ctx, Info{ID: batchID, Epoch: d.Epoch}, ranges, next)
 			sum.Records += p.Records // committed partitions only, even on error
 			sum.DeadLetters += p.DeadLetters
 			sum.Fenced += p.Fenced
+			if errors.Is(err, ErrStopped) && ctx.Err() != nil {
+				// A stop, not a failure: what committed counts, the
+				// rest rolled back and is read again by the next run.
+				sum.RolledBack = rolledBack
+				return sum, nil
+			}
 			if err != nil {
 				return sum, err
 			}
@@ -296,13 +334,17 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 
 // runBatch runs one task per range, at most Parallelism at a time. Tasks
 // get a context that the caller's stop request does not cancel, so a batch
-// in flight finishes; a failing task cancels its siblings, which roll back.
-func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[int32]int64) (Progress, error) {
+// in flight finishes, but that carries the stop (WithStop) for reads that
+// wait; a failing task cancels its siblings, which roll back. A task that
+// gave up on the stop (ErrStopped) does not: a sibling may be committing.
+// It also returns how many tasks rolled back on the stop.
+func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[int32]int64) (_ Progress, rolledBack int, _ error) {
 	start := d.clock().Now()
 	results := make([]TaskResult, len(ranges))
 	committed := make([]bool, len(ranges))
 	dropped := make([]error, len(ranges))
-	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
+	stopped := make([]error, len(ranges))
+	g, gctx := errgroup.WithContext(WithStop(context.WithoutCancel(ctx), ctx.Done()))
 	if d.Parallelism > 0 {
 		g.SetLimit(d.Parallelism)
 	}
@@ -317,6 +359,11 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 					dropped[i] = err
 					return nil
 				}
+				if errors.Is(err, ErrStopped) && ctx.Err() != nil {
+					// Rolled back on the stop; let the others finish.
+					stopped[i] = err
+					return nil
+				}
 				return err
 			}
 			committed[i] = true
@@ -325,6 +372,16 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 	}
 	err := g.Wait()
 	p := Progress{BatchID: b.ID, Partitions: len(ranges), Epoch: b.Epoch}
+	var stop error
+	for _, e := range stopped {
+		if e != nil {
+			rolledBack++
+			stop = cmp.Or(stop, e)
+		}
+	}
+	if err == nil {
+		err = stop
+	}
 	if d.Commit != nil {
 		// Tasks only computed: the batch is durable when Commit says so,
 		// and then for every partition at once.
@@ -376,13 +433,13 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[
 		}
 	}
 	if err != nil {
-		return p, err
+		return p, rolledBack, err
 	}
 	p.Duration = d.clock().Now().Sub(start)
 	if s := p.Duration.Seconds(); s > 0 {
 		p.RecordsPerSec = float64(p.Records+p.DeadLetters) / s
 	}
-	return p, nil
+	return p, 0, nil
 }
 
 func (d *Driver) drops(err error) bool { return d.Drop != nil && d.Drop(err) }

@@ -26,6 +26,12 @@ var (
 // again from a fresh consumer.
 var ErrSourceClosed = errors.New("batch: partition consumer closed")
 
+// ErrStopped means a Read gave up waiting for records because the run was
+// asked to stop (see WithStop). Nothing of its range is committed: the
+// task rolls back, and the next run reads the range again. It is not a
+// failure of the run, and retrying it would only wait again: don't.
+var ErrStopped = errors.New("batch: stop requested while waiting for records")
+
 // ReadError is a failure reported by a partition consumer while reading
 // Range. Nothing of the range has been committed; reading it again (which
 // re-seeks) is safe, so callers may retry it a bounded number of times.

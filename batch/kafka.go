@@ -19,7 +19,9 @@ import (
 // on their last record.
 const tailQuiet = 500 * time.Millisecond
 
-// tailFetchBytes bounds the direct fetch that settles a range's tail.
+// tailFetchBytes bounds the direct fetch that settles a range's tail. A
+// tail longer than that (a big aborted transaction) settles in as many
+// probes, each going on where the previous one got to.
 const tailFetchBytes = 1 << 20
 
 // KafkaSource reads one topic with sarama, read-committed. It keeps one
@@ -39,6 +41,7 @@ type KafkaSource struct {
 
 	mu      sync.Mutex
 	readers map[int32]*partitionReader
+	probes  map[string]*sarama.Broker // by leader address, see probeBroker
 	closed  bool
 }
 
@@ -67,7 +70,7 @@ func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
 	}
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
-	return &KafkaSource{client: client, consumer: consumer, topic: topic, parts: parts, readers: make(map[int32]*partitionReader)}, nil
+	return &KafkaSource{client: client, consumer: consumer, topic: topic, parts: parts, readers: make(map[int32]*partitionReader), probes: make(map[string]*sarama.Broker)}, nil
 }
 
 // Partitions lists the topic's partitions, sorted.
@@ -156,6 +159,13 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 
 // Read delivers the records of r. Records at or past r.To that arrive are
 // kept for the next Read of the partition.
+//
+// Once the stop that ctx carries (WithStop) has fired, Read gives up with
+// ErrStopped when it is waiting for records that may never come: none
+// arrived for the quiet time, and the broker can't be asked or has none
+// past the last one delivered. Records that keep coming, or that the
+// broker shows are there, are read to the end of the range, and a tail
+// of markers and aborted records still settles.
 func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error) error {
 	pr, err := s.reader(r)
 	if err != nil {
@@ -170,6 +180,13 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 		return fn(rec)
 	}
 	seen := r.From - 1 // last offset delivered
+	// Every offset of [r.From, probed) was delivered or holds nothing a
+	// read-committed consumer is given (the settle probes saw so).
+	probed := r.From
+	// A probe saw a record at owed that the consumer is yet to deliver
+	// while seen < owed: asking again before it did would only fetch the
+	// same MiB again (every quiet period, while the consumer is slow).
+	owed := seen
 	if m := pr.pending; m != nil {
 		if m.Offset >= r.To {
 			pr.next = r.To
@@ -189,6 +206,7 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 	if s.TailQuiet > 0 {
 		wait = s.TailQuiet
 	}
+	stop := StopRequested(ctx)
 	quiet := time.NewTimer(wait)
 	defer quiet.Stop()
 	for {
@@ -228,50 +246,99 @@ func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error)
 			// Nothing arrived for a while. Either the consumer is slow, or
 			// the rest of the range is markers and aborted records: the
 			// broker's log says which. Guessing here would lose records.
-			visible, covered, err := s.visibleIn(r.Partition, seen+1, r.To)
-			if err == nil && covered && !visible {
-				pr.next = r.To
-				return nil
+			if seen < owed {
+				quiet.Reset(wait)
+				continue
 			}
-			quiet.Reset(wait)
+			from := max(seen+1, probed)
+			visible, next, err := s.visibleIn(r.Partition, from, r.To)
+			if err == nil {
+				if !visible && next >= r.To {
+					pr.next = r.To
+					return nil
+				}
+				probed = next
+			}
+			switch {
+			case err == nil && visible:
+				// The records are there: the consumer is slow, and
+				// will deliver them.
+				owed = next
+				quiet.Reset(wait)
+			case err == nil && next > from:
+				// Invisible all the way, but the fetch ended before r.To:
+				// go on from there at once.
+				quiet.Reset(0)
+			default:
+				// The broker has nothing past from (yet), or did not
+				// answer: this is waiting for records that may never
+				// come, which a stop ends.
+				select {
+				case <-stop:
+					return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, from, r.To-1, ErrStopped)
+				default:
+				}
+				quiet.Reset(wait)
+			}
 		}
 	}
 }
 
-// visibleIn fetches [from, to) directly from the partition leader and
-// reports whether it holds a record a read-committed consumer would be
-// given (data that is neither a control marker nor part of an aborted
-// transaction), and whether the fetch covered the whole span. It applies
-// the same aborted-transaction rule as the consumer (and as sarama's
-// partitionConsumer.parseResponse).
-func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible, covered bool, err error) {
-	b, err := s.client.Leader(s.topic, part)
+// visibleIn fetches up to tailFetchBytes of the partition from offset from,
+// directly from its leader, and reports whether [from, to) holds a record a
+// read-committed consumer would be given (data that is neither a control
+// marker nor part of an aborted transaction). next is how far the fetch
+// proved there is none: every offset of [from, next) is a marker, aborted,
+// or a record outside [from, to); next >= to means none in the whole span.
+// If there is one, next is its offset.
+// Only whole record batches count: a partial trailing batch is left for
+// the next probe, which starts at next.
+//
+// It applies the same aborted-transaction rule as the consumer (and as
+// sarama's partitionConsumer.parseResponse), to the broker's list of the
+// aborted transactions overlapping the fetched span. That list includes a
+// transaction that began before from — a probe (or the consumer) starting
+// in the middle of one, whose abort marker a later fetch brings, still
+// knows it is aborted.
+func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next int64, err error) {
+	leader, err := s.client.Leader(s.topic, part)
 	if err != nil {
-		return false, false, err
+		return false, from, err
 	}
-	req := &sarama.FetchRequest{Version: 11, MaxBytes: tailFetchBytes, Isolation: sarama.ReadCommitted}
+	b, err := s.probeBroker(leader)
+	if err != nil {
+		return false, from, err
+	}
+	// The partition's limit must be what ends the fetch, not the
+	// response's: kfake leaves the aborted-transaction list out of a
+	// partition cut short by the response limit, which would make aborted
+	// records look visible (and the tail never settle). SessionEpoch -1
+	// asks for a plain fetch, as sarama's consumer does: epoch 0 would
+	// open a fetch session on the broker for every probe.
+	req := &sarama.FetchRequest{Version: 11, MaxBytes: 2 * tailFetchBytes, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
 	req.AddBlock(s.topic, part, from, tailFetchBytes, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
-		return false, false, err
+		s.dropProbeBroker(b)
+		return false, from, err
 	}
 	blk := resp.GetBlock(s.topic, part)
 	if blk == nil {
-		return false, false, sarama.ErrIncompleteResponse
+		return false, from, sarama.ErrIncompleteResponse
 	}
 	if !errors.Is(blk.Err, sarama.ErrNoError) {
-		return false, false, blk.Err
+		return false, from, blk.Err
 	}
 	aborted := slices.Clone(blk.AbortedTransactions)
 	slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
 	active := map[int64]bool{}
-	next := from
+	next = from
 	for _, recs := range blk.RecordsSet {
 		rb := recs.RecordBatch
 		if rb == nil {
 			// Old message format: no transactions, so whatever is there
-			// will be delivered. Let the consumer do it.
-			return true, true, nil
+			// (from next on) will be delivered. Let the consumer do it.
+			return true, next, nil
 		}
 		if rb.PartialTrailingRecord {
 			break
@@ -292,16 +359,48 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible, covered bo
 		default:
 			for _, rec := range rb.Records {
 				if off := rb.FirstOffset + rec.OffsetDelta; off >= from && off < to {
-					return true, true, nil
+					return true, off, nil
 				}
 			}
 		}
 		next = max(next, last+1)
 		if next >= to {
-			return false, true, nil
+			return false, next, nil
 		}
 	}
-	return false, next >= to, nil
+	return false, next, nil
+}
+
+// probeBroker returns the source's own connection to leader for the settle
+// probes. The client's connection is shared with the partition consumers,
+// whose fetches wait up to Consumer.MaxWaitTime at the end of the log: a
+// probe queued behind one would wait as long, once per MiB of a long tail.
+func (s *KafkaSource) probeBroker(leader *sarama.Broker) (*sarama.Broker, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrSourceClosed
+	}
+	if b := s.probes[leader.Addr()]; b != nil {
+		return b, nil
+	}
+	b := sarama.NewBroker(leader.Addr())
+	if err := b.Open(s.client.Config()); err != nil {
+		return nil, fmt.Errorf("connecting to broker %s: %w", leader.Addr(), err)
+	}
+	s.probes[leader.Addr()] = b
+	return b, nil
+}
+
+// dropProbeBroker closes a probe connection that failed; the next probe
+// opens a new one.
+func (s *KafkaSource) dropProbeBroker(b *sarama.Broker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probes[b.Addr()] == b {
+		delete(s.probes, b.Addr())
+	}
+	_ = b.Close()
 }
 
 // reader returns the partition's consumer positioned at r.From. A
@@ -359,6 +458,10 @@ func (s *KafkaSource) Close() error {
 		for range pr.pc.Errors() { // closed when the consumer has stopped
 		}
 		delete(s.readers, p)
+	}
+	for addr, b := range s.probes {
+		_ = b.Close()
+		delete(s.probes, addr)
 	}
 	return s.consumer.Close()
 }

@@ -1,7 +1,9 @@
 package batch_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -125,6 +127,164 @@ func TestKafkaSourceTransactionalInput(t *testing.T) {
 	}
 }
 
+// TestKafkaSourceLongAbortedTail reads a partition whose committed records
+// are followed by one aborted transaction of about 6 MiB — several times
+// what one settle probe fetches — with nothing after it yet. A range ending
+// in aborted records has no last record to end on: it must settle by
+// probing (issue #14: it waited forever, probing the same first MiB again
+// and again), and so must ranges cut inside the aborted span. Then a
+// committed transaction follows, and the consumer that read the first
+// range must get past the aborted data to it.
+func TestKafkaSourceLongAbortedTail(t *testing.T) {
+	const (
+		aborted     = 6000 // records of the aborted transaction
+		recordBytes = 1024
+	)
+	for name, brokers := range sourceBrokers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			topic := fmt.Sprintf("aborted-tail-%d", time.Now().UnixNano())
+			if err := kafkautil.EnsureTopic(brokers, topic, 1); err != nil {
+				t.Fatal(err)
+			}
+			p := newTxnProducer(t, brokers, topic)
+			before := p.transaction(t, "c", 10, true) // offsets 0-9, marker 10
+			p.bulkTransaction(t, "a", aborted, recordBytes, false)
+			abortEnd := int64(10 + 1 + aborted + 1) // past the abort marker
+
+			client, err := sarama.NewClient(brokers, kafkautil.Config("source-test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { client.Close() })
+			lso := func(src *batch.KafkaSource) int64 {
+				b, err := src.Bounds(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b[0].End
+			}
+			src := newSource(t, client, topic)
+			if end := lso(src); end != abortEnd {
+				t.Fatalf("last stable offset %d, want %d", end, abortEnd)
+			}
+			began := time.Now()
+			if got := readRange(t, src, topic, 0, abortEnd); !slices.Equal(got, before) {
+				t.Fatalf("[0,%d): got %d records %v, want %v", abortEnd, len(got), head(got), before)
+			}
+			t.Logf("%s: a range ending in %d aborted records of %d bytes settled in %s", name, aborted, recordBytes, time.Since(began).Round(time.Millisecond))
+			// A stop does not cut short a tail that the probes are
+			// getting through: it is not a wait for records.
+			stopped := batch.WithStop(context.Background(), closedStop())
+			if got := readRangeIn(t, stopped, newSource(t, client, topic), topic, 0, abortEnd); !slices.Equal(got, before) {
+				t.Fatalf("[0,%d) after a stop: got %d records %v, want %v", abortEnd, len(got), head(got), before)
+			}
+			for _, cut := range []int64{5, 11, 12, 3000, abortEnd - 2, abortEnd - 1} {
+				src := newSource(t, client, topic)
+				got := append(readRange(t, src, topic, 0, cut), readRange(t, src, topic, cut, abortEnd)...)
+				src.Close()
+				if !slices.Equal(got, before) {
+					t.Fatalf("cut at %d: got %v, want %v", cut, head(got), before)
+				}
+			}
+
+			after := p.transaction(t, "d", 5, true)
+			end := abortEnd + 5 + 1
+			if got := lso(src); got != end {
+				t.Fatalf("last stable offset %d, want %d", got, end)
+			}
+			if got := readRange(t, src, topic, abortEnd, end); !slices.Equal(got, after) {
+				t.Fatalf("[%d,%d) after the aborted span: got %v, want %v", abortEnd, end, head(got), after)
+			}
+			fresh := newSource(t, client, topic)
+			if got, want := readRange(t, fresh, topic, 0, end), append(slices.Clone(before), after...); !slices.Equal(got, want) {
+				t.Fatalf("[0,%d): got %v, want %v", end, head(got), want)
+			}
+		})
+	}
+}
+
+// TestKafkaSourceStopEndsWait reads a range that reaches past the end of
+// the log, so its last records never come: Read waits. The stop its
+// context carries must end the wait with ErrStopped (which no caller
+// retries), after the records that were there. A range whose records are
+// all there is read whole even after a stop.
+func TestKafkaSourceStopEndsWait(t *testing.T) {
+	for name, brokers := range sourceBrokers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			topic := fmt.Sprintf("stop-wait-%d", time.Now().UnixNano())
+			if err := kafkautil.EnsureTopic(brokers, topic, 1); err != nil {
+				t.Fatal(err)
+			}
+			want := newTxnProducer(t, brokers, topic).transaction(t, "c", 3, true) // 0-2, marker 3
+			client, err := sarama.NewClient(brokers, kafkautil.Config("source-test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { client.Close() })
+			// Records that are there, and a tail that settles, are read
+			// after a stop too.
+			stopped := batch.WithStop(context.Background(), closedStop())
+			if got := readRangeIn(t, stopped, newSource(t, client, topic), topic, 0, 4); !slices.Equal(got, want) {
+				t.Fatalf("[0,4) after a stop: got %v, want %v", got, want)
+			}
+
+			src := newSource(t, client, topic)
+			stop := make(chan struct{})
+			ctx, cancel := context.WithTimeout(batch.WithStop(context.Background(), stop), readRangeTimeout)
+			defer cancel()
+			var got []string
+			allThere := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- src.Read(ctx, batch.Range{Topic: topic, Partition: 0, From: 0, To: 10}, func(r *batch.Record) error {
+					if got = append(got, string(r.Value)); len(got) == len(want) {
+						close(allThere)
+					}
+					return nil
+				})
+			}()
+			select {
+			case <-allThere:
+			case err := <-done:
+				t.Fatalf("Read returned %v before the stop, with %v", err, got)
+			}
+			// Read can't end now but by the stop: it is waiting for offsets
+			// 4-9. Give it several quiet periods to show it does wait.
+			select {
+			case err := <-done:
+				t.Fatalf("Read of offsets that never come returned %v without a stop", err)
+			case <-time.After(3 * time.Second):
+			}
+			close(stop)
+			err = <-done
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Read still waiting %s after the stop", readRangeTimeout)
+			}
+			if !errors.Is(err, batch.ErrStopped) {
+				t.Fatalf("Read after the stop = %v, want ErrStopped", err)
+			}
+			if batch.IsRetryable(err) {
+				t.Errorf("IsRetryable(%v) = true: a stop must not be retried", err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("delivered %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// closedStop is a stop that has fired.
+func closedStop() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// head is the start of a list of records, for failure messages.
+func head(recs []string) []string { return recs[:min(len(recs), 20)] }
+
 func newSource(t *testing.T, client sarama.Client, topic string) *batch.KafkaSource {
 	t.Helper()
 	src, err := batch.NewKafkaSource(client, topic)
@@ -135,9 +295,20 @@ func newSource(t *testing.T, client sarama.Client, topic string) *batch.KafkaSou
 	return src
 }
 
+// readRangeTimeout bounds a Read in these tests: far more than a range
+// takes on a loaded machine, far less than forever.
+const readRangeTimeout = 60 * time.Second
+
 func readRange(t *testing.T, src *batch.KafkaSource, topic string, from, to int64) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return readRangeIn(t, context.Background(), src, topic, from, to)
+}
+
+// readRangeIn is readRange on a context of the caller's (one carrying a
+// stop, say).
+func readRangeIn(t *testing.T, ctx context.Context, src *batch.KafkaSource, topic string, from, to int64) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, readRangeTimeout)
 	defer cancel()
 	var got []string
 	err := src.Read(ctx, batch.Range{Topic: topic, Partition: 0, From: from, To: to}, func(r *batch.Record) error {
@@ -147,6 +318,9 @@ func readRange(t *testing.T, src *batch.KafkaSource, topic string, from, to int6
 		got = append(got, string(r.Value))
 		return nil
 	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("reading [%d,%d): no end after %s (%d records delivered): the range's tail never settled", from, to, readRangeTimeout, len(got))
+	}
 	if err != nil {
 		t.Fatalf("reading [%d,%d): %v", from, to, err)
 	}
@@ -202,4 +376,35 @@ func (tp *txnProducer) transaction(t *testing.T, prefix string, n int, commit bo
 		t.Fatal(err)
 	}
 	return visible
+}
+
+// bulkTransaction writes n records of size bytes each (prefix0…, padded)
+// in one transaction, sent in chunks so that it takes few round trips, and
+// commits or aborts it.
+func (tp *txnProducer) bulkTransaction(t *testing.T, prefix string, n, size int, commit bool) {
+	t.Helper()
+	if err := tp.p.BeginTxn(); err != nil {
+		t.Fatal(err)
+	}
+	const chunk = 500
+	for i := 0; i < n; i += chunk {
+		msgs := make([]*sarama.ProducerMessage, 0, chunk)
+		for j := i; j < min(n, i+chunk); j++ {
+			v := fmt.Appendf(nil, "%s%d ", prefix, j)
+			v = append(v, bytes.Repeat([]byte{'x'}, max(0, size-len(v)))...)
+			msgs = append(msgs, &sarama.ProducerMessage{Topic: tp.topic, Value: sarama.ByteEncoder(v)})
+		}
+		if err := tp.p.SendMessages(msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	if commit {
+		err = tp.p.CommitTxn()
+	} else {
+		err = tp.p.AbortTxn()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -499,6 +499,7 @@ func (g *groupRun) add(s batch.Summary) {
 	g.sum.Records += s.Records
 	g.sum.DeadLetters += s.DeadLetters
 	g.sum.Fenced += s.Fenced
+	g.sum.RolledBack += s.RolledBack
 	g.sum.Lag = s.Lag
 	for p, n := range s.Next {
 		g.sum.Next[p] = n

@@ -76,8 +76,12 @@ func (u unknownOutcome) Unwrap() error { return u.err }
 
 // isRetryable: lost connections, deadlocks, Kafka read errors and unknown
 // outcomes may succeed on another attempt; fencing, conflicts and bad
-// configuration never do.
+// configuration never do. Nor does a read that gave up on the run's stop
+// request (batch.ErrStopped): another attempt would only wait again.
 func isRetryable(err error) bool {
+	if errors.Is(err, batch.ErrStopped) {
+		return false
+	}
 	var u unknownOutcome
 	return errors.As(err, &u) || writers.IsRetryable(err) || writers.IsRedisRetryable(err) || batch.IsRetryable(err)
 }

@@ -233,7 +233,7 @@ func runJob(ctx context.Context, s *settings) error {
 		}
 		log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
 			"records", res.Records, "dead_letters", res.DeadLetters, "fenced", res.Fenced, "elapsed", res.Elapsed.Round(time.Millisecond),
-			"records_per_sec", int64(rate), "lag", res.Lag)
+			"records_per_sec", int64(rate), "lag", res.Lag, "rolled_back", res.RolledBack)
 	}
 	out.done()
 	if err != nil {
