@@ -66,6 +66,11 @@ const (
 	CrashAfterWriteBeforeOffsets = "after-write-before-offsets" // results written, offsets not
 	CrashAfterOffsetsBeforeWrite = "after-offsets-before-write" // offsets stored, results not (all) written
 
+	// The consumer group (every strategy but checkpoint): the group has
+	// assigned this process its partitions; none is claimed yet. A process
+	// that dies here is a member that died in the middle of its join.
+	CrashAfterJoin = "after-join"
+
 	// Checkpoint mode.
 	CrashAfterBarrier                = "after-barrier"                  // a source forwarded barrier n
 	CrashAfterPrecommit              = "after-precommit"                // a sink pre-committed, not yet acked
@@ -75,6 +80,9 @@ const (
 
 // CrashPoints lists the crash points of the micro-batch strategies.
 var CrashPoints = []string{CrashAfterPlan, CrashMidWrite, CrashAfterWriteBeforeOffsets, CrashAfterOffsetsBeforeWrite}
+
+// GroupCrashPoints lists the crash points of the consumer group.
+var GroupCrashPoints = []string{CrashAfterJoin}
 
 // CheckpointCrashPoints lists the crash points of checkpoint mode.
 var CheckpointCrashPoints = []string{CrashAfterBarrier, CrashAfterPrecommit, CrashAfterCheckpointBeforeCommit, CrashMidCommit}

@@ -390,6 +390,9 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	}
 	// A rebalance during the claim must not turn into a failed claim: the
 	// claim is bounded by its retries, and the session ends right after.
+	if g.cfg.CrashPoint != nil {
+		g.cfg.CrashPoint(CrashAfterJoin)
+	}
 	g.mu.Lock()
 	g.sessions++
 	g.mu.Unlock()

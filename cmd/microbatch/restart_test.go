@@ -152,36 +152,29 @@ func testDefaultRestarts(t *testing.T, brokers, sink string) {
 	var latencies []time.Duration
 	var instance string
 	duringJoin := 0
-	// A kill "during the join" lands when the process has not been assigned
-	// its partitions yet; when one misses (the join was quicker), it is
-	// tried again, a bounded number of times.
-	const wantDuringJoin = 4
-	for kills, tries := 0, 0; kills < restartKills; tries++ {
-		if tries > 3*restartKills {
-			t.Fatalf("only %d of %d kills landed during the join in %d tries", duringJoin, wantDuringJoin, tries)
-		}
+	for kills := 0; kills < restartKills; {
 		started := time.Now()
-		p := startGroupProc(t, fmt.Sprintf("run-%02d", tries), dir, cmdEnv(), args)
-		joinKill := duringJoin < wantDuringJoin && (tries%3 == 1 || restartKills-kills <= wantDuringJoin-duringJoin)
-		if joinKill {
-			// The join starts once Kafka and the sink answer: a few tens of ms.
-			time.Sleep(time.Duration(20+rng.IntN(120)) * time.Millisecond)
-			p.signal(t, syscall.SIGKILL)
-			p.wait()
-			if len(p.assignments()) == 0 {
-				duringJoin++
-				kills++
-				t.Logf("kill %2d: during the join, %s after start", kills, time.Since(started).Round(time.Millisecond))
+		if kills%5 == 1 {
+			// Killed in the middle of its join, by construction: the process
+			// SIGKILLs itself when the group has assigned it its partitions,
+			// before it claimed any. Its restart must still be quick.
+			p := startGroupProc(t, fmt.Sprintf("run-%02d", kills), dir, cmdEnv("MICROBATCH_CRASH_AT="+strategies.CrashAfterJoin+":1"), args)
+			if ps := p.wait(); !killedBy(ps, syscall.SIGKILL) || len(p.assignments()) != 0 {
+				t.Fatalf("%s: ended %v with %d assignments, want killed at %s", p.name, ps, len(p.assignments()), strategies.CrashAfterJoin)
 			}
+			duringJoin++
+			kills++
+			t.Logf("kill %2d: during the join, %s after start", kills, time.Since(started).Round(time.Millisecond))
 			continue
 		}
+		p := startGroupProc(t, fmt.Sprintf("run-%02d", kills), dir, cmdEnv(), args)
 		lat := checkRestart(t, p, started)
 		latencies = append(latencies, lat)
 		id := instanceOf(t, p)
 		if instance == "" {
 			instance = id
 		} else if id != instance {
-			t.Errorf("restart %d joined as %q, its predecessors as %q: a restart must take the dead process's slot", tries, id, instance)
+			t.Errorf("restart %d joined as %q, its predecessors as %q: a restart must take the dead process's slot", kills, id, instance)
 		}
 		// Kill it a little later, at any point of its batches.
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
@@ -333,8 +326,9 @@ func TestProcessesOnOneHost(t *testing.T) {
 }
 
 // TestKilledDuringJoin: four processes of a job started together, each
-// SIGKILLed 0.5–1.5 s after start (during their joins and first batches),
-// then one `run --until-idle 2s` with default flags. The dead members
+// SIGKILLed in the middle of its join (by the after-join crash point: the
+// group assigned it partitions, it claimed none), then one
+// `run --until-idle 2s` with default flags. The dead members
 // linger in the group; the broker may hold the new member's join for a
 // whole rebalance timeout. The run must wait it out (never exit on a group
 // wait), take over every partition and exit 0 with the job caught up.
@@ -347,15 +341,14 @@ func TestKilledDuringJoin(t *testing.T) {
 			produced, expAmount := produceGroupInput(t, brokers, topic, 0, 40_000)
 			dir := t.TempDir()
 			args := defaultArgs(brokers, topic, job, sink)
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 			var procs []*groupProc
 			for i := range 4 {
-				procs = append(procs, startGroupProc(t, fmt.Sprintf("p%d", i), dir, cmdEnv(), args))
+				procs = append(procs, startGroupProc(t, fmt.Sprintf("p%d", i), dir, cmdEnv("MICROBATCH_CRASH_AT="+strategies.CrashAfterJoin+":1"), args))
 			}
 			for _, p := range procs {
-				time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond / 4)
-				p.signal(t, syscall.SIGKILL)
-				p.wait()
+				if ps := p.exit(t, time.Minute); !killedBy(ps, syscall.SIGKILL) || len(p.assignments()) != 0 {
+					t.Fatalf("%s: ended %v with %d assignments, want killed at %s", p.name, ps, len(p.assignments()), strategies.CrashAfterJoin)
+				}
 			}
 			started := time.Now()
 			final := startGroupProc(t, "until-idle", dir, cmdEnv(), append(args, "--until-idle", "2s"))

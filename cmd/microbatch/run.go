@@ -381,7 +381,7 @@ func crashPointFromEnv() (func(string), error) {
 	}
 	point, nstr, ok := strings.Cut(spec, ":")
 	n, err := strconv.ParseInt(nstr, 10, 64)
-	points := slices.Concat(strategies.CrashPoints, strategies.CheckpointCrashPoints)
+	points := slices.Concat(strategies.CrashPoints, strategies.GroupCrashPoints, strategies.CheckpointCrashPoints)
 	if !ok || err != nil || n < 1 || !slices.Contains(points, point) {
 		return nil, badConfig("%s=%q: want <point>:<n>, n ≥ 1, point one of %s", crashEnv, spec, strings.Join(points, ", "))
 	}
