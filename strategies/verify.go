@@ -83,7 +83,7 @@ func sumSQLiteTotals(ctx context.Context, w *writers.SQL, job string, t *SinkTot
 			}
 			sum.AddInt(n)
 		default:
-			return fmt.Errorf("key %q: amount is %v (%T), not an exact integer (a total that overflowed before microbatch kept totals exact?)", k, amount, amount)
+			return fmt.Errorf("key %q: amount is %v (%T), not an exact integer (a total an older version let overflow into a REAL)", k, amount, amount)
 		}
 		t.Events += events
 		t.Keys++

@@ -931,20 +931,16 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 
 // redisExactLua defines the fold's exact integer arithmetic on decimal
 // strings: isint(s) (a canonical integer of any length, as Redis and
-// bigadd write them: no sign on 0, no leading zeros), small(s) (one that
-// HINCRBY takes with room for the sums the fold checks, see LIMIT) and
-// bigadd(a, b), the exact sum of two such strings, digit by digit. Lua
-// numbers are doubles, exact only to 2^53: none of it computes in them.
+// bigadd write them: no sign on 0, no leading zeros) and bigadd(a, b), the
+// exact sum of two such strings, digit by digit (Lua numbers are doubles,
+// exact only to 2^53: it never computes in them); and LIMIT, a bound well
+// below 2^63 that a double's rounding of a sum can't carry across.
 const redisExactLua = `
 local LIMIT = 9.2e18
 -- isint: a canonical decimal integer of any length, as Redis and
 -- bigadd write them (no sign on 0, no leading zeros).
 local function isint(s)
   return s == '0' or string.match(s, '^%-?[1-9]%d*$') ~= nil
-end
--- small: an integer that HINCRBY takes, with room for the checked sums.
-local function small(s)
-  return #s <= 20 and math.abs(tonumber(s)) <= LIMIT
 end
 -- addmag, submag and cmpmag take magnitudes (digits, no sign).
 local function addmag(a, b)
@@ -1009,13 +1005,13 @@ end
 // Sums are exact integers of any size, stored as their decimal text (which
 // is what Redis stores for HINCRBY too): a total never wraps and never
 // stops the fold. The first pass follows each summed field with a Lua
-// double (exact only to 2^53) just to tell whether every intermediate sum
-// stays within a bound well below 2^63 that the doubles' rounding can't
-// cross: then the second pass adds with HINCRBY, which does the exact
-// int64 arithmetic. A field whose stored value or increments are longer
-// integers, or whose sum may leave int64, is added exactly in decimal
-// strings (bigadd) in the first pass instead, and the second pass sets the
-// result with HSET. Lua never does the arithmetic in doubles.
+// double (exact only to 2^53) just to tell whether its stored value, every
+// increment and every intermediate sum stay within LIMIT: then the second
+// pass adds with HINCRBY, which does the exact int64 arithmetic, and the
+// common case costs what it did before. A field for which that is not
+// certain ("big") is summed exactly in decimal strings (bigadd) after the
+// first pass, before anything is written, and its sum is set with HSET at
+// the end. Lua never does the arithmetic in doubles.
 //
 // A user-defined job's fields ("a:"/"s:" table:column NUL row-key) go to the
 // rows hash KEYS names for table:column; one the caller did not pass is
@@ -1061,48 +1057,55 @@ local function rowtarget(ck, f)
   end
   return hk, string.sub(f, z + 1), nil
 end
--- sums[hash][field]: the stored value (base), the increments while they
--- go to HINCRBY (incs, approx: their running sum as a double), or, once
--- big, the exact result (exact).
-local sums = {}
+-- run[hash][field]: the field's sum so far as a double, only to bound
+-- it. big[hash][field]: true for a field whose sum may leave int64 (its
+-- stored value, an increment or a running sum past LIMIT); after the first
+-- pass, its exact sum in decimal.
+local run, big = {}, {}
+local nbig = 0
 local function account(hk, key, v, ck, f)
   if not isint(v) then
     return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
   end
-  local h = sums[hk]
-  if h == nil then
-    h = {}
-    sums[hk] = h
+  local r = run[hk]
+  if r == nil then
+    r = {}
+    run[hk] = r
+    big[hk] = {}
   end
-  local e = h[key]
-  if e == nil then
+  local b = big[hk]
+  local cur = r[key]
+  if cur == nil then
     local s = redis.call('HGET', hk, key) or '0'
     if not isint(s) then
       return redis.error_reply('MBCORRUPT ' .. hk .. ' field ' .. key .. ' is not an integer')
     end
-    e = {base = s, incs = {}}
-    if small(s) then e.approx = tonumber(s) else e.exact = s end
-    h[key] = e
-  end
-  if not e.exact then
-    if small(v) and math.abs(e.approx + tonumber(v)) <= LIMIT then
-      e.approx = e.approx + tonumber(v)
-      e.incs[#e.incs + 1] = v
-      return nil
+    cur = tonumber(s)
+    if #s > 20 or math.abs(cur) > LIMIT then
+      b[key] = true
+      nbig = nbig + 1
     end
-    local x = e.base
-    for _, d in ipairs(e.incs) do
-      x = bigadd(x, d)
-    end
-    e.exact = x
   end
-  e.exact = bigadd(e.exact, v)
+  local x = tonumber(v)
+  cur = cur + x
+  r[key] = cur
+  if not b[key] and (#v > 20 or math.abs(x) > LIMIT or math.abs(cur) > LIMIT) then
+    b[key] = true
+    nbig = nbig + 1
+  end
   return nil
 end
--- add applies an increment accounted for: HINCRBY, or nothing for a field
--- whose exact result is set at the end.
+-- addbig adds an increment to a big field's exact sum.
+local function addbig(hk, key, v)
+  local b = big[hk]
+  if b and b[key] then
+    b[key] = bigadd(b[key], v)
+  end
+end
+-- add applies an increment: HINCRBY, or nothing for a big field, whose
+-- exact sum is set at the end.
 local function add(hk, key, v)
-  if not sums[hk][key].exact then
+  if not big[hk][key] then
     redis.call('HINCRBY', hk, key, v)
   end
 end
@@ -1166,6 +1169,31 @@ for i = 1, n do
     todo[#todo + 1] = {ck, dk, field, to, kv}
   end
 end
+-- The exact sums of the big fields (rare: only then a second look at the
+-- contributions), still before anything is written.
+if nbig > 0 then
+  for hk, b in pairs(big) do
+    for key in pairs(b) do
+      b[key] = redis.call('HGET', hk, key) or '0'
+    end
+  end
+  for _, t in ipairs(todo) do
+    local ck, kv = t[1], t[5]
+    for j = 1, #kv, 2 do
+      local f, v = kv[j], kv[j + 1]
+      local p = string.sub(f, 1, 2)
+      if p == 't:' then
+        local c = string.find(v, ',', 1, true)
+        local key = string.sub(f, 3)
+        addbig(KEYS[4], key, string.sub(v, 1, c - 1))
+        addbig(KEYS[5], key, string.sub(v, c + 1))
+      elseif p == 'a:' then
+        local hk, key = rowtarget(ck, f)
+        addbig(hk, key, v)
+      end
+    end
+  end
+end
 for _, t in ipairs(todo) do
   local ck, dk, field, to, kv = t[1], t[2], t[3], t[4], t[5]
   for j = 1, #kv, 2 do
@@ -1189,11 +1217,9 @@ for _, t in ipairs(todo) do
   redis.call('HSET', KEYS[3], field, to)
   redis.call('DEL', ck)
 end
-for hk, h in pairs(sums) do
-  for key, e in pairs(h) do
-    if e.exact then
-      redis.call('HSET', hk, key, e.exact)
-    end
+for hk, b in pairs(big) do
+  for key, x in pairs(b) do
+    redis.call('HSET', hk, key, x)
   end
 end
 return #todo
