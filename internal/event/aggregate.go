@@ -1,6 +1,7 @@
 package event
 
-// Total is one key's contribution: how many events and the sum of amount.
+// Total is one key's contribution: how many events and the sum of amount
+// (all of it, or one part of a sum past int64: see Aggregator).
 type Total struct {
 	Key    string
 	Events int64
