@@ -76,7 +76,7 @@ func (b *bench) clean(s spec, row *Row) error {
 		return fmt.Errorf("reading the sink: %w", err)
 	}
 	want := expectedOf(w, w.Events)
-	cl.Exact = got.Events == want.Events && got.Amount == want.Amount
+	cl.Exact = got.Events == want.Events && got.AmountIs(want.Amount)
 	b.prog.printf("%s: clean run: %s events/s (%.2fs to the last commit), %.1f CPU s, peak RSS %d MiB", s.name,
 		group(int64(cl.EventsPerSec)), cl.Seconds, cl.CPUSeconds, cl.PeakRSS>>20)
 	if !cl.Exact {

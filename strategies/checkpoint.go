@@ -43,10 +43,12 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
@@ -174,8 +176,39 @@ type ckptData struct {
 	// bytes that are not UTF-8), which is safe because the only keys here
 	// are the built-in job's, and event.Decode dead-letters every record
 	// whose key is not valid UTF-8; a Transform keeps no keyed state.
-	State   map[string][2]int64 `json:"state"`
+	State   map[string]keyState `json:"state"`
 	Pending []writers.Pending   `json:"pending"`
+}
+
+// keyState is a key's running count and amount total in the operators'
+// state. The total is exact (exact.Int): it never wraps. In a checkpoint
+// it is [events, amount], two JSON integers, the amount of any size, as
+// checkpoints always held it.
+type keyState struct {
+	Events int64
+	Total  exact.Int
+}
+
+func (k keyState) MarshalJSON() ([]byte, error) {
+	b := append(strconv.AppendInt([]byte{'['}, k.Events, 10), ',')
+	return append(k.Total.Append(b), ']'), nil
+}
+
+func (k *keyState) UnmarshalJSON(b []byte) error {
+	var v [2]json.RawMessage
+	if err := json.Unmarshal(b, &v); err != nil || v[0] == nil || v[1] == nil {
+		return fmt.Errorf("keyed state %s: want [events, amount]", b)
+	}
+	events, err := strconv.ParseInt(string(v[0]), 10, 64)
+	if err != nil {
+		return fmt.Errorf("keyed state %s: events: %w", b, err)
+	}
+	var total exact.Int
+	if err := total.UnmarshalJSON(v[1]); err != nil {
+		return fmt.Errorf("keyed state %s: amount: %w", b, err)
+	}
+	*k = keyState{Events: events, Total: total}
+	return nil
 }
 
 // runCheckpoint runs checkpoint mode until ctx is cancelled (a final
@@ -262,7 +295,7 @@ func (r *ckptRunner) restore(ctx context.Context) (*offsets.Checkpoint, ckptData
 	if err != nil {
 		return nil, ckptData{}, fatal{err}
 	}
-	data := ckptData{State: map[string][2]int64{}}
+	data := ckptData{State: map[string]keyState{}}
 	if chk != nil {
 		if chk.Topic != cfg.Topic {
 			return nil, ckptData{}, fmt.Errorf("%w: job %q's checkpoint %d is of topic %q, not %q: use another --job or --state-dir", ErrConfig, cfg.Job, chk.ID, chk.Topic, cfg.Topic)
@@ -271,7 +304,7 @@ func (r *ckptRunner) restore(ctx context.Context) (*offsets.Checkpoint, ckptData
 			return nil, ckptData{}, fmt.Errorf("checkpoint %d: %w", chk.ID, err)
 		}
 		if data.State == nil {
-			data.State = map[string][2]int64{}
+			data.State = map[string]keyState{}
 		}
 	} else {
 		// A new job. Its checkpoint ids start at the clock (in ms), not at
@@ -354,8 +387,8 @@ func (r *ckptRunner) attempt(ctx context.Context, res *Result) (progressed bool,
 }
 
 // mergeState folds operator snapshots into one keyed state.
-func mergeState(parts []map[string][2]int64) map[string][2]int64 {
-	out := map[string][2]int64{}
+func mergeState(parts []map[string]keyState) map[string]keyState {
+	out := map[string]keyState{}
 	for _, m := range parts {
 		maps.Copy(out, m)
 	}

@@ -44,7 +44,7 @@ type ack struct {
 	next    int64               // source: offset to resume at
 	records int64               // source: records read since the previous barrier
 	dead    int64               // source: of which dead letters
-	state   map[string][2]int64 // operator: snapshot
+	state   map[string]keyState // operator: snapshot
 	pending []writers.Pending   // sink: transactions not known committed
 }
 
@@ -223,7 +223,7 @@ func (p *pipeline) checkpoint(ctx context.Context, n int64) (*offsets.Checkpoint
 	want := len(p.parts) + 2*cfg.OperatorParallelism
 	chk := &offsets.Checkpoint{Job: cfg.Job, ID: n, Topic: cfg.Topic, Offsets: map[int32]int64{}}
 	data := ckptData{Subtasks: p.data.Subtasks}
-	var states []map[string][2]int64
+	var states []map[string]keyState
 	prog := batch.Progress{BatchID: n, Partitions: len(p.parts)}
 	timeout := time.NewTimer(cfg.CheckpointTimeout)
 	defer timeout.Stop()
@@ -453,9 +453,9 @@ func keyOwner(key []byte, n int) int {
 
 // operatorState is operator o's share of the checkpoint's keyed state,
 // split by key owner, so the parallelism may change between runs.
-func (p *pipeline) operatorState(o int) map[string][2]int64 {
+func (p *pipeline) operatorState(o int) map[string]keyState {
 	n := len(p.toOp)
-	out := map[string][2]int64{}
+	out := map[string]keyState{}
 	for k, v := range p.data.State {
 		if keyOwner([]byte(k), n) == o {
 			out[k] = v
@@ -467,7 +467,7 @@ func (p *pipeline) operatorState(o int) map[string][2]int64 {
 // operator keeps per-key running totals. It aligns barriers: an input
 // whose barrier n arrived is not read until every input's has, so the
 // snapshot holds exactly the records before barrier n.
-func (p *pipeline) operator(ctx context.Context, o int, state map[string][2]int64) error {
+func (p *pipeline) operator(ctx context.Context, o int, state map[string]keyState) error {
 	inputs := p.toOp[o]
 	cases := make([]reflect.SelectCase, len(inputs)+1)
 	for i, c := range inputs {
@@ -506,10 +506,10 @@ func (p *pipeline) operator(ctx context.Context, o int, state map[string][2]int6
 					continue
 				}
 				st := state[r.Key]
-				st[0]++
-				st[1] += r.Amount
+				st.Events++
+				st.Total.Add(r.Amount) // exact: int64 while it fits, math/big beyond
 				state[r.Key] = st
-				r.Count, r.Total = st[0], st[1]
+				r.Count, r.Total = st.Events, st.Total
 			}
 			if err := emit(it); err != nil {
 				return err

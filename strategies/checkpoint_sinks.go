@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -18,7 +19,8 @@ import (
 type output struct {
 	ID, Amount, TS int64
 	Key            string
-	Count, Total   int64
+	Count          int64
+	Total          exact.Int
 	Dead           *writers.DeadLetter
 	Val            any
 }

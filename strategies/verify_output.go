@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"strings"
 
 	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -23,7 +25,8 @@ func readOutputTotals(ctx context.Context, dsn, job string, sec kafkautil.Securi
 	if err != nil {
 		return SinkTotals{}, "", err
 	}
-	var t SinkTotals
+	t := SinkTotals{Amount: new(big.Int)}
+	var amount exact.Int
 	keys := map[string]bool{}
 	add := func(value []byte) error {
 		if strings.HasPrefix(string(value), `{"dead_letter":`) {
@@ -35,20 +38,20 @@ func readOutputTotals(ctx context.Context, dsn, job string, sec kafkautil.Securi
 			return fmt.Errorf("output record %q: %w", value, err)
 		}
 		t.Events++
-		t.Amount += o.Amount
+		amount.Add(o.Amount)
 		keys[o.Key] = true
 		return nil
 	}
 	if spec.kind == "file" {
 		err := writers.ReadFileSink(spec.dir, job, add)
-		t.Keys = int64(len(keys))
+		t.Keys, t.Amount = int64(len(keys)), amount.Big()
 		return t, "files in " + spec.dir, err
 	}
 	where := fmt.Sprintf("kafka %s/%s", strings.Join(spec.brokers, ","), spec.topic)
 	if err := readTopic(ctx, sec, spec.brokers, spec.topic, add); err != nil {
 		return t, where, err
 	}
-	t.Keys = int64(len(keys))
+	t.Keys, t.Amount = int64(len(keys)), amount.Big()
 	err = readTopic(ctx, sec, spec.brokers, spec.topic+DeadLetterTopicSuffix, func([]byte) error {
 		t.DeadLetters++
 		return nil

@@ -44,7 +44,9 @@ package writers
 // cluster slot, which a multi-key script needs):
 //
 //	mb:{job}:totals:events   hash  event key -> events      (users' view)
-//	mb:{job}:totals:amount   hash  event key -> amount sum  (users' view)
+//	mb:{job}:totals:amount   hash  event key -> amount sum  (users' view;
+//	                               exact, past int64 too: sums are decimal
+//	                               integers of any size, HGET them as text)
 //	mb:{job}:offsets         hash  "topic/partition" -> next offset
 //	mb:{job}:epoch           string  highest epoch handed out for the job;
 //	                               the epoch of partitions not in epochs
@@ -87,7 +89,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"math/big"
 	"net"
 	"net/url"
 	"regexp"
@@ -100,6 +102,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/values"
 	"github.com/microbatch/microbatch/offsets"
 )
@@ -716,7 +719,7 @@ type deadLetterJSON struct {
 }
 
 // WriteContribution stores range r's results: per-key totals (repeated keys
-// are summed) and dead letters, which must lie in r. It replaces the range's
+// are summed, exactly: a key's sum may pass int64) and dead letters, which must lie in r. It replaces the range's
 // contribution key in one atomic step, so a fold sees the old or the new
 // content, never a mix, and writing a range again (a replay) is harmless.
 // Once the range is folded it writes nothing and returns nil. Nothing is
@@ -729,15 +732,21 @@ func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, 
 	if err := r.validate(); err != nil {
 		return err
 	}
-	sums := make(map[string][2]int64, len(totals))
+	type sum struct{ events, amount exact.Int }
+	sums := make(map[string]*sum, len(totals))
 	for _, t := range totals {
 		s := sums[t.Key]
-		sums[t.Key] = [2]int64{s[0] + t.Events, s[1] + t.Amount}
+		if s == nil {
+			s = &sum{}
+			sums[t.Key] = s
+		}
+		s.events.Add(t.Events)
+		s.amount.Add(t.Amount)
 	}
 	args := make([]any, 0, 6+2*len(sums)+2*len(dls))
 	args = append(args, epoch, r.field(), r.From, r.To, "m", r.String())
 	for k, s := range sums {
-		args = append(args, "t:"+k, strconv.FormatInt(s[0], 10)+","+strconv.FormatInt(s[1], 10))
+		args = append(args, "t:"+k, s.events.String()+","+s.amount.String())
 	}
 	return w.writeContribution(ctx, job, r, args, dls)
 }
@@ -769,8 +778,8 @@ func (w *Redis) writeContribution(ctx context.Context, job string, r Range, args
 
 // ErrRedisValue means a row of a user-defined job (WriteRowsContribution)
 // can't be stored in the Redis hashes: a MergeAdd value that is not an
-// integer, a sum that overflows int64, a key or value of a type without a
-// text form, a nil, or a row of the wrong width. It is the job's error, not
+// integer, a key or value of a type without a text form, a nil, or a row
+// of the wrong width. It is the job's error, not
 // Redis's: retrying gives the same rows again.
 var ErrRedisValue = errors.New("writers: row not storable in Redis")
 
@@ -852,7 +861,7 @@ func redisRowsSuffix(table, column string) string { return table + ":" + column 
 // RedisRowsKey(job, u.Table, v) with a field per row key (RedisRowField);
 // the fold (FoldRows) adds the rows' values into it with HINCRBY for
 // u.Merge == MergeAdd — values must then be integers, and rows with the same
-// key are summed here — or sets them with HSET for MergeReplace (the text
+// key are summed here; sums are exact, past int64 too (see Fold) — or sets them with HSET for MergeReplace (the text
 // of the value, see RedisRowField; of rows with the same key, the last
 // one's). A row that can't be stored fails the whole call with
 // ErrRedisValue, naming the column, and writes nothing. The contribution
@@ -877,7 +886,7 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 	for i, v := range u.Values {
 		cols[i] = prefix + redisRowsSuffix(u.Table, v) + "\x00"
 	}
-	sums := map[string]int64{}
+	sums := map[string]exact.Int{}
 	sets := map[string]string{}
 	for _, row := range rows {
 		if len(row) != width {
@@ -897,10 +906,8 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 						ErrRedisValue, u.Table, u.Values[i], key, v, v)
 				}
 				s := sums[f]
-				if (n > 0 && s > math.MaxInt64-n) || (n < 0 && s < math.MinInt64-n) {
-					return fmt.Errorf("%w: %s.%s of key %q overflows int64 in range %v", ErrRedisValue, u.Table, u.Values[i], key, r)
-				}
-				sums[f] = s + n
+				s.Add(n)
+				sums[f] = s
 				continue
 			}
 			s, ok := redisText(v)
@@ -914,13 +921,76 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 	args := make([]any, 0, 6+2*len(sums)+2*len(sets)+2*len(dls))
 	args = append(args, epoch, r.field(), r.From, r.To, "m", r.String())
 	for f, n := range sums {
-		args = append(args, f, strconv.FormatInt(n, 10))
+		args = append(args, f, n.String())
 	}
 	for f, s := range sets {
 		args = append(args, f, s)
 	}
 	return w.writeContribution(ctx, job, r, args, dls)
 }
+
+// redisExactLua defines the fold's exact integer arithmetic on decimal
+// strings: isint(s) (a canonical integer of any length, as Redis and
+// bigadd write them: no sign on 0, no leading zeros) and bigadd(a, b), the
+// exact sum of two such strings, digit by digit (Lua numbers are doubles,
+// exact only to 2^53: it never computes in them); and LIMIT, a bound well
+// below 2^63 that a double's rounding of a sum can't carry across.
+const redisExactLua = `
+local LIMIT = 9.2e18
+-- isint: a canonical decimal integer of any length, as Redis and
+-- bigadd write them (no sign on 0, no leading zeros).
+local function isint(s)
+  return s == '0' or string.match(s, '^%-?[1-9]%d*$') ~= nil
+end
+-- addmag, submag and cmpmag take magnitudes (digits, no sign).
+local function addmag(a, b)
+  local r, carry, i, j = {}, 0, #a, #b
+  while i > 0 or j > 0 or carry > 0 do
+    local d = carry
+    if i > 0 then d = d + string.byte(a, i) - 48; i = i - 1 end
+    if j > 0 then d = d + string.byte(b, j) - 48; j = j - 1 end
+    carry = 0
+    if d >= 10 then d = d - 10; carry = 1 end
+    r[#r + 1] = string.char(48 + d)
+  end
+  return string.reverse(table.concat(r))
+end
+local function submag(a, b) -- a >= b
+  local r, borrow, i, j = {}, 0, #a, #b
+  while i > 0 do
+    local d = string.byte(a, i) - 48 - borrow
+    if j > 0 then d = d - (string.byte(b, j) - 48); j = j - 1 end
+    borrow = 0
+    if d < 0 then d = d + 10; borrow = 1 end
+    r[#r + 1] = string.char(48 + d)
+    i = i - 1
+  end
+  local s = (string.gsub(string.reverse(table.concat(r)), '^0+', ''))
+  if s == '' then return '0' end
+  return s
+end
+local function cmpmag(a, b)
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  if a == b then return 0 end
+  return a < b and -1 or 1
+end
+local function bigadd(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  local ma, mb = a, b
+  if na then ma = string.sub(a, 2) end
+  if nb then mb = string.sub(b, 2) end
+  local neg, m
+  if na == nb then
+    neg, m = na, addmag(ma, mb)
+  else
+    local c = cmpmag(ma, mb)
+    if c == 0 then return '0' end
+    if c > 0 then neg, m = na, submag(ma, mb) else neg, m = nb, submag(mb, ma) end
+  end
+  if neg and m ~= '0' then return '-' .. m end
+  return m
+end
+`
 
 // foldScript: KEYS epoch, epochs, offsets, totals:events, totals:amount,
 // plan:parts, then per range its contrib and dead keys, then the rows
@@ -930,25 +1000,29 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 // It runs in two passes so that a failure changes nothing (Redis does not
 // undo a script's writes when it fails half-way): the first pass reads and
 // checks everything a write could trip over — epochs, plan, offsets, key
-// types, stored values, int64 overflow — and the second only writes. The
-// overflow check uses Lua doubles with a bound well below 2^63, which their
-// rounding can't cross; the increments themselves are passed to HINCRBY as
-// the exact decimal strings.
+// types, stored values — and the second only writes.
+//
+// Sums are exact integers of any size, stored as their decimal text (which
+// is what Redis stores for HINCRBY too): a total never wraps and never
+// stops the fold. The first pass follows each summed field with a Lua
+// double (exact only to 2^53) just to tell whether its stored value, every
+// increment and every intermediate sum stay within LIMIT: then the second
+// pass adds with HINCRBY, which does the exact int64 arithmetic, and the
+// common case costs what it did before. A field for which that is not
+// certain ("big") is summed exactly in decimal strings (bigadd) after the
+// first pass, before anything is written, and its sum is set with HSET at
+// the end. Lua never does the arithmetic in doubles.
 //
 // A user-defined job's fields ("a:"/"s:" table:column NUL row-key) go to the
 // rows hash KEYS names for table:column; one the caller did not pass is
 // refused (MBCONFLICT), not written to an undeclared key.
-var foldScript = redis.NewScript(redisFenceLua + `
-local LIMIT = 9.2e18
+var foldScript = redis.NewScript(redisFenceLua + redisExactLua + `
 local n = (#ARGV - 2) / 3
 for i = 1, n do
   local err = fence(KEYS[1], KEYS[2], ARGV[3 * i], ARGV[1], 'fold')
   if err then
     return err
   end
-end
-local function isint(s)
-  return #s <= 20 and string.match(s, '^%-?%d+$') ~= nil
 end
 local function ishash(k)
   local t = redis.call('TYPE', k)['ok']
@@ -983,8 +1057,58 @@ local function rowtarget(ck, f)
   end
   return hk, string.sub(f, z + 1), nil
 end
-local run = {{}, {}}
-local rrun = {}
+-- run[hash][field]: the field's sum so far as a double, only to bound
+-- it. big[hash][field]: true for a field whose sum may leave int64 (its
+-- stored value, an increment or a running sum past LIMIT); after the first
+-- pass, its exact sum in decimal.
+local run, big = {}, {}
+local nbig = 0
+local function account(hk, key, v, ck, f)
+  if not isint(v) then
+    return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
+  end
+  local r = run[hk]
+  if r == nil then
+    r = {}
+    run[hk] = r
+    big[hk] = {}
+  end
+  local b = big[hk]
+  local cur = r[key]
+  if cur == nil then
+    local s = redis.call('HGET', hk, key) or '0'
+    if not isint(s) then
+      return redis.error_reply('MBCORRUPT ' .. hk .. ' field ' .. key .. ' is not an integer')
+    end
+    cur = tonumber(s)
+    if #s > 20 or math.abs(cur) > LIMIT then
+      b[key] = true
+      nbig = nbig + 1
+    end
+  end
+  local x = tonumber(v)
+  cur = cur + x
+  r[key] = cur
+  if not b[key] and (#v > 20 or math.abs(x) > LIMIT or math.abs(cur) > LIMIT) then
+    b[key] = true
+    nbig = nbig + 1
+  end
+  return nil
+end
+-- addbig adds an increment to a big field's exact sum.
+local function addbig(hk, key, v)
+  local b = big[hk]
+  if b and b[key] then
+    b[key] = bigadd(b[key], v)
+  end
+end
+-- add applies an increment: HINCRBY, or nothing for a big field, whose
+-- exact sum is set at the end.
+local function add(hk, key, v)
+  if not big[hk][key] then
+    redis.call('HINCRBY', hk, key, v)
+  end
+end
 local todo = {}
 for i = 1, n do
   local ck, dk = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
@@ -1020,51 +1144,19 @@ for i = 1, n do
           return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
         end
         local key = string.sub(f, 3)
-        local d = {string.sub(v, 1, c - 1), string.sub(v, c + 1)}
-        for h = 1, 2 do
-          if not isint(d[h]) then
-            return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
-          end
-          local cur = run[h][key]
-          if cur == nil then
-            local s = redis.call('HGET', KEYS[3 + h], key) or '0'
-            if not isint(s) then
-              return redis.error_reply('MBCORRUPT ' .. KEYS[3 + h] .. ' field ' .. key .. ' is not an integer')
-            end
-            cur = tonumber(s)
-          end
-          cur = cur + tonumber(d[h])
-          if math.abs(cur) > LIMIT then
-            return redis.error_reply('MBOVERFLOW folding ' .. field .. ' ' .. from .. '-' .. to .. ' would overflow ' .. KEYS[3 + h] .. ' field ' .. key)
-          end
-          run[h][key] = cur
+        local err = account(KEYS[4], key, string.sub(v, 1, c - 1), ck, f) or account(KEYS[5], key, string.sub(v, c + 1), ck, f)
+        if err then
+          return err
         end
       elseif p == 'a:' then
         local hk, key, err = rowtarget(ck, f)
         if err then
           return err
         end
-        if not isint(v) then
-          return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
+        err = account(hk, key, v, ck, f)
+        if err then
+          return err
         end
-        local r = rrun[hk]
-        if r == nil then
-          r = {}
-          rrun[hk] = r
-        end
-        local cur = r[key]
-        if cur == nil then
-          local s = redis.call('HGET', hk, key) or '0'
-          if not isint(s) then
-            return redis.error_reply('MBCORRUPT ' .. hk .. ' field ' .. key .. ' is not an integer')
-          end
-          cur = tonumber(s)
-        end
-        cur = cur + tonumber(v)
-        if math.abs(cur) > LIMIT then
-          return redis.error_reply('MBOVERFLOW folding ' .. field .. ' ' .. from .. '-' .. to .. ' would overflow ' .. hk .. ' field ' .. key)
-        end
-        r[key] = cur
       elseif p == 's:' then
         local _, _, err = rowtarget(ck, f)
         if err then
@@ -1077,6 +1169,31 @@ for i = 1, n do
     todo[#todo + 1] = {ck, dk, field, to, kv}
   end
 end
+-- The exact sums of the big fields (rare: only then a second look at the
+-- contributions), still before anything is written.
+if nbig > 0 then
+  for hk, b in pairs(big) do
+    for key in pairs(b) do
+      b[key] = redis.call('HGET', hk, key) or '0'
+    end
+  end
+  for _, t in ipairs(todo) do
+    local ck, kv = t[1], t[5]
+    for j = 1, #kv, 2 do
+      local f, v = kv[j], kv[j + 1]
+      local p = string.sub(f, 1, 2)
+      if p == 't:' then
+        local c = string.find(v, ',', 1, true)
+        local key = string.sub(f, 3)
+        addbig(KEYS[4], key, string.sub(v, 1, c - 1))
+        addbig(KEYS[5], key, string.sub(v, c + 1))
+      elseif p == 'a:' then
+        local hk, key = rowtarget(ck, f)
+        addbig(hk, key, v)
+      end
+    end
+  end
+end
 for _, t in ipairs(todo) do
   local ck, dk, field, to, kv = t[1], t[2], t[3], t[4], t[5]
   for j = 1, #kv, 2 do
@@ -1085,13 +1202,13 @@ for _, t in ipairs(todo) do
     if p == 't:' then
       local c = string.find(v, ',', 1, true)
       local key = string.sub(f, 3)
-      redis.call('HINCRBY', KEYS[4], key, string.sub(v, 1, c - 1))
-      redis.call('HINCRBY', KEYS[5], key, string.sub(v, c + 1))
+      add(KEYS[4], key, string.sub(v, 1, c - 1))
+      add(KEYS[5], key, string.sub(v, c + 1))
     elseif p == 'd:' then
       redis.call('HSET', dk, string.sub(f, 3), v)
     elseif p == 'a:' then
       local hk, key = rowtarget(ck, f)
-      redis.call('HINCRBY', hk, key, v)
+      add(hk, key, v)
     elseif p == 's:' then
       local hk, key = rowtarget(ck, f)
       redis.call('HSET', hk, key, v)
@@ -1099,6 +1216,11 @@ for _, t in ipairs(todo) do
   end
   redis.call('HSET', KEYS[3], field, to)
   redis.call('DEL', ck)
+end
+for hk, b in pairs(big) do
+  for key, x in pairs(b) do
+    redis.call('HSET', hk, key, x)
+  end
 end
 return #todo
 `)
@@ -1193,36 +1315,44 @@ func (w *Redis) Rows(ctx context.Context, job, table, column string) (map[string
 	return out, nil
 }
 
-// Totals sums the users' totals hashes: all events, all amounts, and how many
-// keys. It reads in steps, not as one snapshot: call it when the job is idle.
-func (w *Redis) Totals(ctx context.Context, job string) (events, amount, keys int64, err error) {
+// Totals sums the users' totals hashes: all events, all amounts (exact:
+// a key's amount may pass int64), and how many keys. It reads in steps,
+// not as one snapshot: call it when the job is idle.
+func (w *Redis) Totals(ctx context.Context, job string) (events int64, amount *big.Int, keys int64, err error) {
 	if err := checkJob(job); err != nil {
-		return 0, 0, 0, err
+		return 0, nil, 0, err
 	}
-	if events, keys, err = w.sumHash(ctx, RedisEventsKey(job)); err != nil {
-		return 0, 0, 0, err
+	ev, keys, err := w.sumHash(ctx, RedisEventsKey(job))
+	if err != nil {
+		return 0, nil, 0, err
 	}
-	if amount, _, err = w.sumHash(ctx, RedisAmountKey(job)); err != nil {
-		return 0, 0, 0, err
+	events, ok := ev.Int64()
+	if !ok {
+		return 0, nil, 0, fmt.Errorf("reading %s: the events of job %s add up to %v, more than an int64 holds", RedisEventsKey(job), job, ev)
 	}
-	return events, amount, keys, nil
+	am, _, err := w.sumHash(ctx, RedisAmountKey(job))
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	return events, am.Big(), keys, nil
 }
 
-func (w *Redis) sumHash(ctx context.Context, key string) (sum, n int64, err error) {
+// sumHash adds up a hash's values, integers of any size.
+func (w *Redis) sumHash(ctx context.Context, key string) (sum exact.Int, n int64, err error) {
 	it := w.c.HScan(ctx, key, 0, "", 1000).Iterator()
 	for i := 0; it.Next(ctx); i++ {
 		if i%2 == 0 {
 			continue // a field
 		}
-		v, err := strconv.ParseInt(it.Val(), 10, 64)
+		v, err := exact.Parse(it.Val())
 		if err != nil {
-			return 0, 0, fmt.Errorf("reading %s: value %q is not an integer", key, it.Val())
+			return sum, 0, fmt.Errorf("reading %s: value %q is not an integer", key, it.Val())
 		}
-		sum += v
+		sum.AddInt(v)
 		n++
 	}
 	if err := it.Err(); err != nil {
-		return 0, 0, fmt.Errorf("reading %s: %w", key, err)
+		return sum, 0, fmt.Errorf("reading %s: %w", key, err)
 	}
 	return sum, n, nil
 }

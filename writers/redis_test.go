@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
+	"math/rand/v2"
 	"net"
 	"reflect"
 	"strconv"
@@ -461,7 +464,7 @@ func TestRedisFoldTwice(t *testing.T) {
 	sameSnapshot(t, "a second fold", before, snapshot(t, w, job))
 	wantTotals(t, w, job, map[string]total{"k": {5, 50}})
 	ev, am, keys, err := w.Totals(t.Context(), job)
-	if err != nil || ev != 5 || am != 50 || keys != 1 {
+	if err != nil || ev != 5 || am.Cmp(big.NewInt(50)) != 0 || keys != 1 {
 		t.Fatalf("Totals = %d %d %d, %v; want 5 50 1", ev, am, keys, err)
 	}
 }
@@ -555,24 +558,131 @@ func TestRedisFoldConflictIsAtomic(t *testing.T) {
 	}
 }
 
-func TestRedisFoldOverflowChangesNothing(t *testing.T) {
+// TestRedisFoldPastInt64: a fold whose sums leave int64 (the stored total
+// near the bound, increments from several ranges, and one range's own sum
+// past int64) stores them exactly as decimal text, and a total that comes
+// back into int64 is one HINCRBY takes again.
+func TestRedisFoldPastInt64(t *testing.T) {
 	w := openRedisSink(t)
 	job := redisJob(t, w)
 	ctx := t.Context()
 	epoch, ranges := jobSetup(t, w, job, 2, 10)
-	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "a", Events: 1, Amount: 1}, {Key: "b", Events: 1, Amount: 1}}, nil)
-	mustWrite(t, w, job, epoch, ranges[1], []Total{{Key: "z", Events: 1, Amount: 1 << 40}}, nil)
-	if err := w.Client().HSet(ctx, RedisAmountKey(job), "z", int64(1<<63-1)-(1<<30)).Err(); err != nil {
+	const max, min = math.MaxInt64, math.MinInt64
+	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "a", Events: 1, Amount: 1}, {Key: "z", Events: 1, Amount: 1 << 40},
+		{Key: "n", Events: 1, Amount: -5}, {Key: "w", Events: 1, Amount: max}, {Key: "w", Events: 1, Amount: max}}, nil)
+	mustWrite(t, w, job, epoch, ranges[1], []Total{{Key: "z", Events: 2, Amount: max}, {Key: "n", Events: 1, Amount: min},
+		{Key: "back", Events: 1, Amount: -10}}, nil)
+	for k, v := range map[string]string{"z": fmt.Sprint(int64(max - (1 << 30))), "n": fmt.Sprint(int64(min + 3)), "back": "9223372036854775808"} {
+		if err := w.Client().HSet(ctx, RedisAmountKey(job), k, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Client().HSet(ctx, RedisEventsKey(job), k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustFold(t, w, job, epoch, 1, ranges, 2)
+	want := map[string]string{
+		"a":    "1",
+		"z":    bigSum(max-(1<<30), 1<<40, max),
+		"n":    bigSum(min+3, -5, min),
+		"w":    bigSum(max, max),
+		"back": "9223372036854775798",
+	}
+	got, err := w.Client().HGetAll(ctx, RedisAmountKey(job)).Result()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Client().HSet(ctx, RedisEventsKey(job), "z", 0).Err(); err != nil {
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("amounts = %v, want %v", got, want)
+	}
+	if ev := w.Client().HGet(ctx, RedisEventsKey(job), "z").Val(); ev != "3" {
+		t.Fatalf("events of z = %s, want 3", ev)
+	}
+	// A plain HINCRBY works on the total that came back into int64.
+	if n, err := w.Client().HIncrBy(ctx, RedisAmountKey(job), "back", 1).Result(); err != nil || n != max-8 {
+		t.Fatalf("HINCRBY back = %d, %v", n, err)
+	}
+	ev, am, keys, err := w.Totals(ctx, job)
+	wantSum, _ := new(big.Int).SetString(bigSum(1, max-(1<<30), 1<<40, max, min+3, -5, min, max, max, max-8), 10)
+	if err != nil || ev != 9 || am.Cmp(wantSum) != 0 || keys != 5 {
+		t.Fatalf("Totals = %d %s %d, %v; want 9 %s 5", ev, am, keys, err, wantSum)
+	}
+}
+
+// TestRedisFoldPastInt64ChangesNothingOnError: a fold that fails (a stored
+// value that is no integer) after it computed exact sums past int64 writes
+// none of them.
+func TestRedisFoldPastInt64ChangesNothingOnError(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 2, 10)
+	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "z", Events: 1, Amount: math.MaxInt64}}, nil)
+	mustWrite(t, w, job, epoch, ranges[1], []Total{{Key: "zz", Events: 1, Amount: 1}}, nil)
+	if err := w.Client().HSet(ctx, RedisAmountKey(job), "z", "9223372036854775807", "zz", "007").Err(); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "overflow") || IsRedisRetryable(err) {
-		t.Fatalf("Fold that overflows = %v, want a non-retryable overflow error", err)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "not an integer") || IsRedisRetryable(err) {
+		t.Fatalf("Fold onto a stored 007 = %v, want a non-retryable not-an-integer error", err)
 	}
-	sameSnapshot(t, "an overflowing fold", before, snapshot(t, w, job))
+	sameSnapshot(t, "a failed fold", before, snapshot(t, w, job))
+}
+
+// TestRedisBigAdd checks the fold's Lua arithmetic against math/big on
+// Redis itself: random integers of up to 40 digits and the int64 edges.
+func TestRedisBigAdd(t *testing.T) {
+	w := openRedisSink(t)
+	script := redis.NewScript(redisExactLua + `
+local out = {}
+for i = 1, #ARGV, 2 do
+  if not isint(ARGV[i]) or not isint(ARGV[i + 1]) then
+    return redis.error_reply('not canonical: ' .. ARGV[i] .. ' ' .. ARGV[i + 1])
+  end
+  out[#out + 1] = bigadd(ARGV[i], ARGV[i + 1])
+end
+return out
+`)
+	rng := rand.New(rand.NewPCG(1, 2))
+	edges := []string{"0", "1", "-1", "9", "-10", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+		"99999999999999999999", "-100000000000000000000"}
+	randInt := func() *big.Int {
+		if rng.IntN(4) == 0 {
+			b, _ := new(big.Int).SetString(edges[rng.IntN(len(edges))], 10)
+			return b
+		}
+		d := make([]byte, 1+rng.IntN(40))
+		for i := range d {
+			d[i] = byte('0' + rng.IntN(10))
+		}
+		b, _ := new(big.Int).SetString(string(d), 10)
+		if rng.IntN(2) == 0 {
+			b.Neg(b)
+		}
+		return b
+	}
+	var args []any
+	var want []string
+	for range 2000 {
+		a, b := randInt(), randInt()
+		args = append(args, a.String(), b.String())
+		want = append(want, new(big.Int).Add(a, b).String())
+	}
+	for _, e := range edges { // x + -x
+		neg := new(big.Int)
+		neg.SetString(e, 10)
+		args = append(args, e, neg.Neg(neg).String())
+		want = append(want, "0")
+	}
+	got, err := script.Run(t.Context(), w.Client(), nil, args...).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("bigadd(%s, %s) = %s, want %s", args[2*i], args[2*i+1], got[i], want[i])
+		}
+	}
 }
 
 func TestRedisDeadLettersMoveWithTheFold(t *testing.T) {
@@ -732,7 +842,7 @@ func TestRedisManyKeys(t *testing.T) {
 		}
 	}
 	ev, am, n, err := w.Totals(t.Context(), job)
-	if err != nil || ev != 3*keys || am != keys*(keys-1) || n != keys {
+	if err != nil || ev != 3*keys || am.Cmp(big.NewInt(keys*(keys-1))) != 0 || n != keys {
 		t.Fatalf("Totals = %d %d %d, %v", ev, am, n, err)
 	}
 }

@@ -115,32 +115,48 @@ func (w *SQL) Close() error { return w.db.Close() }
 // CreateTables creates mb_totals, mb_dead_letters, mb_offsets and
 // mb_source_positions if missing. Tables of a user's own Upsert are the
 // user's to create.
+//
+// An mb_totals made by an older version, whose amount column could
+// overflow (BIGINT in MySQL, INTEGER in SQLite), is migrated to the exact
+// column (see totalsDDL); several processes may start on it at once.
 func (w *SQL) CreateTables(ctx context.Context) error {
-	for _, ddl := range []string{totalsDDL(w.dialect), deadLettersDDL(w.dialect), offsets.Schema(w.dialect), offsets.SourceSchema(w.dialect)} {
+	for _, ddl := range []string{totalsDDL(w.dialect, TotalsTable), deadLettersDDL(w.dialect), offsets.Schema(w.dialect), offsets.SourceSchema(w.dialect)} {
 		if _, err := w.db.ExecContext(ctx, ddl); err != nil {
 			return fmt.Errorf("creating tables in %s: %w", w.display, err)
 		}
 	}
+	if err := w.migrateTotals(ctx); err != nil {
+		return fmt.Errorf("migrating %s.amount in %s to exact sums: %w", TotalsTable, w.display, err)
+	}
 	return nil
 }
 
-// totalsDDL: k is VARBINARY in MySQL because every VARCHAR collation there,
-// _bin included, ignores trailing spaces, which would merge "a" and "a ".
-func totalsDDL(d offsets.Dialect) string {
+// totalsDDL creates mb_totals (as table). k is VARBINARY in MySQL because
+// every VARCHAR collation there, _bin included, ignores trailing spaces,
+// which would merge "a" and "a ".
+//
+// amount holds a key's exact total, which may pass int64 (9.2 M events at
+// the ±10^12 bound of one event pass it): DECIMAL(38,0) in MySQL (10^26
+// events at the bound), and in SQLite, which has no wide exact type, a
+// column without a declared type. Such a column converts nothing: it keeps
+// an INTEGER while the total fits in int64 and the exact decimal TEXT
+// that mb_add (sqlite_add.go) makes beyond. A column of type INTEGER would
+// turn that text into an inexact REAL.
+func totalsDDL(d offsets.Dialect, table string) string {
 	if d == offsets.MySQL {
-		return `CREATE TABLE IF NOT EXISTS mb_totals (
+		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
   job VARCHAR(128) NOT NULL,
   k VARBINARY(255) NOT NULL,
   events BIGINT NOT NULL,
-  amount BIGINT NOT NULL,
+  amount DECIMAL(38,0) NOT NULL,
   PRIMARY KEY (job, k)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 	}
-	return `CREATE TABLE IF NOT EXISTS mb_totals (
+	return `CREATE TABLE IF NOT EXISTS ` + table + ` (
   job TEXT NOT NULL,
   k TEXT NOT NULL,
   events INTEGER NOT NULL,
-  amount INTEGER NOT NULL,
+  amount NOT NULL,
   PRIMARY KEY (job, k)
 )`
 }
@@ -246,9 +262,15 @@ func (w *SQL) upsertParts(u Upsert) upsertParts {
 		if w.dialect == offsets.MySQL {
 			incoming = "VALUES(" + v + ")"
 		}
-		if u.Merge == MergeAdd {
+		switch {
+		case u.Merge == MergeAdd && w.dialect == offsets.SQLite:
+			// SQLite's + turns an int64 overflow into an inexact REAL:
+			// mb_add sums integers exactly and yields NULL for what it
+			// leaves to + (REAL, NULL, non-integer text).
+			sets[i] = v + " = COALESCE(" + sqliteAddFunc + "(" + v + ", " + incoming + "), " + v + " + " + incoming + ")"
+		case u.Merge == MergeAdd:
 			sets[i] = v + " = " + v + " + " + incoming
-		} else {
+		default:
 			sets[i] = v + " = " + incoming
 		}
 	}

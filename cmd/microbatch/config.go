@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,6 +106,16 @@ func (s *settings) int64(name string) (int64, error) {
 	}
 	if n < 0 {
 		return 0, badConfig("%s: %d is negative", name, n)
+	}
+	return n, nil
+}
+
+// bigInt reads an integer of any size and sign.
+func (s *settings) bigInt(name string) (*big.Int, error) {
+	raw := s.str(name)
+	n, ok := new(big.Int).SetString(strings.ReplaceAll(raw, "_", ""), 10)
+	if !ok {
+		return nil, badConfig("%s: %q is not a whole number", name, raw)
 	}
 	return n, nil
 }

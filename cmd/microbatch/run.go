@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"os"
 	"os/signal"
 	"slices"
@@ -362,7 +363,7 @@ func (d *demoRun) report(ctx context.Context, cfg strategies.Config, interrupted
 			cfg.Job, sink, got.Events, d.expected.Events)
 		return nil
 	}
-	printComparison(os.Stdout, sink, cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, d.expected.Amount)
+	printComparison(os.Stdout, sink, cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, big.NewInt(d.expected.Amount))
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"os"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ func verifyCmd() *cobra.Command {
 	fs.String("job", "default", "job name")
 	fs.String("strategy", strategies.StrategyTxn, "strategy the job ran with; verify judges by its promise: "+strings.Join(strategies.Strategies, ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
-	fs.Int64("expect-amount", 0, "sum of amount the sink should hold")
+	fs.String("expect-amount", "0", "sum of amount the sink should hold (an integer of any size and sign)")
 	addKafkaSecurityFlags(fs)
 	addSinkSecurityFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -47,7 +48,7 @@ func verifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		amount, err := s.int64("expect-amount")
+		amount, err := s.bigInt("expect-amount")
 		if err != nil {
 			return err
 		}
@@ -90,16 +91,17 @@ func verifyCmd() *cobra.Command {
 // with the duplicates and losses the difference shows, and judges it by
 // the strategy's promise: exactly-once needs both to match, at-least-once
 // allows duplicates, at-most-once allows losses.
-func printComparison(out io.Writer, sink, job string, g strategies.Guarantee, got strategies.SinkTotals, events, amount int64) bool {
+func printComparison(out io.Writer, sink, job string, g strategies.Guarantee, got strategies.SinkTotals, events int64, amount *big.Int) bool {
 	dups, losses := max(got.Events-events, 0), max(events-got.Events, 0)
+	sameAmount := got.Amount != nil && got.Amount.Cmp(amount) == 0
 	var ok bool
 	switch g {
 	case strategies.AtLeastOnce:
-		ok = got.Events >= events && (dups > 0 || got.Amount == amount)
+		ok = got.Events >= events && (dups > 0 || sameAmount)
 	case strategies.AtMostOnce:
-		ok = got.Events <= events && (losses > 0 || got.Amount == amount)
+		ok = got.Events <= events && (losses > 0 || sameAmount)
 	default:
-		ok = got.Events == events && got.Amount == amount
+		ok = got.Events == events && sameAmount
 	}
 	fmt.Fprintf(out, "job %s in %s (promise: %s)\n", job, sink, g)
 	fmt.Fprintf(out, "  %-13s %15s %15s\n", "", "found", "expected")
@@ -112,7 +114,7 @@ func printComparison(out io.Writer, sink, job string, g strategies.Guarantee, go
 	switch {
 	case !ok:
 		fmt.Fprintf(out, "FAIL: the sink breaks the %s promise\n", g)
-	case dups == 0 && losses == 0 && got.Amount == amount:
+	case dups == 0 && losses == 0 && sameAmount:
 		fmt.Fprintf(out, "OK: exactly once\n")
 	default:
 		fmt.Fprintf(out, "OK for %s: %d duplicates, %d losses\n", g, dups, losses)

@@ -1,6 +1,7 @@
 package event
 
-// Total is one key's contribution: how many events and the sum of amount.
+// Total is one key's contribution: how many events and the sum of amount
+// (all of it, or one part of a sum past int64: see Aggregator).
 type Total struct {
 	Key    string
 	Events int64
@@ -10,8 +11,16 @@ type Total struct {
 // Aggregator sums events per key. The zero value is not usable; use
 // NewAggregator. Adding an event whose key was seen before does not
 // allocate: keys are looked up by their bytes and copied only when new.
+//
+// Sums never wrap. A key's sum that would leave int64 is carried into a
+// new Total of the same key, so a key may have several Totals, each an
+// int64, that together hold its exact sum: the sinks add them all (SQL
+// upserts of several rows of one key in one statement add each row;
+// MySQL keeps mb_totals.amount as DECIMAL, SQLite and Redis as exact
+// decimal text beyond int64). The check costs one predictable branch per
+// event.
 type Aggregator struct {
-	index  map[string]int
+	index  map[string]int // key -> its last Total, the one that takes adds
 	totals []Total
 }
 
@@ -30,15 +39,27 @@ func (a *Aggregator) Add(ev *Event) {
 		a.totals = append(a.totals, Total{Key: k})
 	}
 	t := &a.totals[i]
+	s := t.Amount + ev.Amount
+	if (t.Amount^s)&(ev.Amount^s) < 0 { // both operands have the sign s lacks: it wrapped
+		a.carry(Total{Key: t.Key, Events: 1, Amount: ev.Amount})
+		return
+	}
 	t.Events++
-	t.Amount += ev.Amount
+	t.Amount = s
 }
 
-// Totals returns the per-key sums in first-seen order. The slice is owned
-// by the aggregator until Reset.
+// carry starts a new Total for t.Key with t, taking the key's later adds.
+func (a *Aggregator) carry(t Total) {
+	a.index[t.Key] = len(a.totals)
+	a.totals = append(a.totals, t)
+}
+
+// Totals returns the per-key sums in first-seen order; a key whose sum
+// left int64 has several (see Aggregator). The slice is owned by the
+// aggregator until Reset.
 func (a *Aggregator) Totals() []Total { return a.totals }
 
-// Len is the number of distinct keys.
+// Len is the number of Totals: the distinct keys, plus one per carry.
 func (a *Aggregator) Len() int { return len(a.totals) }
 
 // Reset empties the aggregator, keeping its memory.
@@ -48,7 +69,8 @@ func (a *Aggregator) Reset() {
 }
 
 // AddTotal merges a sum computed elsewhere (another partition's) into t's
-// key.
+// key, carrying as Add does. Events are counts of records read, far from
+// int64's limit, and are not checked.
 func (a *Aggregator) AddTotal(t Total) {
 	i, ok := a.index[t.Key]
 	if !ok {
@@ -56,6 +78,12 @@ func (a *Aggregator) AddTotal(t Total) {
 		a.index[t.Key] = i
 		a.totals = append(a.totals, Total{Key: t.Key})
 	}
-	a.totals[i].Events += t.Events
-	a.totals[i].Amount += t.Amount
+	cur := &a.totals[i]
+	s := cur.Amount + t.Amount
+	if (cur.Amount^s)&(t.Amount^s) < 0 {
+		a.carry(t)
+		return
+	}
+	cur.Events += t.Events
+	cur.Amount = s
 }

@@ -18,6 +18,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/reason"
 )
 
@@ -36,10 +37,10 @@ const (
 	MaxRecordBytes = 64 << 10
 	// MaxKeyBytes matches the width of mb_totals.k.
 	MaxKeyBytes = 255
-	// MaxAbsAmount bounds |amount| so that sums can't overflow int64: a
-	// batch of a million such events, or a key's total over millions of
-	// them, stays far inside BIGINT. A total that overflowed would fail its
-	// transaction on every retry and stop the pipeline.
+	// MaxAbsAmount bounds one event's |amount|. It does not keep totals
+	// inside int64 (9.2 M events at the bound on one key pass it): totals
+	// are exact whatever their size (Aggregator carries, the sinks store
+	// DECIMAL or exact decimal text, checkpoint state uses exact.Int).
 	MaxAbsAmount = 1_000_000_000_000
 )
 
@@ -356,24 +357,25 @@ func Append(dst []byte, id int64, key string, amount, ts int64) []byte {
 }
 
 // AppendOutput writes one output record of the built-in job's checkpoint
-// mode: the event and its key's running count and total after it.
-func AppendOutput(dst []byte, id int64, key string, amount, ts, count, total int64) []byte {
+// mode: the event and its key's running count and total after it. The
+// total is a JSON integer of any size: it never wraps.
+func AppendOutput(dst []byte, id int64, key string, amount, ts, count int64, total exact.Int) []byte {
 	dst = Append(dst, id, key, amount, ts)
 	dst = append(dst[:len(dst)-1], `,"count":`...)
 	dst = strconv.AppendInt(dst, count, 10)
 	dst = append(dst, `,"total":`...)
-	dst = strconv.AppendInt(dst, total, 10)
+	dst = total.Append(dst)
 	return append(dst, '}')
 }
 
 // Output is an output record of checkpoint mode, as AppendOutput writes it.
 type Output struct {
-	ID     int64  `json:"id"`
-	Key    string `json:"key"`
-	Amount int64  `json:"amount"`
-	TS     int64  `json:"ts"`
-	Count  int64  `json:"count"` // the key's events so far, this one included
-	Total  int64  `json:"total"` // the key's amount so far, this one included
+	ID     int64     `json:"id"`
+	Key    string    `json:"key"`
+	Amount int64     `json:"amount"`
+	TS     int64     `json:"ts"`
+	Count  int64     `json:"count"` // the key's events so far, this one included
+	Total  exact.Int `json:"total"` // the key's amount so far, this one included
 }
 
 // appendJSONString quotes s as JSON (strconv.Quote's Go escapes such as \x01

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/microbatch/microbatch/internal/exact"
 )
 
 // want is an expected decoded event (Key as a string for comparison).
@@ -719,7 +721,7 @@ func BenchmarkAppendOutput(b *testing.B) {
 	var buf []byte
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = AppendOutput(buf[:0], 123456789, "key-0042", -4711, 1764489600000, 1234, 987654)
+		buf = AppendOutput(buf[:0], 123456789, "key-0042", -4711, 1764489600000, 1234, exact.New(987654))
 	}
 }
 

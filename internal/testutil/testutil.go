@@ -1,6 +1,6 @@
 // Package testutil holds helpers shared by the tests of several packages:
-// the goroutine-leak check, server discovery, a connection-cutting proxy and
-// Kafka offset reads. It imports no package of this module but kafkautil,
+// the goroutine-leak check, server discovery, a connection-cutting proxy,
+// Kafka offset reads and fresh MySQL databases. It imports no package of this module but kafkautil,
 // so that every package's own tests can use it. Imported only by tests.
 package testutil
 
