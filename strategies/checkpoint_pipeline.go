@@ -24,6 +24,10 @@ import (
 const (
 	chunkRecords   = 256 // records per message between stages
 	chanChunks     = 8   // messages buffered per channel
+	// chunkDeadBytes ends a message early once its dead letters carry this
+	// much payload: a dead letter holds its whole record (up to the broker's
+	// message size), so chunkRecords of them could be hundreds of MiB.
+	chunkDeadBytes = 256 << 10
 	readSpan       = 20_000
 	boundsPoll     = 20 * time.Millisecond
 	maxPollErrors  = 50 // consecutive failed offset polls before the attempt fails
@@ -316,13 +320,14 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 	next := p.chk.Offsets[part]
 	var records, dead int64
 	bufs := make([][]output, nOps)
+	deadBytes := make([]int, nOps) // of the dead letters in bufs[o]
 	send := func(o int) error {
 		if len(bufs[o]) == 0 {
 			return nil
 		}
 		select {
 		case p.toOp[o][idx] <- item{recs: bufs[o]}:
-			bufs[o] = make([]output, 0, chunkRecords)
+			bufs[o], deadBytes[o] = make([]output, 0, chunkRecords), 0
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -399,7 +404,10 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 			records++
 			next = rec.Offset + 1
 			bufs[target] = append(bufs[target], o)
-			if len(bufs[target]) >= chunkRecords {
+			if o.Dead != nil {
+				deadBytes[target] += dlSize(o.Dead)
+			}
+			if len(bufs[target]) >= chunkRecords || deadBytes[target] >= chunkDeadBytes {
 				if err := send(target); err != nil {
 					return err
 				}
