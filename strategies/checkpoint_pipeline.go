@@ -24,15 +24,16 @@ import (
 const (
 	chunkRecords   = 256 // records per message between stages
 	chanChunks     = 8   // messages buffered per channel
-	// chunkDeadBytes ends a message early once its dead letters carry this
-	// much payload: a dead letter holds its whole record (up to the broker's
-	// message size), so chunkRecords of them could be hundreds of MiB.
-	chunkDeadBytes = 256 << 10
 	readSpan       = 20_000
 	boundsPoll     = 20 * time.Millisecond
 	maxPollErrors  = 50 // consecutive failed offset polls before the attempt fails
 	commitAttempts = 20 // a Commit is retried this often before the attempt fails (and recovery retries it)
 )
+
+// chunkDeadBytes ends a message early once its dead letters carry this
+// much payload: a dead letter holds its whole record (up to the broker's
+// message size), so chunkRecords of them could be hundreds of MiB.
+const chunkDeadBytes = 256 << 10
 
 // item travels between stages: a chunk of records, or a barrier.
 type item struct {
