@@ -30,6 +30,11 @@ const (
 	commitAttempts = 20 // a Commit is retried this often before the attempt fails (and recovery retries it)
 )
 
+// chunkDeadBytes ends a message early once its dead letters carry this
+// much payload: a dead letter holds its whole record (up to the broker's
+// message size), so chunkRecords of them could be hundreds of MiB.
+const chunkDeadBytes = 256 << 10
+
 // item travels between stages: a chunk of records, or a barrier.
 type item struct {
 	recs    []output
@@ -316,13 +321,14 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 	next := p.chk.Offsets[part]
 	var records, dead int64
 	bufs := make([][]output, nOps)
+	deadBytes := make([]int, nOps) // of the dead letters in bufs[o]
 	send := func(o int) error {
 		if len(bufs[o]) == 0 {
 			return nil
 		}
 		select {
 		case p.toOp[o][idx] <- item{recs: bufs[o]}:
-			bufs[o] = make([]output, 0, chunkRecords)
+			bufs[o], deadBytes[o] = make([]output, 0, chunkRecords), 0
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -399,7 +405,10 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 			records++
 			next = rec.Offset + 1
 			bufs[target] = append(bufs[target], o)
-			if len(bufs[target]) >= chunkRecords {
+			if o.Dead != nil {
+				deadBytes[target] += dlSize(o.Dead)
+			}
+			if len(bufs[target]) >= chunkRecords || deadBytes[target] >= chunkDeadBytes {
 				if err := send(target); err != nil {
 					return err
 				}

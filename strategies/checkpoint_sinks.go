@@ -140,7 +140,7 @@ func (s *ckptSinks) subtask(i int) (ckptSink, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &xaSink{XA: w, totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg)}}, nil
+		return &xaSink{XA: w, totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg), spool: newDLSpool()}}, nil
 	default:
 		return &walSink{WAL: writers.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg)}}, nil
 	}
@@ -244,16 +244,19 @@ func (f *fileSink) write(_ context.Context, outs []output) error {
 func (f *fileSink) flush(context.Context) error { return nil }
 
 // totalsBuffer sums a transaction's outputs per key for mb_totals (the
-// same rows the micro-batch strategies write) and collects dead letters.
-// With a Transform (tw) it collects the decoded values instead, and take
-// makes the transaction's rows of them: the transform's rows function is
-// called once per checkpoint interval.
+// same rows the micro-batch strategies write) and collects dead letters:
+// in spool if set (bounded memory), else in dead. With a Transform (tw) it
+// collects the decoded values instead, and take makes the transaction's
+// rows of them: the transform's rows function is called once per
+// checkpoint interval.
 type totalsBuffer struct {
 	job   string
 	tw    streamWork
 	agg   *event.Aggregator
 	items []any
 	dead  []writers.DeadLetter
+	spool *dlSpool
+	err   error // of the spool, reported by take
 }
 
 func (t *totalsBuffer) add(outs []output) {
@@ -263,7 +266,11 @@ func (t *totalsBuffer) add(outs []output) {
 	for i := range outs {
 		o := &outs[i]
 		if o.Dead != nil {
-			t.dead = append(t.dead, *o.Dead)
+			if t.spool == nil {
+				t.dead = append(t.dead, *o.Dead)
+			} else if t.err == nil {
+				t.err = t.spool.add(*o.Dead)
+			}
 			continue
 		}
 		if t.tw != nil {
@@ -274,10 +281,15 @@ func (t *totalsBuffer) add(outs []output) {
 	}
 }
 
-// take returns the buffered rows (of upsert u) and dead letters and
-// empties the buffer. An error is the Transform's (ErrConfig: its rows
-// function panicked or made a row of the wrong width).
+// take returns the buffered rows (of upsert u) and dead letters (those not
+// in the spool, which the caller empties with drop after writing them) and
+// empties the rest of the buffer. An error is the spool's, or the
+// Transform's (ErrConfig: its rows function panicked or made a row of the
+// wrong width).
 func (t *totalsBuffer) take() (u writers.Upsert, rows [][]any, dead []writers.DeadLetter, err error) {
+	if t.err != nil {
+		return u, nil, nil, t.err
+	}
 	u = writers.Totals
 	if t.tw != nil {
 		u = t.tw.upsert()
@@ -292,16 +304,21 @@ func (t *totalsBuffer) take() (u writers.Upsert, rows [][]any, dead []writers.De
 	return u, rows, dead, err
 }
 
-// drop empties the buffer (the transaction is aborted).
+// drop empties the buffer (the transaction is aborted, or its spooled
+// dead letters are written).
 func (t *totalsBuffer) drop() {
 	if t.agg != nil {
 		t.agg.Reset()
 	}
 	clear(t.items)
 	t.items, t.dead = t.items[:0], nil
+	if t.spool != nil {
+		t.err = t.spool.reset()
+	}
 }
 
-// xaSink adds each transaction's per-key sums to mb_totals in an XA branch.
+// xaSink adds each transaction's per-key sums to mb_totals in an XA branch,
+// and its dead letters, spooled until then (bounded memory).
 type xaSink struct {
 	*writers.XA
 	totals totalsBuffer
@@ -328,14 +345,25 @@ func (x *xaSink) flush(ctx context.Context) error {
 		}
 	}
 	if len(dead) > 0 {
-		return x.DeadLetters(ctx, dead)
+		if err := x.DeadLetters(ctx, dead); err != nil {
+			return err
+		}
 	}
-	return nil
+	if err := x.totals.spool.each(func(dls []writers.DeadLetter) error { return x.DeadLetters(ctx, dls) }); err != nil {
+		return err
+	}
+	x.totals.drop()
+	return x.totals.err
 }
 
 func (x *xaSink) Abort(ctx context.Context, p writers.Pending) error {
 	x.totals.drop()
 	return x.XA.Abort(ctx, p)
+}
+
+func (x *xaSink) Close() error {
+	x.totals.spool.close()
+	return x.XA.Close()
 }
 
 // walSink buffers per-key sums for the write-ahead writer.

@@ -34,14 +34,16 @@ func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.T
 	what := fmt.Sprintf("batch %d %s", b.ID, r)
 	var res batch.TaskResult
 	pt := c.work.newPart(c.job)
-	var dls []writers.DeadLetter
+	// The dead letters are written with the results, after the read (and,
+	// at-most-once, after the offset commit): spooled until then.
+	dead := newDLSpool()
+	defer dead.close()
 	attempts, err := withRetry(ctx, c.log, what, func() error {
 		pt.reset()
-		dls = dls[:0]
-		n, err := process(ctx, c.src, c.job, r, pt, func(dl writers.DeadLetter) error {
-			dls = append(dls, dl)
-			return nil
-		})
+		if err := dead.reset(); err != nil {
+			return err
+		}
+		n, err := process(ctx, c.src, c.job, r, pt, dead.add)
 		res.Records, res.DeadLetters = n.records, n.deadLetters
 		return err
 	})
@@ -73,7 +75,11 @@ func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.T
 		func() error { return write(func() error { return c.w.Upsert(ctx, c.work.upsert(), rows[:half]) }) },
 		func() error { c.crash(CrashMidWrite); return nil },
 		func() error { return write(func() error { return c.w.Upsert(ctx, c.work.upsert(), rows[half:]) }) },
-		func() error { return write(func() error { return c.w.DeadLetters(ctx, dls) }) },
+		func() error {
+			return dead.each(func(dls []writers.DeadLetter) error {
+				return write(func() error { return c.w.DeadLetters(ctx, dls) })
+			})
+		},
 	}
 	if c.atMostOnce {
 		steps = append([]func() error{commitOffset, func() error { c.crash(CrashAfterOffsetsBeforeWrite); return nil }}, steps...)

@@ -79,17 +79,21 @@ func (s *idempotent) task(ctx context.Context, b batch.Info, r batch.Range) (bat
 	return res, err
 }
 
+// contribute reads range r and writes its contribution. Dead letters past
+// deadLetterSpillBytes are staged in Redis while the range is read; the
+// fold moves them with the totals.
 func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskResult, error) {
+	contrib, err := s.r.NewContribution(s.job, s.epoch, wrange(r))
+	if err != nil {
+		return batch.TaskResult{}, err
+	}
+	dead := dlBuffer{spill: func(dls []writers.DeadLetter) error { return contrib.DeadLetters(ctx, dls) }}
 	if u := s.user(); u != nil {
-		return s.contributeRows(ctx, r, u)
+		return s.contributeRows(ctx, r, u, contrib, &dead)
 	}
 	pt := &totalsPart{job: s.job, agg: event.NewAggregator()}
 	agg := pt.agg
-	var dls []writers.DeadLetter
-	c, err := process(ctx, s.src, s.job, r, pt, func(dl writers.DeadLetter) error {
-		dls = append(dls, dl)
-		return nil
-	})
+	c, err := process(ctx, s.src, s.job, r, pt, dead.add)
 	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
 	if err != nil {
 		return res, err
@@ -98,17 +102,13 @@ func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskR
 	for i, t := range agg.Totals() {
 		totals[i] = writers.Total{Key: t.Key, Events: t.Events, Amount: t.Amount}
 	}
-	return res, s.r.WriteContribution(ctx, s.job, s.epoch, wrange(r), totals, dls)
+	return res, contrib.Totals(ctx, totals, dead.dls)
 }
 
 // contributeRows is contribute for a user's Transform.
-func (s *idempotent) contributeRows(ctx context.Context, r batch.Range, work workload) (batch.TaskResult, error) {
+func (s *idempotent) contributeRows(ctx context.Context, r batch.Range, work workload, contrib *writers.RedisContribution, dead *dlBuffer) (batch.TaskResult, error) {
 	p := work.newPart(s.job)
-	var dls []writers.DeadLetter
-	c, err := process(ctx, s.src, s.job, r, p, func(dl writers.DeadLetter) error {
-		dls = append(dls, dl)
-		return nil
-	})
+	c, err := process(ctx, s.src, s.job, r, p, dead.add)
 	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
 	if err != nil {
 		return res, err
@@ -117,7 +117,7 @@ func (s *idempotent) contributeRows(ctx context.Context, r batch.Range, work wor
 	if err != nil {
 		return res, err
 	}
-	err = s.r.WriteRowsContribution(ctx, s.job, s.epoch, wrange(r), work.upsert(), rows, dls)
+	err = contrib.Rows(ctx, work.upsert(), rows, dead.dls)
 	if errors.Is(err, writers.ErrRedisValue) {
 		err = fmt.Errorf("%w: transform: %w", ErrConfig, err)
 	}

@@ -16,7 +16,13 @@ import (
 // decode and aggregate in parallel, then their results are merged and ONE
 // transaction writes every partition's totals, dead letters and offset
 // rows. The batch is all-or-nothing across partitions, at the cost of one
-// writer per batch; dead letters are held in memory until the commit.
+// writer per batch. Each task spools its dead letters (dlSpool: a bounded
+// part in memory, the rest in a temp file) and the commit streams them into
+// the transaction. Spilling them into the transaction as txn does would
+// mean opening it before the tasks run and feeding it from all of them
+// through one connection, holding locks and a connection for the whole
+// read; and a failed commit attempt, which is retried from the computed
+// results without reading the batch again, would lose them.
 type single struct {
 	src   batch.Source
 	w     *writers.SQL
@@ -32,7 +38,7 @@ type single struct {
 // partial is one partition's computed share of a batch.
 type partial struct {
 	results part
-	dls     []writers.DeadLetter
+	dead    *dlSpool
 }
 
 func newSingle(src batch.Source, w *writers.SQL, work workload, job string, log *slog.Logger, crash func(string)) *single {
@@ -42,21 +48,23 @@ func newSingle(src batch.Source, w *writers.SQL, work workload, job string, log 
 // compute is the partition task: read and aggregate, write nothing.
 func (s *single) compute(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
 	var res batch.TaskResult
-	var p partial
+	p := partial{dead: newDLSpool()}
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
-		p = partial{results: s.work.newPart(s.job)}
-		c, err := process(ctx, s.src, s.job, r, p.results, func(dl writers.DeadLetter) error {
-			p.dls = append(p.dls, dl)
-			return nil
-		})
+		p.results = s.work.newPart(s.job)
+		if err := p.dead.reset(); err != nil {
+			return err
+		}
+		c, err := process(ctx, s.src, s.job, r, p.results, p.dead.add)
 		res.Records, res.DeadLetters = c.records, c.deadLetters
 		return err
 	})
 	res.Attempts = attempts
 	if err != nil {
+		p.dead.close()
 		return res, err
 	}
 	s.mu.Lock()
+	s.results[r.Partition].dead.close() // of a batch that failed
 	s.results[r.Partition] = p
 	s.mu.Unlock()
 	return res, nil
@@ -69,9 +77,14 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range)
 	results := s.results
 	s.results = map[int32]partial{}
 	s.mu.Unlock()
+	defer func() {
+		for _, p := range results {
+			p.dead.close()
+		}
+	}()
 
 	merged := s.work.newPart(s.job)
-	var dls []writers.DeadLetter
+	dead := make([]*dlSpool, len(ranges))
 	advs := make([]offsets.Advance, len(ranges))
 	for i, r := range ranges {
 		p, ok := results[r.Partition]
@@ -79,7 +92,7 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range)
 			return batch.CommitResult{}, fmt.Errorf("committing batch %d: no result for %s", b.ID, r)
 		}
 		merged.merge(p.results)
-		dls = append(dls, p.dls...)
+		dead[i] = p.dead
 		advs[i] = offsets.Advance{Job: s.job, Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To, Epoch: b.Epoch, BatchID: b.ID}
 	}
 	rows, err := merged.rows()
@@ -88,7 +101,7 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range)
 	}
 	start := time.Now()
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d commit", b.ID), func() error {
-		if err := s.once(ctx, rows, dls, advs); err != nil {
+		if err := s.once(ctx, rows, dead, advs); err != nil {
 			return settle(ctx, s.w, err, advs...)
 		}
 		return nil
@@ -96,7 +109,7 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range)
 	return batch.CommitResult{Duration: time.Since(start), Attempts: attempts}, err
 }
 
-func (s *single) once(ctx context.Context, rows [][]any, dls []writers.DeadLetter, advs []offsets.Advance) error {
+func (s *single) once(ctx context.Context, rows [][]any, dead []*dlSpool, advs []offsets.Advance) error {
 	tx, err := s.w.Begin(ctx)
 	if err != nil {
 		return err
@@ -110,8 +123,10 @@ func (s *single) once(ctx context.Context, rows [][]any, dls []writers.DeadLette
 	if err := tx.Upsert(ctx, s.work.upsert(), rows[half:]); err != nil {
 		return err
 	}
-	if err := tx.DeadLetters(ctx, dls); err != nil {
-		return err
+	for _, d := range dead {
+		if err := d.each(func(dls []writers.DeadLetter) error { return tx.DeadLetters(ctx, dls) }); err != nil {
+			return err
+		}
 	}
 	s.crash(CrashAfterWriteBeforeOffsets)
 	for _, a := range advs {

@@ -18,10 +18,6 @@ const (
 	backoffMax     = 5 * time.Second
 )
 
-// deadLetterSpillBytes bounds the dead letters a task holds in memory; past
-// it they are inserted into the (already open) batch transaction.
-const deadLetterSpillBytes = 8 << 20
-
 // txnTask is the `txn` strategy's partition task: decode and aggregate the
 // range (the built-in totals or the user's Transform), then in ONE
 // transaction upsert the results, insert the dead
@@ -70,8 +66,6 @@ func settle(ctx context.Context, w *writers.SQL, err error, advs ...offsets.Adva
 
 func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) (res batch.TaskResult, err error) {
 	pt := t.work.newPart(t.job)
-	var dls []writers.DeadLetter
-	dlBytes := 0
 	// The transaction opens only when there is something to write, so
 	// that reading (the slow part) holds no database connection.
 	var tx *writers.SQLTx
@@ -89,21 +83,15 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 		}
 	}()
 
-	counts, err := process(ctx, t.src, t.job, r, pt, func(dl writers.DeadLetter) error {
-		dls = append(dls, dl)
-		dlBytes += len(dl.Payload)
-		if dlBytes < deadLetterSpillBytes {
-			return nil
-		}
+	// Dead letters past deadLetterSpillBytes go into the transaction at
+	// once, which opens for them.
+	dead := dlBuffer{spill: func(dls []writers.DeadLetter) error {
 		if err := begin(); err != nil {
 			return err
 		}
-		if err := tx.DeadLetters(ctx, dls); err != nil {
-			return err
-		}
-		dls, dlBytes = dls[:0], 0
-		return nil
-	})
+		return tx.DeadLetters(ctx, dls)
+	}}
+	counts, err := process(ctx, t.src, t.job, r, pt, dead.add)
 	res.Records, res.DeadLetters = counts.records, counts.deadLetters
 	if err != nil {
 		return res, err
@@ -120,7 +108,7 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 		return res, err
 	}
 	t.crash(CrashMidWrite)
-	if err = tx.DeadLetters(ctx, dls); err != nil {
+	if err = dead.flush(); err != nil {
 		return res, err
 	}
 	t.crash(CrashAfterWriteBeforeOffsets)

@@ -63,7 +63,12 @@ package writers
 //	                               "s:"+table+":"+column+NUL+row key -> text
 //	                                 (a user-defined job's rows, MergeAdd / MergeReplace),
 //	                               "d:"+offset -> dead letter JSON,
+//	                               "n" -> how many dead letters are staged,
 //	                               "m" -> the range (marks even an empty one)
+//	mb:{job}:contrib:{topic}:{partition}:{from}-{to}:dead
+//	                         hash  offset -> dead letter JSON: a large
+//	                               contribution's dead letters, staged in
+//	                               bounded steps before it (RedisContribution)
 //	mb:{job}:dead:{topic}:{partition}
 //	                         hash  offset -> {"reason": …, "payload": base64}
 //	mb:{job}:rows:{table}:{column}
@@ -124,6 +129,12 @@ const redisPlansKept = 100
 // redisHSETChunk bounds the field/value pairs of one HSET inside a script
 // (Lua's unpack has a stack limit of about 8000 values).
 const redisHSETChunk = 1000
+
+// redisDeadChunkBytes bounds the encoded dead letters of one script call:
+// a contribution's dead letters beyond it are staged in calls of about this
+// size (RedisContribution), so neither this process nor Redis holds them
+// all in one request.
+const redisDeadChunkBytes = 4 << 20
 
 // Range is one partition's offsets [From, To) in a batch plan. It mirrors
 // batch.Range, which writers can't import.
@@ -204,6 +215,7 @@ func redisContribKey(job string, r Range) string {
 	return redisKey(job, "contrib", r.Topic, strconv.FormatInt(int64(r.Partition), 10),
 		strconv.FormatInt(r.From, 10)+"-"+strconv.FormatInt(r.To, 10))
 }
+func redisContribDeadKey(job string, r Range) string { return redisContribKey(job, r) + ":dead" }
 func redisDeadKey(job, topic string, part int32) string {
 	return redisKey(job, "dead", topic, strconv.FormatInt(int64(part), 10))
 }
@@ -289,10 +301,11 @@ func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) 
 //
 // Every call may be repeated after a retryable error (IsRedisRetryable),
 // even when the first attempt may have landed: WriteContribution replaces
-// its key or does nothing once the range is folded, LogPlan accepts the same
-// plan again, Fold skips ranges already folded, a repeated Claim or
-// ClaimPartitions only takes a higher epoch, which fences nobody but the
-// caller's own past, and a repeated NextBatchID skips an id.
+// its key or does nothing once the range is folded (so do a
+// RedisContribution's calls; staging a dead letter again overwrites it),
+// LogPlan accepts the same plan again, Fold skips ranges already folded, a
+// repeated Claim or ClaimPartitions only takes a higher epoch, which fences
+// nobody but the caller's own past, and a repeated NextBatchID skips an id.
 type Redis struct {
 	c       redis.UniversalClient
 	display string
@@ -683,11 +696,13 @@ func (w *Redis) PendingRanges(ctx context.Context, job, topic string, parts []in
 	return out, nil
 }
 
-// writeContribScript: KEYS epoch, epochs, offsets, contrib; ARGV epoch,
-// the range's field, from, to, then field/value pairs. Returns 1 if written,
-// 0 if the range was folded already (nothing to write; a late write would
-// only leave a contribution no fold ever takes).
-var writeContribScript = redis.NewScript(redisFenceLua + `
+// redisContribCheckLua checks a contribution write: fenced, and the range
+// still at its start. It returns folded from the script if the range was
+// folded already (nothing to write; a late write would only leave keys no
+// fold ever takes). KEYS epoch, epochs, offsets; ARGV epoch, the range's
+// field, from, to.
+func redisContribCheckLua(folded string) string {
+	return `
 local err = fence(KEYS[1], KEYS[2], ARGV[2], ARGV[1], 'write')
 if err then
   return err
@@ -697,19 +712,53 @@ if not off then
   return redis.error_reply('MBNOROW no offset for ' .. ARGV[2])
 end
 if off == ARGV[4] then
-  return 0
+  return ` + folded + `
 end
 if off ~= ARGV[3] then
   return redis.error_reply('MBCONFLICT ' .. ARGV[2] .. ' is at ' .. off .. ', the range is ' .. ARGV[3] .. '-' .. ARGV[4])
 end
+`
+}
+
+// redisHSETLua defines hset(key, first): HSET of ARGV[first..] as
+// field/value pairs, in chunks; it returns how many fields were new.
+var redisHSETLua = `
+local function hset(key, first)
+  local added = 0
+  local i = first
+  while i <= #ARGV do
+    local j = math.min(i + 2 * ` + strconv.Itoa(redisHSETChunk) + ` - 1, #ARGV)
+    added = added + redis.call('HSET', key, unpack(ARGV, i, j))
+    i = j + 1
+  end
+  return added
+end
+`
+
+// writeContribScript: KEYS epoch, epochs, offsets, contrib, staged dead
+// letters; ARGV epoch, the range's field, from, to, then field/value
+// pairs. Returns 1 if written, 0 if the range was folded already. Without
+// an "n" field (no dead letters staged for this contribution) it drops
+// whatever an earlier attempt staged.
+var writeContribScript = redis.NewScript(redisFenceLua + redisHSETLua + redisContribCheckLua("0") + `
 redis.call('DEL', KEYS[4])
-local i = 5
-while i <= #ARGV do
-  local j = math.min(i + 2 * ` + strconv.Itoa(redisHSETChunk) + ` - 1, #ARGV)
-  redis.call('HSET', KEYS[4], unpack(ARGV, i, j))
-  i = j + 1
+hset(KEYS[4], 5)
+if redis.call('HEXISTS', KEYS[4], 'n') == 0 then
+  redis.call('DEL', KEYS[5])
 end
 return 1
+`)
+
+// stageDeadScript: KEYS epoch, epochs, offsets, contrib, staged dead
+// letters; ARGV epoch, the range's field, from, to, "1" to start afresh
+// (drop the contribution and what an earlier attempt staged) or "0", then
+// offset/dead letter JSON pairs. Returns how many offsets were new, or -1
+// if the range was folded already.
+var stageDeadScript = redis.NewScript(redisFenceLua + redisHSETLua + redisContribCheckLua("-1") + `
+if ARGV[5] == '1' then
+  redis.call('DEL', KEYS[4], KEYS[5])
+end
+return hset(KEYS[5], 6)
 `)
 
 // deadLetterJSON is a dead letter's value in Redis; Payload is base64 in JSON.
@@ -719,19 +768,114 @@ type deadLetterJSON struct {
 }
 
 // WriteContribution stores range r's results: per-key totals (repeated keys
-// are summed, exactly: a key's sum may pass int64) and dead letters, which must lie in r. It replaces the range's
-// contribution key in one atomic step, so a fold sees the old or the new
-// content, never a mix, and writing a range again (a replay) is harmless.
-// Once the range is folded it writes nothing and returns nil. Nothing is
-// visible to users until Fold. It is fenced by the epoch of r's partition
-// (offsets.ErrFenced).
+// are summed, exactly: a key's sum may pass int64) and dead letters, which
+// must lie in r. It replaces the range's contribution, so a fold sees the
+// old or the new content, never a mix, and writing a range again (a
+// replay) is harmless. Once the range is folded it writes nothing and
+// returns nil. Nothing is visible to users until Fold. It is fenced by the
+// epoch of r's partition (offsets.ErrFenced). Dead letters of more than a
+// few MiB are written in several steps (see RedisContribution, which also
+// takes them in parts).
 func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, r Range, totals []Total, dls []DeadLetter) error {
-	if err := checkJob(job); err != nil {
+	c, err := w.NewContribution(job, epoch, r)
+	if err != nil {
 		return err
+	}
+	return c.Totals(ctx, totals, dls)
+}
+
+// RedisContribution writes one range's contribution in steps, so that its
+// dead letters need not fit in memory, or in one request: DeadLetters, as
+// often as needed, stages them under the contribution (in
+// mb:{job}:contrib:…:dead, in calls of a few MiB), then Totals or Rows
+// writes the results, which completes the contribution. The first
+// DeadLetters call drops the range's contribution and whatever an earlier
+// attempt staged, so until the last call a fold finds no contribution
+// (ErrRedisMissing) rather than a mix; the fold moves the staged dead
+// letters with the rest, atomically, and refuses a contribution whose
+// staged dead letters are incomplete. Every call is fenced and does nothing
+// once the range is folded, as WriteContribution. An attempt that fails
+// part-way is redone with a new RedisContribution, from the start. Not
+// safe for concurrent use.
+type RedisContribution struct {
+	w      *Redis
+	job    string
+	epoch  int64
+	r      Range
+	staged int64 // dead letters staged by this writer
+	fresh  bool  // this writer's first staging call dropped the old ones
+	folded bool  // the range is folded: nothing to write
+}
+
+// NewContribution starts writing range r's contribution for job under
+// epoch (see RedisContribution).
+func (w *Redis) NewContribution(job string, epoch int64, r Range) (*RedisContribution, error) {
+	if err := checkJob(job); err != nil {
+		return nil, err
 	}
 	if err := r.validate(); err != nil {
-		return err
+		return nil, err
 	}
+	return &RedisContribution{w: w, job: job, epoch: epoch, r: r}, nil
+}
+
+func (c *RedisContribution) keys() []string {
+	return []string{redisEpochKey(c.job), redisEpochsKey(c.job), redisOffsetsKey(c.job),
+		redisContribKey(c.job, c.r), redisContribDeadKey(c.job, c.r)}
+}
+
+// DeadLetters stages dls, which must lie in the range.
+func (c *RedisContribution) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+	for len(dls) > 0 && !c.folded {
+		args := []any{c.epoch, c.r.field(), c.r.From, c.r.To, "0"}
+		if !c.fresh {
+			args[4] = "1"
+		}
+		size := 0
+		for len(dls) > 0 && size < redisDeadChunkBytes {
+			f, v, err := c.encode(&dls[0])
+			if err != nil {
+				return err
+			}
+			args = append(args, f, v)
+			size += len(v)
+			dls = dls[1:]
+		}
+		n, err := stageDeadScript.Run(ctx, c.w.c, c.keys(), args...).Int64()
+		if err != nil {
+			return fmt.Errorf("writing dead letters of %v for job %s: %w", c.r, c.job, scriptError(err))
+		}
+		c.fresh = true
+		if n < 0 {
+			c.folded = true
+			break
+		}
+		c.staged += n
+	}
+	return nil
+}
+
+// encode is a dead letter's field and value in the range's hashes.
+func (c *RedisContribution) encode(d *DeadLetter) (string, []byte, error) {
+	r := c.r
+	if d.Topic != r.Topic || d.Partition != r.Partition || d.Offset < r.From || d.Offset >= r.To {
+		return "", nil, fmt.Errorf("writers: dead letter %s/%d@%d is outside range %v", d.Topic, d.Partition, d.Offset, r)
+	}
+	reason, payload := d.Reason, d.Payload
+	if len(payload) > MaxPayloadBytes {
+		reason = fmt.Sprintf("%s (payload cut from %d to %d bytes)", reason, len(payload), MaxPayloadBytes)
+		payload = payload[:MaxPayloadBytes]
+	}
+	v, err := json.Marshal(deadLetterJSON{Reason: storedReason(reason), Payload: payload})
+	if err != nil {
+		return "", nil, fmt.Errorf("encoding dead letter: %w", err)
+	}
+	return strconv.FormatInt(d.Offset, 10), v, nil
+}
+
+// Totals completes the contribution with per-key totals (repeated keys are
+// summed) and the dead letters not staged yet.
+func (c *RedisContribution) Totals(ctx context.Context, totals []Total, dls []DeadLetter) error {
 	type sum struct{ events, amount exact.Int }
 	sums := make(map[string]*sum, len(totals))
 	for _, t := range totals {
@@ -743,35 +887,44 @@ func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, 
 		s.events.Add(t.Events)
 		s.amount.Add(t.Amount)
 	}
-	args := make([]any, 0, 6+2*len(sums)+2*len(dls))
-	args = append(args, epoch, r.field(), r.From, r.To, "m", r.String())
+	args := make([]any, 0, 6+2*len(sums))
+	args = append(args, c.epoch, c.r.field(), c.r.From, c.r.To, "m", c.r.String())
 	for k, s := range sums {
 		args = append(args, "t:"+k, s.events.String()+","+s.amount.String())
 	}
-	return w.writeContribution(ctx, job, r, args, dls)
+	return c.finish(ctx, args, dls)
 }
 
-// writeContribution appends the dead letters to args (the script's ARGV so
-// far) and runs the script.
-func (w *Redis) writeContribution(ctx context.Context, job string, r Range, args []any, dls []DeadLetter) error {
-	for _, d := range dls {
-		if d.Topic != r.Topic || d.Partition != r.Partition || d.Offset < r.From || d.Offset >= r.To {
-			return fmt.Errorf("writers: dead letter %s/%d@%d is outside range %v", d.Topic, d.Partition, d.Offset, r)
-		}
-		reason, payload := d.Reason, d.Payload
-		if len(payload) > MaxPayloadBytes {
-			reason = fmt.Sprintf("%s (payload cut from %d to %d bytes)", reason, len(payload), MaxPayloadBytes)
-			payload = payload[:MaxPayloadBytes]
-		}
-		v, err := json.Marshal(deadLetterJSON{Reason: storedReason(reason), Payload: payload})
-		if err != nil {
-			return fmt.Errorf("encoding dead letter: %w", err)
-		}
-		args = append(args, "d:"+strconv.FormatInt(d.Offset, 10), v)
+// finish writes the contribution: args (the script's ARGV so far) and the
+// dead letters, inline if none were staged and they are small, else staged
+// first.
+func (c *RedisContribution) finish(ctx context.Context, args []any, dls []DeadLetter) error {
+	size := 0
+	for i := range dls {
+		size += len(dls[i].Payload)
 	}
-	keys := []string{redisEpochKey(job), redisEpochsKey(job), redisOffsetsKey(job), redisContribKey(job, r)}
-	if err := writeContribScript.Run(ctx, w.c, keys, args...).Err(); err != nil {
-		return fmt.Errorf("writing contribution of %v for job %s: %w", r, job, scriptError(err))
+	// Base64 and JSON make the payloads a third larger.
+	if c.fresh || size > redisDeadChunkBytes/2 {
+		if err := c.DeadLetters(ctx, dls); err != nil {
+			return err
+		}
+		dls = nil
+	}
+	if c.folded {
+		return nil
+	}
+	for i := range dls {
+		f, v, err := c.encode(&dls[i])
+		if err != nil {
+			return err
+		}
+		args = append(args, "d:"+f, v)
+	}
+	if c.fresh {
+		args = append(args, "n", c.staged)
+	}
+	if err := writeContribScript.Run(ctx, c.w.c, c.keys(), args...).Err(); err != nil {
+		return fmt.Errorf("writing contribution of %v for job %s: %w", c.r, c.job, scriptError(err))
 	}
 	return nil
 }
@@ -868,12 +1021,20 @@ func redisRowsSuffix(table, column string) string { return table + ":" + column 
 // replaces the range's as WriteContribution's does, with the same fencing
 // and replay rules.
 func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int64, r Range, u Upsert, rows [][]any, dls []DeadLetter) error {
-	if err := checkJob(job); err != nil {
+	c, err := w.NewContribution(job, epoch, r)
+	if err != nil {
 		return err
 	}
-	if err := r.validate(); err != nil {
-		return err
-	}
+	return c.Rows(ctx, u, rows, dls)
+}
+
+// Rows completes the contribution with rows of u, as WriteRowsContribution
+// writes them, and the dead letters not staged yet. A row that can't be
+// stored fails the call with ErrRedisValue before it writes anything (dead
+// letters staged before stay staged, invisible, until the range is
+// written again).
+func (c *RedisContribution) Rows(ctx context.Context, u Upsert, rows [][]any, dls []DeadLetter) error {
+	r := c.r
 	if err := u.Validate(); err != nil {
 		return err
 	}
@@ -919,14 +1080,14 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 		}
 	}
 	args := make([]any, 0, 6+2*len(sums)+2*len(sets)+2*len(dls))
-	args = append(args, epoch, r.field(), r.From, r.To, "m", r.String())
+	args = append(args, c.epoch, r.field(), r.From, r.To, "m", r.String())
 	for f, n := range sums {
 		args = append(args, f, n.String())
 	}
 	for f, s := range sets {
 		args = append(args, f, s)
 	}
-	return w.writeContribution(ctx, job, r, args, dls)
+	return c.finish(ctx, args, dls)
 }
 
 // redisExactLua defines the fold's exact integer arithmetic on decimal
@@ -993,9 +1154,9 @@ end
 `
 
 // foldScript: KEYS epoch, epochs, offsets, totals:events, totals:amount,
-// plan:parts, then per range its contrib and dead keys, then the rows
-// hashes the contributions may add to (FoldRows); ARGV epoch, batchID, then
-// per range its field, from, to.
+// plan:parts, then per range its contrib, staged dead letters and dead
+// keys, then the rows hashes the contributions may add to (FoldRows); ARGV
+// epoch, batchID, then per range its field, from, to.
 //
 // It runs in two passes so that a failure changes nothing (Redis does not
 // undo a script's writes when it fails half-way): the first pass reads and
@@ -1034,7 +1195,7 @@ for k = 3, 5 do
   end
 end
 local rowkeys = {}
-for k = 7 + 2 * n, #KEYS do
+for k = 7 + 3 * n, #KEYS do
   if not ishash(KEYS[k]) then
     return redis.error_reply('MBCORRUPT ' .. KEYS[k] .. ' is not a hash')
   end
@@ -1111,7 +1272,7 @@ local function add(hk, key, v)
 end
 local todo = {}
 for i = 1, n do
-  local ck, dk = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
+  local ck, sk, dk = KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i]
   local field, from, to = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
   local logged = redis.call('HGET', KEYS[6], field)
   if not logged then
@@ -1131,8 +1292,12 @@ for i = 1, n do
     if redis.call('EXISTS', ck) == 0 then
       return redis.error_reply('MBMISSING no contribution for ' .. field .. ' ' .. from .. '-' .. to)
     end
-    if not ishash(ck) or not ishash(dk) then
-      return redis.error_reply('MBCORRUPT ' .. ck .. ' or ' .. dk .. ' is not a hash')
+    if not ishash(ck) or not ishash(sk) or not ishash(dk) then
+      return redis.error_reply('MBCORRUPT ' .. ck .. ', ' .. sk .. ' or ' .. dk .. ' is not a hash')
+    end
+    local staged = redis.call('HGET', ck, 'n') or '0'
+    if redis.call('HLEN', sk) ~= tonumber(staged) then
+      return redis.error_reply('MBCORRUPT ' .. sk .. ' holds ' .. redis.call('HLEN', sk) .. ' dead letters, the contribution says ' .. staged)
     end
     local kv = redis.call('HGETALL', ck)
     for j = 1, #kv, 2 do
@@ -1162,11 +1327,11 @@ for i = 1, n do
         if err then
           return err
         end
-      elseif p ~= 'd:' and f ~= 'm' then
+      elseif p ~= 'd:' and f ~= 'm' and f ~= 'n' then
         return redis.error_reply('MBCORRUPT ' .. ck .. ' has an unknown field ' .. f)
       end
     end
-    todo[#todo + 1] = {ck, dk, field, to, kv}
+    todo[#todo + 1] = {ck, dk, field, to, kv, sk}
   end
 end
 -- The exact sums of the big fields (rare: only then a second look at the
@@ -1195,7 +1360,13 @@ if nbig > 0 then
   end
 end
 for _, t in ipairs(todo) do
-  local ck, dk, field, to, kv = t[1], t[2], t[3], t[4], t[5]
+  local ck, dk, field, to, kv, sk = t[1], t[2], t[3], t[4], t[5], t[6]
+  -- One staged dead letter at a time: they may be far larger than the
+  -- memory a script should hold at once.
+  for _, off in ipairs(redis.call('HKEYS', sk)) do
+    redis.call('HSET', dk, off, redis.call('HGET', sk, off))
+  end
+  redis.call('DEL', sk)
   for j = 1, #kv, 2 do
     local f, v = kv[j], kv[j + 1]
     local p = string.sub(f, 1, 2)
@@ -1270,13 +1441,13 @@ func (w *Redis) fold(ctx context.Context, job string, epoch, batchID int64, rang
 	if err := validateRanges(ranges); err != nil {
 		return 0, err
 	}
-	keys := make([]string, 0, 6+2*len(ranges)+len(rows))
+	keys := make([]string, 0, 6+3*len(ranges)+len(rows))
 	keys = append(keys, redisEpochKey(job), redisEpochsKey(job), redisOffsetsKey(job),
 		RedisEventsKey(job), RedisAmountKey(job), redisPlanPartsKey(job))
 	args := make([]any, 0, 2+3*len(ranges))
 	args = append(args, epoch, batchID)
 	for _, r := range ranges {
-		keys = append(keys, redisContribKey(job, r), redisDeadKey(job, r.Topic, r.Partition))
+		keys = append(keys, redisContribKey(job, r), redisContribDeadKey(job, r), redisDeadKey(job, r.Topic, r.Partition))
 		args = append(args, r.field(), r.From, r.To)
 	}
 	keys = append(keys, rows...)
@@ -1582,7 +1753,7 @@ func (w *Redis) ResetOffsets(ctx context.Context, job, topic string, to map[int3
 			if _, err := fmt.Sscanf(entry, "%d %d %d", &id, &r.From, &r.To); err != nil {
 				return 0, nil, fmt.Errorf("resetting offsets of job %s: bad plan entry %s = %q", job, fields[i], entry)
 			}
-			keys = append(keys, redisContribKey(job, r))
+			keys = append(keys, redisContribKey(job, r), redisContribDeadKey(job, r))
 		}
 		args = append(args, fields[i], to[p], entry)
 	}

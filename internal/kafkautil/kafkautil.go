@@ -34,7 +34,12 @@ func Config(clientID string) *sarama.Config {
 	c.Consumer.Return.Errors = true
 	c.Consumer.Fetch.Default = 4 << 20
 	c.Consumer.MaxWaitTime = 250 * time.Millisecond
-	c.ChannelBufferSize = 4096
+	// Records a partition consumer reads ahead of its reader. A count, not
+	// bytes: a reader slower than the fetches (a slow sink pushes back on
+	// it) lets sarama hold this many per partition, each up to the broker's
+	// message.max.bytes (1 MiB by default), so it must stay small to bound
+	// memory; a larger one does not read small records any faster.
+	c.ChannelBufferSize = 32
 	return c
 }
 

@@ -1,0 +1,217 @@
+package writers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/microbatch/microbatch/offsets"
+)
+
+// bigDead is the dead letter at offset off with a payload of size bytes
+// that differs per offset.
+func bigDead(off int64, size int) DeadLetter {
+	p := bytes.Repeat([]byte{byte('a' + off%26)}, size)
+	copy(p, fmt.Sprintf("<%d>", off))
+	return DeadLetter{Topic: "in", Partition: 0, Offset: off, Reason: fmt.Sprintf("bad %d", off), Payload: p}
+}
+
+// wantDead checks that the folded dead letters of partition 0 are exactly
+// those of offs, whole.
+func wantDead(t *testing.T, w *Redis, job string, size int, offs ...int64) {
+	t.Helper()
+	ctx := t.Context()
+	key := redisDeadKey(job, "in", 0)
+	if n := w.Client().HLen(ctx, key).Val(); n != int64(len(offs)) {
+		t.Errorf("%d dead letters folded, want %d", n, len(offs))
+	}
+	for _, off := range offs {
+		raw, err := w.Client().HGet(ctx, key, fmt.Sprint(off)).Bytes()
+		if err != nil {
+			t.Errorf("dead letter %d: %v", off, err)
+			continue
+		}
+		var d deadLetterJSON
+		want := bigDead(off, size)
+		if err := json.Unmarshal(raw, &d); err != nil || d.Reason != want.Reason || !bytes.Equal(d.Payload, want.Payload) {
+			t.Errorf("dead letter %d: reason %q, %d payload bytes (%.10q…), %v; want %q and its %d bytes",
+				off, d.Reason, len(d.Payload), d.Payload, err, want.Reason, size)
+		}
+	}
+}
+
+// TestRedisStagedDeadLetters: a contribution's dead letters written in
+// steps ahead of it (RedisContribution) are invisible until the fold, which
+// moves them all with the totals and offsets at once; a contribution whose
+// staged dead letters don't add up is refused whole; writing the range
+// again starts from nothing; a folded range takes no more.
+func TestRedisStagedDeadLetters(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 40)
+	r := ranges[0]
+	const size = 300 << 10 // 20 take more than one staging call
+	staged := redisContribDeadKey(job, r)
+
+	// A first attempt stages offsets 0..19 and 30 (say, its decode failed
+	// on 30 for a reason that went away), then dies before its totals.
+	first, err := w.NewContribution(job, epoch, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dls []DeadLetter
+	for off := range int64(20) {
+		dls = append(dls, bigDead(off, size))
+	}
+	if err := first.DeadLetters(ctx, append(dls, bigDead(30, size))); err != nil {
+		t.Fatalf("DeadLetters: %v", err)
+	}
+	if n := w.Client().HLen(ctx, staged).Val(); n != 21 {
+		t.Fatalf("%d dead letters staged, want 21", n)
+	}
+	before := snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, ErrRedisMissing) {
+		t.Fatalf("Fold of a contribution still being written = %v, want ErrRedisMissing", err)
+	}
+	sameSnapshot(t, "a fold of a half-written contribution", before, snapshot(t, w, job))
+
+	// The replay: offsets 0..19 staged in two calls, 20..24 with the totals.
+	c, err := w.NewContribution(job, epoch, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeadLetters(ctx, dls[:7]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeadLetters(ctx, dls[7:]); err != nil {
+		t.Fatal(err)
+	}
+	var rest []DeadLetter
+	for off := int64(20); off < 25; off++ {
+		rest = append(rest, bigDead(off, size))
+	}
+	if err := c.Totals(ctx, []Total{{Key: "k", Events: 15, Amount: 150}}, rest); err != nil {
+		t.Fatalf("Totals: %v", err)
+	}
+	if n := w.Client().HLen(ctx, staged).Val(); n != 25 {
+		t.Fatalf("%d dead letters staged, want 25 (the first attempt's 30 dropped)", n)
+	}
+	if n, _ := w.DeadLetterCount(ctx, job); n != 0 {
+		t.Fatalf("%d dead letters visible before the fold", n)
+	}
+	wantTotals(t, w, job, nil)
+
+	// Staged dead letters that don't match the contribution's count: the
+	// fold refuses and changes nothing.
+	val := w.Client().HGet(ctx, staged, "3").Val()
+	if err := w.Client().HDel(ctx, staged, "3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	if _, err := w.Fold(ctx, job, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "MBCORRUPT") || IsRedisRetryable(err) {
+		t.Fatalf("Fold with a staged dead letter missing = %v, want a non-retryable MBCORRUPT error", err)
+	}
+	sameSnapshot(t, "a fold of incomplete staged dead letters", before, snapshot(t, w, job))
+	if err := w.Client().HSet(ctx, staged, "3", val).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	mustFold(t, w, job, epoch, 1, ranges, 1)
+	wantTotals(t, w, job, map[string]total{"k": {15, 150}})
+	wantOffsets(t, w, job, map[int32]int64{0: 40})
+	var all []int64
+	for off := range int64(25) {
+		all = append(all, off)
+	}
+	wantDead(t, w, job, size, all...)
+	if n := w.Client().Exists(ctx, staged, redisContribKey(job, r)).Val(); n != 0 {
+		t.Errorf("%d of the contribution's keys left after the fold", n)
+	}
+
+	// A late attempt at the folded range writes nothing.
+	late, err := w.NewContribution(job, epoch, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, w, job)
+	if err := late.DeadLetters(ctx, dls); err != nil {
+		t.Fatalf("DeadLetters after the fold: %v", err)
+	}
+	if err := late.Totals(ctx, []Total{{Key: "k", Events: 1}}, rest); err != nil {
+		t.Fatalf("Totals after the fold: %v", err)
+	}
+	sameSnapshot(t, "a write of a folded range", before, snapshot(t, w, job))
+}
+
+// TestRedisLargeContribution: WriteContribution stages a large set of dead
+// letters by itself, a small one stays inline, and a staged write is
+// fenced like the rest.
+func TestRedisLargeContribution(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 2, 40)
+	const size = 1 << 20
+	var big []DeadLetter
+	for off := range int64(3) {
+		big = append(big, bigDead(off, size))
+	}
+	mustWrite(t, w, job, epoch, ranges[0], nil, big)
+	if n := w.Client().HLen(ctx, redisContribDeadKey(job, ranges[0])).Val(); n != 3 {
+		t.Fatalf("%d of 3 MiB of dead letters staged, want all 3", n)
+	}
+	small := []DeadLetter{{Topic: "in", Partition: 1, Offset: 5, Reason: "bad", Payload: []byte("x")}}
+	mustWrite(t, w, job, epoch, ranges[1], nil, small)
+	if n := w.Client().Exists(ctx, redisContribDeadKey(job, ranges[1])).Val(); n != 0 {
+		t.Fatalf("one small dead letter was staged, want it inline")
+	}
+	mustFold(t, w, job, epoch, 1, ranges, 2)
+	wantDead(t, w, job, size, 0, 1, 2)
+	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 4 {
+		t.Fatalf("DeadLetterCount = %d, %v; want 4", n, err)
+	}
+
+	// Batch 2, staged by an instance that lost the job meanwhile.
+	next := []Range{{Topic: "in", Partition: 0, From: 40, To: 60}}
+	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Claim(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.NewContribution(job, epoch, next[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, w, job)
+	if err := c.DeadLetters(ctx, []DeadLetter{bigDead(41, 10)}); !errors.Is(err, offsets.ErrFenced) {
+		t.Fatalf("DeadLetters with a stale epoch = %v, want ErrFenced", err)
+	}
+	sameSnapshot(t, "a fenced staging", before, snapshot(t, w, job))
+}
+
+// TestRedisResetDropsStagedDeadLetters: an offsets reset drops a pending
+// range's staged dead letters with its contribution.
+func TestRedisResetDropsStagedDeadLetters(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 40)
+	c, err := w.NewContribution(job, epoch, ranges[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeadLetters(ctx, []DeadLetter{bigDead(3, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.ResetOffsets(ctx, job, "in", map[int32]int64{0: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.Client().Exists(ctx, redisContribDeadKey(job, ranges[0])).Val(); n != 0 {
+		t.Errorf("staged dead letters left after the reset")
+	}
+}
