@@ -7,7 +7,6 @@ package main_test
 // at its log end — and the logs to show that the group really rebalanced.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"maps"
@@ -308,7 +307,7 @@ func testGroupZombie(t *testing.T, strategy, brokers, sink string) {
 		return z.stopped()
 	})
 	stoppedAt := time.Now()
-	time.Sleep(50 * time.Millisecond) // what z wrote is read from the pipe
+	z.sync(t) // all z wrote before it stopped is read
 	za := z.lastAssignment()
 	if za.generation <= genA || len(za.parts) == 0 || z.commitsAfter(za.line) == 0 || !openBatch(z.snapshot()) {
 		t.Fatalf("z stopped with assignment %+v, %d batches committed since, batch open %v: want partitions of a generation after %d, "+
@@ -585,15 +584,18 @@ type groupProc struct {
 	notify  chan struct{} // a line arrived (1-buffered)
 	eof     chan struct{} // stderr closed: the process is gone
 
-	waitOnce sync.Once
-	state    *os.ProcessState
+	stderr *logPipe
+	waited chan struct{} // closed when the process has been waited for
+	state  *os.ProcessState
 }
 
 // startGroupProc starts `microbatch args...` with env; cleanup kills it if
 // it is still running.
 func startGroupProc(t *testing.T, name, logDir string, env, args []string) *groupProc {
 	t.Helper()
-	p := &groupProc{name: name, logPath: filepath.Join(logDir, name+".log"), notify: make(chan struct{}, 1), eof: make(chan struct{})}
+	p := &groupProc{name: name, logPath: filepath.Join(logDir, name+".log"), notify: make(chan struct{}, 1),
+		stderr: newLogPipe(t), waited: make(chan struct{})}
+	p.eof = p.stderr.done
 	f, err := os.Create(p.logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -601,21 +603,22 @@ func startGroupProc(t *testing.T, name, logDir string, env, args []string) *grou
 	p.cmd = exec.Command(binary(t), args...)
 	p.cmd.Env = env
 	p.cmd.Stdout = f
-	pipe, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p.cmd.Stderr = p.stderr.w
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
+		p.stderr.closeWrite()
+		p.stderr.r.Close()
 		t.Fatal(err)
 	}
 	go func() {
-		defer close(p.eof)
+		_ = p.cmd.Wait()
+		p.state = p.cmd.ProcessState
+		close(p.waited)
+		p.stderr.closeWrite() // the reader gets EOF
+	}()
+	go func() {
 		defer f.Close()
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
+		p.stderr.read(func(line string) {
 			f.WriteString(line + "\n")
 			p.mu.Lock()
 			if as := parseAssignments([]string{line}); len(as) == 1 {
@@ -631,7 +634,7 @@ func startGroupProc(t *testing.T, name, logDir string, env, args []string) *grou
 			case p.notify <- struct{}{}:
 			default:
 			}
-		}
+		})
 	}()
 	t.Cleanup(func() {
 		select {
@@ -649,12 +652,18 @@ func startGroupProc(t *testing.T, name, logDir string, env, args []string) *grou
 }
 
 func (p *groupProc) wait() *os.ProcessState {
-	p.waitOnce.Do(func() {
-		<-p.eof
-		_ = p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-	})
+	<-p.eof
+	<-p.waited
 	return p.state
+}
+
+// sync returns once every line the process wrote before the call is in
+// p.lines (logPipe.sync): after a stop, its whole log.
+func (p *groupProc) sync(t *testing.T) {
+	t.Helper()
+	if err := p.stderr.sync(groupWait); err != nil {
+		t.Fatalf("%s: %v", p.name, err)
+	}
 }
 
 func (p *groupProc) snapshot() []string {
@@ -729,17 +738,8 @@ func (p *groupProc) exit(t *testing.T, timeout time.Duration) *os.ProcessState {
 	return p.wait()
 }
 
-// stopped reports whether the process is stopped (SIGSTOP).
-func (p *groupProc) stopped() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold anything but ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
-}
+// stopped reports whether the process is stopped (SIGSTOP), every thread.
+func (p *groupProc) stopped() bool { return procStopped(p.cmd.Process.Pid) }
 
 // waitLine waits for a line from index from on that matches and returns its
 // index. The process ending first fails the test.
@@ -817,8 +817,8 @@ func killInBatch(t *testing.T, p *groupProc) (tries int, batchID string) {
 			return strings.Contains(l, batchStartedMarker)
 		})
 		p.signal(t, syscall.SIGSTOP)
-		waitFor(t, 5*time.Second, p.name+" to stop", p.stopped)
-		time.Sleep(50 * time.Millisecond) // what p wrote is read from the pipe
+		waitFor(t, groupWait, p.name+" to stop", p.stopped)
+		p.sync(t) // all p wrote before it stopped is read
 		if lines := p.snapshot(); openBatch(lines) {
 			p.signal(t, syscall.SIGKILL)
 			return tries, lastBatchStarted(lines)
