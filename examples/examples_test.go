@@ -63,11 +63,15 @@ func binary(t *testing.T, name string) string {
 		if buildDir, buildErr = os.MkdirTemp("", "mb-examples-"); buildErr != nil {
 			return
 		}
-		args := []string{"build", "-o", buildDir + string(filepath.Separator)}
+		// Compiled as docker/Dockerfile compiles the image (cgo off,
+		// -trimpath), like cmd/microbatch's tests: the suite then compiles
+		// the dependencies once for the three packages' binaries.
+		args := []string{"build", "-trimpath", "-o", buildDir + string(filepath.Separator)}
 		for _, e := range examples {
 			args = append(args, "./"+e)
 		}
 		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
