@@ -16,6 +16,7 @@ import (
 // reading the other's share. The job that joins a group held by another
 // must stop with a configuration error naming it instead.
 func TestGroupSharedWithAnotherJob(t *testing.T) {
+	t.Parallel()
 	brokers := kfake.brokers(t)
 	topic := newTopic(t, brokers)
 	produce(t, brokers, topic, 5, 0, 5_000)

@@ -34,7 +34,13 @@ const (
 	maxBatch = 20_000
 )
 
+// The integration tests mostly wait (for batches, idleness, servers) and
+// share nothing but the servers (each has its own topics, jobs and
+// brokers): more of them run side by side than there are CPUs.
+const testParallel = 4
+
 func TestMain(m *testing.M) {
+	testutil.DefaultParallel(testParallel)
 	code := m.Run()
 	// Checked after failures too: a failing test must not hide a leak.
 	if !testing.Short() {

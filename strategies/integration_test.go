@@ -23,6 +23,7 @@ const (
 // a full drain of 200k events, a resumed run over 10k more, and a fresh job
 // starting from "latest" that must skip the backlog.
 func TestIntegrationTxn(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		kafka kafkaTarget
 		sink  sinkTarget
@@ -33,6 +34,7 @@ func TestIntegrationTxn(t *testing.T) {
 		// ApacheKafka→SQLite adds nothing the three above don't cover.
 	} {
 		t.Run(c.kafka.name+"To"+c.sink.name, func(t *testing.T) {
+			t.Parallel()
 			dsn := c.sink.dsn(t)
 			brokers := c.kafka.brokers(t)
 			testTxnPipeline(t, brokers, dsn)

@@ -25,6 +25,7 @@ import (
 // one record: a snapshot that showed a batch half applied, or applied
 // without its offsets (or the reverse), would break the equality.
 func TestReaderSeesWholeBatches(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		strategy string
 		sink     sinkTarget
@@ -34,6 +35,7 @@ func TestReaderSeesWholeBatches(t *testing.T) {
 		{strategies.StrategyIdempotent, redisSink},
 	} {
 		t.Run(c.strategy, func(t *testing.T) {
+			t.Parallel()
 			dsn := c.sink.dsn(t)
 			brokers := kfake.brokers(t)
 			topic := newTopic(t, brokers)

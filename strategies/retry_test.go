@@ -48,6 +48,7 @@ func (c cutAt) String() string {
 // committed; so every batch is cut, and its retry goes through however
 // slow the machine is.
 func TestRetriesLostConnections(t *testing.T) {
+	t.Parallel()
 	sqlCuts := []cutAt{
 		{"", 1}, {"", 3}, {strategies.CrashMidWrite, 1},
 		{strategies.CrashAfterWriteBeforeOffsets, 1}, {strategies.CrashAfterOffsetsBeforeWrite, 1},
@@ -64,6 +65,7 @@ func TestRetriesLostConnections(t *testing.T) {
 		}},
 	} {
 		t.Run(c.strategy, func(t *testing.T) {
+			t.Parallel()
 			testRetriesLostConnections(t, c.strategy, c.sink.dsn(t), c.cuts)
 		})
 	}

@@ -24,6 +24,7 @@ const (
 // password is ErrDenied at once, an untrusted certificate a clear
 // configuration error.
 func TestSecureKafka(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("integration test: skipped with -short")
 	}

@@ -19,6 +19,7 @@ import (
 // is valid) and txn stayed exact. It uses MariaDB when
 // MICROBATCH_TEST_MYSQL is set, SQLite otherwise.
 func TestBenchTiny(t *testing.T) {
+	t.Parallel()
 	binary(t)
 	sink := os.Getenv(testutil.EnvMySQL)
 	if sink == "" {

@@ -921,6 +921,7 @@ func (l *liveReader) stop() {
 // kills hit open transactions; and a read-committed reader that consumed
 // the output during all the kills must never have been given an id twice.
 func TestCheckpointCrashKafka(t *testing.T) {
+	t.Parallel()
 	brokers := testutil.NeedServer(t, testutil.EnvKafka)
 	start := time.Now()
 	out := uniqueName(t, "ckpt-out")
@@ -989,6 +990,7 @@ func TestCheckpointCrashKafka(t *testing.T) {
 // there once and each of those records is in the log exactly once (it was
 // committed where it lay, not written again).
 func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
+	t.Parallel()
 	brokers := testutil.NeedServer(t, testutil.EnvKafka)
 	out := uniqueName(t, "ckpt-out")
 	h := newCkptHarness(t, brokers, uniqueName(t, "ckpt-job"), "kafka://"+brokers+"/"+out)
@@ -1355,6 +1357,7 @@ func readFileOutputs(t *testing.T, dir, job string) []event.Output {
 // directory during all the kills never sees a partial or changing file or
 // an id twice; nothing is left in .pending after the drain.
 func TestCheckpointCrashFile(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	dir := filepath.Join(t.TempDir(), "out")
 	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), "file://"+dir)
@@ -1435,6 +1438,7 @@ func shortJob(prefix string) string {
 // random kills and every crash point (after-precommit lies between XA
 // PREPARE and XA COMMIT) with the input flowing. Every key's total exact.
 func TestCheckpointCrashXA(t *testing.T) {
+	t.Parallel()
 	dsn := testutil.NeedServer(t, testutil.EnvMySQL)
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	h := newCkptHarness(t, b.addr, shortJob("ckx"), dsn)
@@ -1504,6 +1508,7 @@ func walInspect(t *testing.T, w *writers.SQL, stateDir, job string) func() (bool
 // TestCheckpointCrashWAL: the write-ahead sink (--sink-mode wal) into
 // SQLite; a few kills and every crash point. Every key's total exact.
 func TestCheckpointCrashWAL(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	sink := "sqlite://" + t.TempDir() + "/sink.db"
 	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), sink, "--sink-mode", strategies.SinkModeWAL)
@@ -1538,6 +1543,7 @@ func TestCheckpointCrashWAL(t *testing.T) {
 // records twice; if it is clean, the kill missed or the backend kept
 // state, and the crash tests above would prove nothing.
 func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	dir := filepath.Join(t.TempDir(), "out")
 	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), "file://"+dir, "--state-backend", strategies.StateBackendMemory)

@@ -259,6 +259,7 @@ func TestCLIBroker(t *testing.T) {
 // with the verdict; a second run continues from the persisted broker log
 // and sink.
 func TestCLIDemo(t *testing.T) {
+	t.Parallel()
 	binary(t)
 	dir := t.TempDir()
 	for _, events := range []int{20_000, 30_000} {
@@ -273,6 +274,7 @@ func TestCLIDemo(t *testing.T) {
 // TestCLIDemoInterrupt: Ctrl-C during the demo is a graceful stop: exit 0,
 // a report of where the job stands, and a second run finishes exactly.
 func TestCLIDemoInterrupt(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "run", "--demo-events", "200000", "--demo-rate", "20000", "--interval", "200ms")

@@ -59,6 +59,7 @@ const (
 // the line too late). Whether a kill landed inside a batch is read from
 // that run's log, not assumed.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
 	apache := func(t *testing.T) (string, string) {
 		return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 	}
@@ -83,6 +84,7 @@ func TestCrashRecovery(t *testing.T) {
 		{"at-most-once/ApacheKafkaToMariaDB", strategies.StrategyAtMostOnce, apache},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			brokers, sink := c.setup(t)
 			testCrashRecovery(t, c.strategy, brokers, sink)
 		})
@@ -434,6 +436,7 @@ func stopRunAt(t *testing.T, bin string, args []string, logPath string, plan sto
 // started: the batch in flight must commit, the run must exit 0, and after
 // a final drain the sink holds every event exactly once.
 func TestGracefulStop(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	bin := binary(t)
 	topic := uniqueName(t, "term")

@@ -26,6 +26,7 @@ const (
 // duplicates and at-most-once a loss at their gap; if they come out clean,
 // the kill missed its window and the test fails.
 func TestCrashPoints(t *testing.T) {
+	t.Parallel()
 	type tc struct {
 		strategy, point string
 		want            crashOutcome

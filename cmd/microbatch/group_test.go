@@ -60,8 +60,10 @@ const (
 // take over the partitions of the killed and stopped ones and the sink must
 // end exact.
 func TestGroupScaleOut(t *testing.T) {
+	t.Parallel()
 	for _, c := range groupCases() {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			brokers, sink := c.setup(t)
 			testGroupScaleOut(t, c.strategy, brokers, sink)
 		})
@@ -74,8 +76,10 @@ func TestGroupScaleOut(t *testing.T) {
 // batch: the sink must refuse the zombie's commit (ErrFenced), the zombie
 // must say so and rejoin, and the totals stay exact.
 func TestGroupZombieFenced(t *testing.T) {
+	t.Parallel()
 	for _, c := range groupCases() {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			brokers, sink := c.setup(t)
 			testGroupZombie(t, c.strategy, brokers, sink)
 		})
@@ -86,6 +90,7 @@ func TestGroupZombieFenced(t *testing.T) {
 // is its own consumer group (--group defaults to --job), so each must be
 // assigned every partition and count every event, unaffected by the other.
 func TestGroupJobsIsolated(t *testing.T) {
+	t.Parallel()
 	brokers := testutil.NeedServer(t, testutil.EnvKafka)
 	sink := testutil.NeedServer(t, testutil.EnvMySQL)
 	began := time.Now()

@@ -31,7 +31,15 @@ var (
 	buildErr  error
 )
 
+// The process-level tests mostly wait — for kills, restarts, group
+// sessions and rebalances — and share nothing but the servers and the
+// binary (each has its own topics, jobs, brokers and temp dirs): they run
+// side by side, more of them than there are CPUs, or the package would not
+// fit its timeout on a 2-core machine.
+const testParallel = 8
+
 func TestMain(m *testing.M) {
+	testutil.DefaultParallel(testParallel)
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)

@@ -44,6 +44,7 @@ func needSecureServers(t *testing.T) secureServers {
 // Redis, a refused Kafka password, untrusted CAs, and no password in any
 // output.
 func TestSecureServers(t *testing.T) {
+	t.Parallel()
 	srv := needSecureServers(t)
 	binary(t) // built before the timed runs
 	dir := t.TempDir()

@@ -25,6 +25,7 @@ const (
 // sink DSNs, succeeding and failing, and checks that no password appears in
 // anything printed.
 func TestSecretsNeverShown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("CLI test: skipped with -short")
 	}
