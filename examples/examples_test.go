@@ -142,27 +142,41 @@ func (p *proc) killAfter(n int, re string) {
 	p.t.Helper()
 	rx := regexp.MustCompile(re)
 	seen := 0
-	timeout := time.After(30 * time.Second)
-	for seen < n {
+	p.killWhen(fmt.Sprintf("%d lines /%s/", n, re), func(l string) bool {
+		if rx.MatchString(l) {
+			seen++
+		}
+		return seen == n
+	})
+}
+
+// killWhen passes the stdout lines to done until it says yes, then
+// SIGKILLs the process. It fails if the process ends first.
+func (p *proc) killWhen(what string, done func(line string) bool) {
+	p.t.Helper()
+	const wait = 2 * time.Minute // a bound for a busy machine
+	timeout := time.After(wait)
+	for {
 		select {
 		case l, ok := <-p.lines:
 			if !ok {
 				<-p.done
-				p.t.Fatalf("%s ended (%v) after %d of %d lines /%s/ it was to be killed after\nstdout:\n%s\nstderr:\n%s",
-					p.cmd.Path, p.err, seen, n, re, p.stdout(), p.stderr.String())
+				p.t.Fatalf("%s ended (%v) before %s it was to be killed after\nstdout:\n%s\nstderr:\n%s",
+					p.cmd.Path, p.err, what, p.stdout(), p.stderr.String())
 			}
-			if rx.MatchString(l) {
-				seen++
+			if !done(l) {
+				continue
 			}
 		case <-timeout:
-			p.t.Fatalf("%s: no %d lines /%s/ within 30s\nstdout:\n%s", p.cmd.Path, n, re, p.stdout())
+			p.t.Fatalf("%s: no %s within %s\nstdout:\n%s", p.cmd.Path, what, wait, p.stdout())
 		}
+		break
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		p.t.Fatal(err)
 	}
 	<-p.done
-	p.t.Logf("killed %s after %d lines /%s/ (%v after its start)", filepath.Base(p.cmd.Path), n, re, time.Since(p.started).Round(time.Millisecond))
+	p.t.Logf("killed %s after %s (%v after its start)", filepath.Base(p.cmd.Path), what, time.Since(p.started).Round(time.Millisecond))
 }
 
 // waitExit reads the rest of the output and waits up to limit for the
@@ -483,12 +497,23 @@ func testKafkaEnrich(t *testing.T, brokers []string) {
 
 	args := []string{"-brokers", strings.Join(brokers, ","), "-in", in, "-out", out,
 		"-group", uniqueName("enrich-group"), "-txn-id", uniqueName("enrich-txn"), "-batch", "250"}
-	// Killed in a pause between transactions, once one committed offsets
-	// on every partition; then, through its test hook, in its 3rd
+	// Killed in a pause between transactions, once its transactions
+	// committed offsets on every partition (a line names the partitions
+	// of its transaction); then, through its test hook, in its 3rd
 	// transaction with the records and offsets flushed to the brokers, not
 	// committed: the next run's Recover aborts that one.
 	run1 := start(t, bin, append(args, "-pause", "30ms")...)
-	run1.killAfter(1, `^txn \d+ committed: .*next offsets map\[0:\d+ 1:\d+ 2:\d+\]`)
+	committedOn := map[string]bool{}
+	committedRE := regexp.MustCompile(`^txn \d+ committed: .*next offsets map\[(.*)\]`)
+	run1.killWhen("offsets committed on all 3 partitions", func(l string) bool {
+		if m := committedRE.FindStringSubmatch(l); m != nil {
+			for _, po := range strings.Fields(m[1]) {
+				part, _, _ := strings.Cut(po, ":")
+				committedOn[part] = true
+			}
+		}
+		return len(committedOn) == 3
+	})
 	if c := strings.Count(run1.stdout(), "has no committed offset for partition"); c != 3 {
 		t.Fatalf("first run: %d partitions said to start at the earliest, want 3:\n%s", c, run1.stdout())
 	}
