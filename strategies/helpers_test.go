@@ -29,8 +29,10 @@ const (
 	testKeys       = 1000
 	untilIdle      = 2 * time.Second
 	batchInterval  = 200 * time.Millisecond
-	runTimeout     = 2 * time.Minute
-	// maxBatch splits a 200k drain (50k a partition) into several batches.
+	// runTimeout bounds a run, a production, a child: generous, for a busy
+	// machine.
+	runTimeout = 5 * time.Minute
+	// maxBatch is baseConfig's limit of records a partition in a batch.
 	maxBatch = 20_000
 )
 

@@ -44,8 +44,9 @@ const (
 	groupMaxBatch   = 2_000
 	groupSession    = 2 * time.Second
 	groupRebalance  = 10 * time.Second
-	// groupWait bounds every wait for the group to reach a state.
-	groupWait = 45 * time.Second
+	// groupWait bounds every wait for the group to reach a state (a bound
+	// for a busy machine: a rebalance takes a few seconds).
+	groupWait = 2 * time.Minute
 	// zombieReach is the after-plan reach at which the zombie stops: its
 	// third batch, after two committed ones.
 	zombieReach = 3
@@ -250,11 +251,14 @@ func testGroupScaleOut(t *testing.T, strategy, brokers, sink string) {
 	t.Logf("SIGTERM p1 (held %v): exit 0; generation %d: p3 %v, p4 %v", leaving.parts, genTerm,
 		p3.lastAssignment().parts, p4.lastAssignment().parts)
 
-	// Enough input, then drain.
-	waitEvery(t, 250*time.Millisecond, 2*time.Minute, fmt.Sprintf("%d events in the topic", groupTotal), func() bool {
-		return sum(testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic)) >= groupTotal
-	})
+	// Enough input, then drain. The feeder's rate is a target, not a
+	// promise on a busy machine: what it did not add, a bulk produce does.
 	produced, expAmount := finishFeeder(t, feed)
+	if produced < groupTotal {
+		ev, am := produceGroupInput(t, brokers, topic, produced, groupTotal-produced)
+		produced += ev
+		expAmount += am
+	}
 	drainStart := time.Now()
 	waitDrained(t, gs, brokers, topic, job, p3, p4)
 	drained := time.Since(drainStart)
@@ -408,7 +412,7 @@ func blockedBy(t *testing.T, gs *groupSink, a *groupProc, job string) string {
 // to topic (created with groupPartitions partitions) and returns their totals.
 func produceGroupInput(t *testing.T, brokers, topic string, skip, count int64) (events, amount int64) {
 	t.Helper()
-	r := runBin(t, t.TempDir(), nil, 2*time.Minute, "produce", "--brokers", brokers, "--topic", topic,
+	r := runBin(t, t.TempDir(), nil, 5*time.Minute, "produce", "--brokers", brokers, "--topic", topic,
 		"--partitions", strconv.Itoa(groupPartitions), "--keys", strconv.Itoa(crashKeys), "--seed", strconv.Itoa(crashSeed),
 		"--skip", strconv.FormatInt(skip, 10), "--count", strconv.FormatInt(count, 10))
 	if r.code != 0 {
@@ -539,7 +543,9 @@ func (gs *groupSink) checkPerKey(t *testing.T, job string, produced int64) {
 func waitDrained(t *testing.T, gs *groupSink, brokers, topic, job string, procs ...*groupProc) {
 	t.Helper()
 	end := testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic)
-	waitEvery(t, 100*time.Millisecond, time.Minute, "the sink to reach the end of every partition", func() bool {
+	// A bound for a busy machine, where the drain of the scale-out test's
+	// input takes tens of seconds.
+	waitEvery(t, 100*time.Millisecond, 5*time.Minute, "the sink to reach the end of every partition", func() bool {
 		for _, p := range procs {
 			p.requireRunning(t)
 		}

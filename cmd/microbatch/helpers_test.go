@@ -231,7 +231,7 @@ var expectedRE = regexp.MustCompile(`expected events=(\d+) amount=(\d+)`)
 // produceCLI runs `microbatch produce` and returns the totals it printed.
 func produceCLI(t testing.TB, brokers, topic string, seed uint64, skip, count int64) (events, amount int64) {
 	t.Helper()
-	r := runBin(t, t.TempDir(), nil, 2*time.Minute, "produce", "--brokers", brokers, "--topic", topic,
+	r := runBin(t, t.TempDir(), nil, 5*time.Minute, "produce", "--brokers", brokers, "--topic", topic,
 		"--partitions", "4", "--keys", "1000", "--seed", fmt.Sprint(seed), "--skip", fmt.Sprint(skip), "--count", fmt.Sprint(count))
 	if r.code != 0 {
 		t.Fatalf("microbatch produce: %s", r)
