@@ -419,7 +419,7 @@ func (h *ckptHarness) crashPointOnce(point string) ckptKill {
 	n := len(h.kills) + 1
 	logPath := filepath.Join(h.logDir, fmt.Sprintf("run-%02d-%s.log", n, point))
 	start := time.Now()
-	r := runBin(t, h.logDir, cmdEnv(fmt.Sprintf("MICROBATCH_CRASH_AT=%s:%d", point, reach)), 90*time.Second, h.args()...)
+	r := runBin(t, h.logDir, cmdEnv(fmt.Sprintf("MICROBATCH_CRASH_AT=%s:%d", point, reach)), 3*time.Minute, h.args()...)
 	if err := os.WriteFile(logPath, []byte(r.stderr), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func (h *ckptHarness) drain() string {
 	t := h.t
 	h.stopFeeder()
 	start := time.Now()
-	r := runBin(t, h.logDir, nil, 3*time.Minute, h.args("--until-idle", "2s")...)
+	r := runBin(t, h.logDir, nil, 5*time.Minute, h.args("--until-idle", "2s")...)
 	if r.code != 0 {
 		t.Fatalf("final run: %s", r)
 	}
@@ -1025,7 +1025,7 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 		}
 	)
 	for try := 1; ; try++ {
-		r := runBin(t, h.logDir, cmdEnv("MICROBATCH_CRASH_AT="+strategies.CrashAfterCheckpointBeforeCommit+":3"), 90*time.Second, h.args()...)
+		r := runBin(t, h.logDir, cmdEnv("MICROBATCH_CRASH_AT="+strategies.CrashAfterCheckpointBeforeCommit+":3"), 3*time.Minute, h.args()...)
 		if r.code != -1 {
 			t.Fatalf("the run was not killed at %s (exit %d)\n%s", strategies.CrashAfterCheckpointBeforeCommit, r.code, r)
 		}

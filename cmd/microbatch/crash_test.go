@@ -192,7 +192,7 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 	}
 
 	// Let it drain.
-	final := runBin(t, logDir, nil, 3*time.Minute, append(args, "--until-idle", "2s")...)
+	final := runBin(t, logDir, nil, 5*time.Minute, append(args, "--until-idle", "2s")...)
 	if final.code != 0 {
 		t.Fatalf("final run: %s", final)
 	}
@@ -459,7 +459,7 @@ func TestGracefulStop(t *testing.T) {
 			t.Fatalf("SIGTERM %d: want exit 0 after committing the batch in flight, got %v, %+v; log:\n%s", i, ps, st, log)
 		}
 	}
-	final := runBin(t, logDir, nil, 2*time.Minute, append(args, "--until-idle", "2s")...)
+	final := runBin(t, logDir, nil, 5*time.Minute, append(args, "--until-idle", "2s")...)
 	if final.code != 0 {
 		t.Fatalf("final run: %s", final)
 	}
