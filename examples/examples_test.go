@@ -63,11 +63,15 @@ func binary(t *testing.T, name string) string {
 		if buildDir, buildErr = os.MkdirTemp("", "mb-examples-"); buildErr != nil {
 			return
 		}
-		args := []string{"build", "-o", buildDir + string(filepath.Separator)}
+		// Compiled as docker/Dockerfile compiles the image (cgo off,
+		// -trimpath), like cmd/microbatch's tests: the suite then compiles
+		// the dependencies once for the three packages' binaries.
+		args := []string{"build", "-trimpath", "-o", buildDir + string(filepath.Separator)}
 		for _, e := range examples {
 			args = append(args, "./"+e)
 		}
 		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -138,27 +142,41 @@ func (p *proc) killAfter(n int, re string) {
 	p.t.Helper()
 	rx := regexp.MustCompile(re)
 	seen := 0
-	timeout := time.After(30 * time.Second)
-	for seen < n {
+	p.killWhen(fmt.Sprintf("%d lines /%s/", n, re), func(l string) bool {
+		if rx.MatchString(l) {
+			seen++
+		}
+		return seen == n
+	})
+}
+
+// killWhen passes the stdout lines to done until it says yes, then
+// SIGKILLs the process. It fails if the process ends first.
+func (p *proc) killWhen(what string, done func(line string) bool) {
+	p.t.Helper()
+	const wait = 2 * time.Minute // a bound for a busy machine
+	timeout := time.After(wait)
+	for {
 		select {
 		case l, ok := <-p.lines:
 			if !ok {
 				<-p.done
-				p.t.Fatalf("%s ended (%v) after %d of %d lines /%s/ it was to be killed after\nstdout:\n%s\nstderr:\n%s",
-					p.cmd.Path, p.err, seen, n, re, p.stdout(), p.stderr.String())
+				p.t.Fatalf("%s ended (%v) before %s it was to be killed after\nstdout:\n%s\nstderr:\n%s",
+					p.cmd.Path, p.err, what, p.stdout(), p.stderr.String())
 			}
-			if rx.MatchString(l) {
-				seen++
+			if !done(l) {
+				continue
 			}
 		case <-timeout:
-			p.t.Fatalf("%s: no %d lines /%s/ within 30s\nstdout:\n%s", p.cmd.Path, n, re, p.stdout())
+			p.t.Fatalf("%s: no %s within %s\nstdout:\n%s", p.cmd.Path, what, wait, p.stdout())
 		}
+		break
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		p.t.Fatal(err)
 	}
 	<-p.done
-	p.t.Logf("killed %s after %d lines /%s/ (%v after its start)", filepath.Base(p.cmd.Path), n, re, time.Since(p.started).Round(time.Millisecond))
+	p.t.Logf("killed %s after %s (%v after its start)", filepath.Base(p.cmd.Path), what, time.Since(p.started).Round(time.Millisecond))
 }
 
 // waitExit reads the rest of the output and waits up to limit for the
@@ -347,6 +365,9 @@ func csvFile(t *testing.T, lines int) (path string, want map[string][2]int64, ba
 // hook) inside a chunk's transaction with its rows written, and loads the
 // rest on the third run: the table's sums equal the file's exactly and
 // every bad line is dead-lettered once.
+//
+// The first run pauses an hour after each chunk, so the kill after its
+// first chunk lands in that pause however late the test reads the line.
 func TestCSVImport(t *testing.T) {
 	bin := binary(t, "csv-import")
 	file, want, bad := csvFile(t, 50_000)
@@ -359,8 +380,8 @@ func TestCSVImport(t *testing.T) {
 			args := []string{"-dsn", dsn, "-file", file, "-job", job, "-table", table, "-chunk", "2000"}
 
 			// Killed between chunks, in a pause.
-			first := start(t, bin, append(args, "-pause", "40ms")...)
-			first.killAfter(2, `^chunk \d+ committed`)
+			first := start(t, bin, append(args, "-pause", "1h")...)
+			first.killAfter(1, `^chunk \d+ committed`)
 			if strings.Contains(first.stdout(), "done:") {
 				t.Fatal("the first run finished before it was killed")
 			}
@@ -468,18 +489,35 @@ func testKafkaEnrich(t *testing.T, brokers []string) {
 	bad := []string{"not json", `{"id":1,"amount":2}`}
 	keys = append(keys, "bad1", "bad2")
 	values = append(values, bad...)
-	produce(t, brokers, in, keys, values)
+	// The first run gets only a quarter of the input, so that it can't
+	// get far however late the test reads its output; the rest comes
+	// before the second.
+	const first = n / 4
+	produce(t, brokers, in, keys[:first], values[:first])
 
 	args := []string{"-brokers", strings.Join(brokers, ","), "-in", in, "-out", out,
 		"-group", uniqueName("enrich-group"), "-txn-id", uniqueName("enrich-txn"), "-batch", "250"}
-	// Killed in a pause between transactions; then, through its test hook,
-	// in its 3rd transaction with the records and offsets flushed to the
-	// brokers, not committed: the next run's Recover aborts that one.
-	first := start(t, bin, append(args, "-pause", "30ms")...)
-	first.killAfter(4, `^txn \d+ committed`)
-	if c := strings.Count(first.stdout(), "has no committed offset for partition"); c != 3 {
-		t.Fatalf("first run: %d partitions said to start at the earliest, want 3:\n%s", c, first.stdout())
+	// Killed in a pause between transactions, once its transactions
+	// committed offsets on every partition (a line names the partitions
+	// of its transaction); then, through its test hook, in its 3rd
+	// transaction with the records and offsets flushed to the brokers, not
+	// committed: the next run's Recover aborts that one.
+	run1 := start(t, bin, append(args, "-pause", "30ms")...)
+	committedOn := map[string]bool{}
+	committedRE := regexp.MustCompile(`^txn \d+ committed: .*next offsets map\[(.*)\]`)
+	run1.killWhen("offsets committed on all 3 partitions", func(l string) bool {
+		if m := committedRE.FindStringSubmatch(l); m != nil {
+			for _, po := range strings.Fields(m[1]) {
+				part, _, _ := strings.Cut(po, ":")
+				committedOn[part] = true
+			}
+		}
+		return len(committedOn) == 3
+	})
+	if c := strings.Count(run1.stdout(), "has no committed offset for partition"); c != 3 {
+		t.Fatalf("first run: %d partitions said to start at the earliest, want 3:\n%s", c, run1.stdout())
 	}
+	produce(t, brokers, in, keys[first:], values[first:])
 	crashed := startEnv(t, []string{"KAFKA_ENRICH_CRASH_BEFORE_COMMIT=3"}, bin, args...).waitKilled(60 * time.Second)
 	if c := len(regexp.MustCompile(`(?m)^txn \d+ committed`).FindAllString(crashed, -1)); c != 2 || !strings.Contains(crashed, "test hook: SIGKILL") {
 		t.Fatalf("run killed by its hook committed %d transactions, want 2:\n%s", c, crashed)
@@ -557,7 +595,7 @@ func checkResumed(t *testing.T, out string) {
 }
 
 // readCommitted reads every partition of topic from the start, isolation
-// read_committed, until want records and a quiet time, or 20 s.
+// read_committed, until want records and a quiet time, or 2 minutes.
 func readCommitted(t *testing.T, brokers []string, topic string, want int) []string {
 	t.Helper()
 	return readTopic(t, brokers, topic, want, sarama.ReadCommitted)
@@ -592,11 +630,13 @@ func readTopic(t *testing.T, brokers []string, topic string, want int, isolation
 		}()
 	}
 	var out []string
-	limit := time.After(20 * time.Second)
+	// Bounds for a busy machine: reading ends 300ms after the last record
+	// once want arrived, so a correct run never waits for them.
+	limit := time.After(2 * time.Minute)
 	for {
 		quiet := 300 * time.Millisecond
 		if len(out) < want {
-			quiet = 20 * time.Second
+			quiet = time.Minute
 		}
 		select {
 		case v := <-got:
@@ -645,11 +685,15 @@ func TestCustomAgg(t *testing.T) {
 	table, job := uniqueName("minute_totals"), uniqueName("aggjob")
 	args := []string{"-brokers", strings.Join(brokers, ","), "-topic", topic, "-sink", dsn, "-job", job,
 		"-table", table, "-max-batch", "300", "-idle", "1s", "-interval", "50ms", "-instance-id", "agg-1"}
-	// Killed between batches (most likely), then, through its test hook, at
-	// the 7th time a partition's rows are written in its open transaction,
-	// its offset not yet: in the 3rd batch of that run, as the 3 partitions
-	// reach that point once a batch.
-	start(t, bin, args...).killAfter(2, `^batch \d+ committed`)
+	// Killed between batches, through its test hook: when the third batch
+	// is planned, before it read or wrote anything. Then at the 7th time
+	// a partition's rows are written in its open transaction, its offset
+	// not yet: in the 3rd batch of that run, as the 3 partitions reach
+	// that point once a batch.
+	between := startEnv(t, []string{"CUSTOM_AGG_CRASH_AT=" + strategies.CrashAfterPlan + ":3"}, bin, args...).waitKilled(60 * time.Second)
+	if c := len(regexp.MustCompile(`(?m)^batch \d+ committed`).FindAllString(between, -1)); c != 2 {
+		t.Fatalf("run killed by its hook when its 3rd batch was planned committed %d batches, want 2:\n%s", c, between)
+	}
 	crashed := startEnv(t, []string{"CUSTOM_AGG_CRASH_AT=" + strategies.CrashAfterWriteBeforeOffsets + ":7"}, bin, args...).waitKilled(60 * time.Second)
 	if !strings.Contains(crashed, "test hook: SIGKILL") || !strings.Contains(crashed, " committed") {
 		t.Fatalf("run killed by its hook:\n%s", crashed)

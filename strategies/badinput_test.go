@@ -80,6 +80,7 @@ func edgeGoodRecords() []struct {
 // exact payload, in the same run as the good records, whose totals are
 // exact.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		kafka kafkaTarget
 		sink  sinkTarget
@@ -88,6 +89,7 @@ func TestBadInput(t *testing.T) {
 		{apacheKafka, mariaDB},
 	} {
 		t.Run(c.kafka.name+"To"+c.sink.name, func(t *testing.T) {
+			t.Parallel()
 			dsn := c.sink.dsn(t)
 			testBadInput(t, c.kafka.brokers(t), dsn)
 		})

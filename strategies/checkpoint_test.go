@@ -23,6 +23,7 @@ import (
 // replaying those records, not skipping them and not committing them
 // twice. The file sink's output then holds every input id exactly once.
 func TestCheckpointFailureRewinds(t *testing.T) {
+	t.Parallel()
 	brokers := startKfake(t)
 	topic := newTopic(t, brokers)
 	exp := produce(t, brokers, topic, 3, 0, 20_000)
@@ -34,7 +35,9 @@ func TestCheckpointFailureRewinds(t *testing.T) {
 	cfg := strategies.Config{
 		Strategy: strategies.StrategyCheckpoint, Brokers: brokers, Topic: topic, Job: job,
 		Sink: "file://" + dir + "/out", StateDir: dir + "/state",
-		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 2 * time.Second,
+		// A timeout no healthy checkpoint reaches on a busy machine; the
+		// stalled one below overruns it by construction.
+		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second,
 		UntilIdle: time.Second,
 		Logger:    slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logBuf}, nil)),
 	}

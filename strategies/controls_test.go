@@ -18,8 +18,10 @@ import (
 // first batch: otherwise a crash before the first commit would resolve
 // "latest" again on restart and skip what arrived in between.
 func TestControlsRecordTheirStart(t *testing.T) {
+	t.Parallel()
 	for _, strategy := range []string{strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce} {
 		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
 			brokers := kfake.brokers(t)
 			dsn := sqliteSink.dsn(t)
 			topic := newTopic(t, brokers)

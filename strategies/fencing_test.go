@@ -23,8 +23,10 @@ import (
 // maxFencedSessions sessions in a row stops with an error naming the cause;
 // and a final run ends with every event exactly once.
 func TestFencing(t *testing.T) {
+	t.Parallel()
 	for _, sink := range []sinkTarget{sqliteSink, mariaDB} {
 		t.Run("kfakeTo"+sink.name, func(t *testing.T) {
+			t.Parallel()
 			dsn := sink.dsn(t)
 			testFencing(t, kfake.brokers(t), dsn)
 		})

@@ -29,12 +29,20 @@ const (
 	testKeys       = 1000
 	untilIdle      = 2 * time.Second
 	batchInterval  = 200 * time.Millisecond
-	runTimeout     = 2 * time.Minute
-	// maxBatch splits a 200k drain (50k a partition) into several batches.
+	// runTimeout bounds a run, a production, a child: generous, for a busy
+	// machine.
+	runTimeout = 5 * time.Minute
+	// maxBatch is baseConfig's limit of records a partition in a batch.
 	maxBatch = 20_000
 )
 
+// The integration tests mostly wait (for batches, idleness, servers) and
+// share nothing but the servers (each has its own topics, jobs and
+// brokers): more of them run side by side than there are CPUs.
+const testParallel = 4
+
 func TestMain(m *testing.M) {
+	testutil.DefaultParallel(testParallel)
 	code := m.Run()
 	// Checked after failures too: a failing test must not hide a leak.
 	if !testing.Short() {

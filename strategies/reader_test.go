@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
@@ -23,6 +25,7 @@ import (
 // one record: a snapshot that showed a batch half applied, or applied
 // without its offsets (or the reverse), would break the equality.
 func TestReaderSeesWholeBatches(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		strategy string
 		sink     sinkTarget
@@ -32,6 +35,7 @@ func TestReaderSeesWholeBatches(t *testing.T) {
 		{strategies.StrategyIdempotent, redisSink},
 	} {
 		t.Run(c.strategy, func(t *testing.T) {
+			t.Parallel()
 			dsn := c.sink.dsn(t)
 			brokers := kfake.brokers(t)
 			topic := newTopic(t, brokers)
@@ -47,9 +51,12 @@ func TestReaderSeesWholeBatches(t *testing.T) {
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			var polls, midway int
+			var polled atomic.Int64 // snapshots finished
+			readerGone := make(chan struct{})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer close(readerGone)
 				for {
 					select {
 					case <-stop:
@@ -62,6 +69,7 @@ func TestReaderSeesWholeBatches(t *testing.T) {
 						return
 					}
 					polls++
+					polled.Store(int64(polls))
 					if counted != below {
 						t.Errorf("snapshot %d: totals count %d events (with dead letters), offsets cover %d records", polls, counted, below)
 						return
@@ -75,11 +83,33 @@ func TestReaderSeesWholeBatches(t *testing.T) {
 			cfg.Strategy = c.strategy
 			cfg.MaxBatchRecords = 1_000 // many small batches to catch in between
 			cfg.Interval = 10 * time.Millisecond
+			// The first batches wait after their commit for a snapshot
+			// that began after it, so that mid-run snapshots are taken
+			// however little CPU the reader gets; the rest run free.
+			var committed int
+			cfg.OnProgress = func(batch.Progress) {
+				if committed++; committed > midRunSnapshots {
+					return
+				}
+				// The snapshot in flight may have begun before the commit.
+				want := polled.Load() + 2
+				for deadline := time.Now().Add(time.Minute); polled.Load() < want; time.Sleep(time.Millisecond) {
+					select {
+					case <-readerGone: // it failed the test
+						return
+					default:
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("the reader took no snapshot within a minute of batch %d's commit", committed)
+						return
+					}
+				}
+			}
 			res := runJob(t, cfg)
 			close(stop)
 			wg.Wait()
 			t.Logf("%d snapshots, %d of them mid-run, over %d batches", polls, midway, res.Batches)
-			if midway < 3 {
+			if midway < midRunSnapshots {
 				t.Fatalf("only %d snapshots were taken mid-run: the test saw too little", midway)
 			}
 			if counted, below, err := read(); err != nil || counted != events || below != events {
@@ -88,6 +118,9 @@ func TestReaderSeesWholeBatches(t *testing.T) {
 		})
 	}
 }
+
+// midRunSnapshots is how many snapshots the reader must take mid-run.
+const midRunSnapshots = 3
 
 var redisSink = sinkTarget{"Redis", func(t testing.TB) string { return testutil.NeedServer(t, testutil.EnvRedis) }}
 

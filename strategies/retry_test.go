@@ -2,8 +2,11 @@ package strategies_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/url"
-	"sync"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,27 +17,61 @@ import (
 	"github.com/microbatch/microbatch/strategies"
 )
 
-// TestRetriesLostConnections cuts every connection between the job and its
-// sink every 100ms while batches commit: transactions (txn on MariaDB) and
-// contribution writes and folds (idempotent on Redis) lose their connection
-// before, during and after they are applied. The run must retry (the
-// progress reports show it did), never stop, and end exactly once.
+// cutAt is where in a batch the proxy cuts the sink's connection: on the
+// depth-th message the job sends to the sink after the batch started
+// (point ""), or after the batch first reaches crash point point.
+type cutAt struct {
+	point string
+	depth int
+}
+
+func (c cutAt) String() string {
+	if c.point == "" {
+		return fmt.Sprintf("message %d of the batch", c.depth)
+	}
+	return fmt.Sprintf("message %d after %s", c.depth, c.point)
+}
+
+// TestRetriesLostConnections cuts the connection between the job and its
+// sink once in every batch: transactions (txn and single on MariaDB) and
+// contribution writes and folds (idempotent on Redis) lose their
+// connection before a statement reaches the server, or after it ran with
+// its reply lost. The run must retry (the progress reports show it did),
+// never stop, and end exactly once.
+//
+// The cuts land by construction, not by timing: each batch arms the proxy
+// once, for a message at a place of the batch (its start, or a crash
+// point the batch passes, so the cut lands on the statement that follows:
+// the dead letters, the offsets, the COMMIT, the fold), in turn, and
+// alternately before forwarding and after. A cut fires once, on whichever
+// connection carries that message, and the batch is disarmed when it has
+// committed; so every batch is cut, and its retry goes through however
+// slow the machine is.
 func TestRetriesLostConnections(t *testing.T) {
+	t.Parallel()
+	sqlCuts := []cutAt{
+		{"", 1}, {"", 3}, {strategies.CrashMidWrite, 1},
+		{strategies.CrashAfterWriteBeforeOffsets, 1}, {strategies.CrashAfterOffsetsBeforeWrite, 1},
+	}
 	for _, c := range []struct {
 		strategy string
 		sink     sinkTarget
+		cuts     []cutAt
 	}{
-		{strategies.StrategyTxn, mariaDB},
-		{strategies.StrategySingle, mariaDB},
-		{strategies.StrategyIdempotent, redisSink},
+		{strategies.StrategyTxn, mariaDB, sqlCuts},
+		{strategies.StrategySingle, mariaDB, sqlCuts},
+		{strategies.StrategyIdempotent, redisSink, []cutAt{
+			{"", 1}, {strategies.CrashMidWrite, 1}, {strategies.CrashAfterWriteBeforeOffsets, 1},
+		}},
 	} {
 		t.Run(c.strategy, func(t *testing.T) {
-			testRetriesLostConnections(t, c.strategy, c.sink.dsn(t))
+			t.Parallel()
+			testRetriesLostConnections(t, c.strategy, c.sink.dsn(t), c.cuts)
 		})
 	}
 }
 
-func testRetriesLostConnections(t *testing.T, strategy, upstream string) {
+func testRetriesLostConnections(t *testing.T, strategy, upstream string, cuts []cutAt) {
 	brokers := kfake.brokers(t)
 	u, err := url.Parse(upstream)
 	if err != nil {
@@ -46,43 +83,73 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string) {
 
 	topic := newTopic(t, brokers)
 	job := uniqueName(t, "job")
+	// 13 batches of at most 2,000 records a partition: every place and
+	// mode of cutAt is cut at least once.
 	const events = 100_000
 	exp := produce(t, brokers, topic, integrationSeed, 0, events)
 
 	cfg := baseConfig(t, brokers, topic, job, dsn)
 	cfg.Strategy = strategy
-	cfg.MaxBatchRecords = 2_000 // many small transactions: many chances to be cut
+	cfg.MaxBatchRecords = 2_000
 	cfg.Interval = 20 * time.Millisecond
-	var retries atomic.Int64
-	stop := make(chan struct{})
-	var cutter sync.WaitGroup
-	var once sync.Once
+	var (
+		started, retries atomic.Int64
+		// This batch's cut: where and how; armed once it is.
+		cut   cutAt
+		mode  testutil.CutMode
+		armed atomic.Bool
+		// Cuts that fired, by mode, and batches that were not cut.
+		fired        = map[testutil.CutMode]int{}
+		cutPlaces    = map[string]int{}
+		uncut        []int64
+		firedBatches int64
+	)
+	cfg.OnBatchStart = func(b batch.Info, _ []batch.Range) {
+		n := int(started.Add(1)) - 1
+		cut, mode = cuts[n%len(cuts)], testutil.CutMode(n/len(cuts)%2)
+		armed.Store(false)
+		if cut.point == "" {
+			armed.Store(true)
+			proxy.Arm(cut.depth, mode)
+		}
+	}
+	// Called from the batch's tasks, concurrently, and again by retries:
+	// the first call of the batch arms.
+	cfg.CrashPoint = func(point string) {
+		if point == cut.point && armed.CompareAndSwap(false, true) {
+			proxy.Arm(cut.depth, mode)
+		}
+	}
 	cfg.OnProgress = func(p batch.Progress) {
 		retries.Add(int64(p.Retries))
-		// Start cutting once the job is past start-up, so that every cut
-		// lands in the batch loop.
-		once.Do(func() {
-			cutter.Add(1)
-			go func() {
-				defer cutter.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(100 * time.Millisecond):
-						proxy.CutAll()
-					}
-				}
-			}()
-		})
+		if proxy.Disarm() || !armed.Load() {
+			uncut = append(uncut, p.BatchID)
+			return
+		}
+		firedBatches++
+		fired[mode]++
+		cutPlaces[cut.String()+", "+mode.String()]++
 	}
 	res := runJob(t, cfg)
-	close(stop)
-	cutter.Wait()
+	proxy.Disarm()
 
-	t.Logf("%d connections cut, %d retries in %d batches", proxy.Cuts.Load(), retries.Load(), res.Batches)
-	if retries.Load() == 0 {
-		t.Fatalf("nothing was retried: the cuts never landed inside a write (%d cuts)", proxy.Cuts.Load())
+	var places []string
+	for _, k := range slices.Sorted(maps.Keys(cutPlaces)) {
+		places = append(places, fmt.Sprintf("%s: %d", k, cutPlaces[k]))
+	}
+	t.Logf("%d batches: %d cut (%d before forwarding, %d after), %d retries; cuts:\n%s",
+		res.Batches, firedBatches, fired[testutil.CutBeforeForward], fired[testutil.CutAfterForward], retries.Load(), strings.Join(places, "\n"))
+	if len(uncut) != 0 {
+		t.Errorf("batches %v were not cut: their armed cut never found its message", uncut)
+	}
+	if firedBatches != proxy.Fired.Load() {
+		t.Errorf("%d cuts fired in %d batches: a cut landed outside a batch", proxy.Fired.Load(), firedBatches)
+	}
+	// A statement that never reached the server failed its attempt, which
+	// was retried. (A lost reply may not need one: a COMMIT that landed is
+	// settled as done.)
+	if firedBatches == 0 || retries.Load() < int64(fired[testutil.CutBeforeForward]) {
+		t.Fatalf("%d retries after %d cuts before forwarding: the cuts did not land inside a write", retries.Load(), fired[testutil.CutBeforeForward])
 	}
 	got, _, err := strategies.ReadTotals(context.Background(), upstream, job)
 	if err != nil {

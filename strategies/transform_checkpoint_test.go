@@ -69,9 +69,11 @@ var checkpointTransformSinks = []struct {
 // decoder's reasons, the built-in job wrote nothing, and the last
 // checkpoint is at the log ends.
 func TestTransformCheckpoint(t *testing.T) {
+	t.Parallel()
 	const events = 20_000
 	for _, c := range checkpointTransformSinks {
 		t.Run(c.name+"To"+c.sink.name, func(t *testing.T) {
+			t.Parallel()
 			dsn := c.sink.dsn(t)
 			brokers := kfake.brokers(t)
 			topic, job := newTopic(t, brokers), uniqueName(t, "trc")
@@ -178,6 +180,7 @@ func TestTransformCheckpointKilled(t *testing.T) {
 		transformCheckpointChild(t, spec)
 		return
 	}
+	t.Parallel()
 	for _, c := range checkpointTransformSinks[:2] {
 		t.Run(c.name+"To"+c.sink.name, func(t *testing.T) {
 			dsn := c.sink.dsn(t)

@@ -66,6 +66,7 @@ func userTransformDecode(rec *batch.Record) (userEvent, error) {
 // counts, bad records (including one that panics the decoder) are
 // dead-lettered, and the offsets are at the log ends.
 func TestTransform(t *testing.T) {
+	t.Parallel()
 	const events = 20_000
 	for _, c := range []struct {
 		strategy string
@@ -80,6 +81,7 @@ func TestTransform(t *testing.T) {
 		{strategies.StrategyIdempotent, apacheKafka, redisSink},
 	} {
 		t.Run(c.strategy+"/"+c.kafka.name+"To"+c.sink.name, func(t *testing.T) {
+			t.Parallel()
 			brokers, dsn := c.kafka.brokers(t), c.sink.dsn(t)
 			topic, job := newTopic(t, brokers), uniqueName(t, "tr")
 			table := "tr_" + strings.NewReplacer("-", "_", ".", "_").Replace(job)
@@ -346,6 +348,7 @@ func produceRaw(t *testing.T, brokers []string, topic string, values []string) {
 // let go, as a process that was only paused would be, and is fenced: the
 // hashes hold exact per-key counts before and after.
 func TestTransformIdempotentZombie(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		point string
 		nth   int64 // hold at the nth call of point
@@ -476,6 +479,7 @@ func TestTransformIdempotentKilled(t *testing.T) {
 		transformChild(t, spec)
 		return
 	}
+	t.Parallel()
 	brokers, dsn := kfake.brokers(t), redisSink.dsn(t)
 	topic, job := newTopic(t, brokers), uniqueName(t, "trk")
 	const table = "per_key"

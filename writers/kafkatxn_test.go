@@ -468,8 +468,9 @@ func TestKafkaTxnChildProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	kafkaTxnWrite(t, w, spec.Topic, kafkaTxnValues("open", 5)...)
-	// Let txn 4's records land: they must be in the log, uncommitted.
-	deadline := time.Now().Add(10 * time.Second)
+	// Let txn 4's records land: they must be in the log, uncommitted. (A
+	// bound for a busy machine; they land in milliseconds.)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, hwm := kafkaTxnOffsets(t, spec.Brokers, spec.Topic); hwm >= 10 || time.Now().After(deadline) {
 			break
@@ -896,7 +897,7 @@ func kafkaTxnGroupOffset(t testing.TB, brokers []string, group, topic string, st
 		t.Fatal(err)
 	}
 	defer client.Close()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a bound for a busy machine
 	for {
 		b, err := client.Coordinator(group)
 		if err != nil {

@@ -542,7 +542,17 @@ func TestXAServerKill(t *testing.T) {
 	twoPhaseOK(t, "CONNECTION_ID", x.slot(1).conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&conn))
 	_, err := w.DB().ExecContext(ctx, fmt.Sprintf("KILL %d", conn))
 	twoPhaseOK(t, "KILL", err)
-	time.Sleep(100 * time.Millisecond) // KILL only signals the session
+	// KILL only signals the session: wait until it is gone.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var n int
+		twoPhaseOK(t, "PROCESSLIST", w.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", conn).Scan(&n))
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %d still in the process list a minute after KILL", conn)
+		}
+	}
 	err = x.Commit(ctx, p)
 	if err == nil || !IsRetryable(err) {
 		t.Fatalf("Commit on the killed connection: %v, want a retryable error", err)
@@ -587,7 +597,16 @@ func TestXALost(t *testing.T) {
 	twoPhaseOK(t, "Commit 1", x.Commit(ctx, p1))
 	p4 := xaTxn(t, x, 4, "b") // same slot: its row says 1 committed
 	twoPhaseOK(t, "Close", x.Close())
-	_, err := w.DB().ExecContext(ctx, "XA ROLLBACK "+x.xid(4).sql())
+	// The server lets go of the closed session's prepared branch a moment
+	// later: until then the branch is another session's (XAER_NOTA).
+	var err error
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		_, err = w.DB().ExecContext(ctx, "XA ROLLBACK "+x.xid(4).sql())
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != xaerNOTA || time.Now().After(deadline) {
+			break
+		}
+	}
 	twoPhaseOK(t, "XA ROLLBACK behind the writer's back", err)
 
 	x2 := newTestXA(t, w, job, 0)

@@ -19,6 +19,7 @@ import (
 // is valid) and txn stayed exact. It uses MariaDB when
 // MICROBATCH_TEST_MYSQL is set, SQLite otherwise.
 func TestBenchTiny(t *testing.T) {
+	t.Parallel()
 	binary(t)
 	sink := os.Getenv(testutil.EnvMySQL)
 	if sink == "" {
@@ -26,7 +27,7 @@ func TestBenchTiny(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "results")
 	start := time.Now()
-	r := runBin(t, t.TempDir(), nil, 3*time.Minute, "bench", "--strategies", "txn,at-least-once", "--events", "5000",
+	r := runBin(t, t.TempDir(), nil, 5*time.Minute, "bench", "--strategies", "txn,at-least-once", "--events", "5000",
 		"--crashes", "1", "--interval", "200ms", "--latency-rate", "2000", "--latency-duration", "2s",
 		"--baseline-events", "1000", "--mysql", sink, "--out", out)
 	t.Logf("bench took %s", time.Since(start).Round(time.Millisecond))

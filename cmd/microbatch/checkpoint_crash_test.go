@@ -57,6 +57,15 @@ const (
 	ckptMaxDelay    = 1500 * time.Millisecond
 	ckptMaxAlignLag = 10 * time.Millisecond
 	ckptEarlyDelay  = 50 * time.Millisecond // early kills: 1 to 10 times this after the start
+	// ckptAlignTries bounds the checkpoints an aligned kill tries before
+	// it kills where it is. A checkpoint into SQLite through the
+	// write-ahead sink is over in a few milliseconds, and on a busy
+	// machine the test reads its first line later than that in most
+	// checkpoints: each try costs one checkpoint interval.
+	ckptAlignTries = 20
+	// ckptPointTries bounds the runs a crash point that must leave a
+	// transaction with records in the sink (mustLand) takes to do so.
+	ckptPointTries = 5
 )
 
 const (
@@ -261,7 +270,7 @@ func (f *feeder) finish(t *testing.T) (events, amount int64) {
 
 // ckptKill is one killed run.
 type ckptKill struct {
-	how    string        // aligned, random, early, or <crash point>:<reach>
+	how    string        // aligned[, try n], random, early, or <crash point>:<reach>
 	delay  time.Duration // from the start of the run to its death
 	log    ckptLog
 	inTxn  bool   // the sink held a transaction of this run with records, open or pre-committed
@@ -284,8 +293,14 @@ type ckptHarness struct {
 	// Called only when the run finished recovery, so such a transaction is
 	// the killed run's.
 	inspect func() (inTxn bool, detail string)
-	kills   []ckptKill
-	base    int64 // the checkpoint the first run started from
+	// alignInTxn: an aligned kill lands only where inspect finds a
+	// transaction with records too, not just inside a checkpoint.
+	alignInTxn bool
+	// mustLand: crash points that must leave a transaction with records
+	// in the sink (requireInTxn); crashPoint runs them again until they do.
+	mustLand map[string]bool
+	kills    []ckptKill
+	base     int64 // the checkpoint the first run started from
 }
 
 func newCkptHarness(t *testing.T, brokers, job, sink string, extra ...string) *ckptHarness {
@@ -316,41 +331,87 @@ func (h *ckptHarness) stopFeeder() {
 
 // randomKill runs the job and SIGKILLs it after a random delay; three of
 // four kills then wait for the next "checkpoint triggered" line and a few
-// milliseconds more, so that they land inside a checkpoint. Every other of
-// the rest comes early, most often during start-up and recovery (which
-// commits the pending transactions of the latest checkpoint), so that a
-// recovery is itself interrupted and must be redone.
+// milliseconds more, stop the run there and kill it if it is inside that
+// checkpoint (and, with alignInTxn, holds a transaction with records in
+// the sink) — else they let it go on to the next checkpoint,
+// ckptAlignTries times at most — so that they land inside a checkpoint by
+// construction. Every other of the rest comes early, most often during
+// start-up and recovery (which commits the pending transactions of the
+// latest checkpoint), so that a recovery is itself interrupted and must be
+// redone.
 func (h *ckptHarness) randomKill() ckptKill {
 	n := len(h.kills) + 1
 	delay := ckptMinDelay + time.Duration(h.rng.Int64N(int64(ckptMaxDelay-ckptMinDelay)+1))
 	lag := time.Duration(h.rng.Int64N(int64(ckptMaxAlignLag) + 1))
 	switch {
 	case n%4 != 0:
-		return h.killAfter("aligned", delay, ckptTriggeredMarker, lag)
+		return h.killAfter("aligned", stopPlan{delay: delay, marker: ckptTriggeredMarker, lag: lag, inside: h.landed, tries: ckptAlignTries})
 	case n%8 == 4:
-		return h.killAfter("early", ckptEarlyDelay+time.Duration(h.rng.Int64N(int64(ckptEarlyDelay)*9)), "", 0)
+		return h.killAfter("early", stopPlan{delay: ckptEarlyDelay + time.Duration(h.rng.Int64N(int64(ckptEarlyDelay)*9))})
 	}
-	return h.killAfter("random", delay, "", 0)
+	return h.killAfter("random", stopPlan{delay: delay})
 }
 
-// killAfter runs the job and SIGKILLs it after delay, or after the next
-// line with marker that follows delay, plus lag.
-func (h *ckptHarness) killAfter(how string, delay time.Duration, marker string, lag time.Duration) ckptKill {
+// landed judges the log of a stopped run for an aligned kill: past
+// recovery, inside a checkpoint, and with alignInTxn a transaction with
+// records in the sink.
+func (h *ckptHarness) landed(log string) bool {
+	st := parseCheckpointLog(log)
+	if !st.started || !st.open {
+		return false
+	}
+	if h.alignInTxn {
+		inTxn, _ := h.inspect()
+		return inTxn
+	}
+	return true
+}
+
+// killAfter runs the job and SIGKILLs it as plan says.
+func (h *ckptHarness) killAfter(how string, plan stopPlan) ckptKill {
 	t := h.t
 	n := len(h.kills) + 1
 	logPath := filepath.Join(h.logDir, fmt.Sprintf("run-%02d.log", n))
 	start := time.Now()
-	ps := stopRunOn(t, h.bin, h.args(), logPath, delay, marker, lag, syscall.SIGKILL)
+	ps, tries := stopRunAt(t, h.bin, h.args(), logPath, plan, syscall.SIGKILL)
 	if ws, ok := ps.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("run %d ended with %v, not by our SIGKILL (log %s)", n, ps, logPath)
+	}
+	if tries > 1 {
+		how = fmt.Sprintf("%s, try %d", how, tries)
 	}
 	return h.record(how, time.Since(start), logPath)
 }
 
 // crashPoint runs the job with MICROBATCH_CRASH_AT armed for a reach of
 // point by a random task of the 2nd to 4th checkpoint of the run, and
-// waits for the run to kill itself there.
+// waits for the run to kill itself there. A point in mustLand whose crash
+// left no transaction with records in the sink (no record arrived in that
+// checkpoint in time) missed its window: it is run again, ckptPointTries
+// times at most.
 func (h *ckptHarness) crashPoint(point string) ckptKill {
+	for try := 1; ; try++ {
+		k := h.crashPointOnce(point)
+		if !h.mustLand[point] || k.inTxn || try == ckptPointTries {
+			return k
+		}
+		h.t.Logf("the crash at %s left no transaction with records in the sink: again", k.how)
+	}
+}
+
+// requireLanding makes crashPoint run each of points until its crash
+// leaves a transaction with records in the sink, and checks at the end
+// (requireInTxn) that one did.
+func (h *ckptHarness) requireLanding(points ...string) {
+	if h.mustLand == nil {
+		h.mustLand = map[string]bool{}
+	}
+	for _, p := range points {
+		h.mustLand[p] = true
+	}
+}
+
+func (h *ckptHarness) crashPointOnce(point string) ckptKill {
 	t := h.t
 	per := ckptPointN[point]
 	reach := per*(1+h.rng.IntN(3)) + 1 + h.rng.IntN(per)
@@ -360,7 +421,7 @@ func (h *ckptHarness) crashPoint(point string) ckptKill {
 	n := len(h.kills) + 1
 	logPath := filepath.Join(h.logDir, fmt.Sprintf("run-%02d-%s.log", n, point))
 	start := time.Now()
-	r := runBin(t, h.logDir, cmdEnv(fmt.Sprintf("MICROBATCH_CRASH_AT=%s:%d", point, reach)), 90*time.Second, h.args()...)
+	r := runBin(t, h.logDir, cmdEnv(fmt.Sprintf("MICROBATCH_CRASH_AT=%s:%d", point, reach)), 3*time.Minute, h.args()...)
 	if err := os.WriteFile(logPath, []byte(r.stderr), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +462,7 @@ func (h *ckptHarness) drain() string {
 	t := h.t
 	h.stopFeeder()
 	start := time.Now()
-	r := runBin(t, h.logDir, nil, 3*time.Minute, h.args("--until-idle", "2s")...)
+	r := runBin(t, h.logDir, nil, 5*time.Minute, h.args("--until-idle", "2s")...)
 	if r.code != 0 {
 		t.Fatalf("final run: %s", r)
 	}
@@ -448,7 +509,7 @@ func (h *ckptHarness) summary() ckptKillSummary {
 				s.pointsMidCk++
 			}
 			continue
-		case k.how == "aligned":
+		case strings.HasPrefix(k.how, "aligned"):
 			s.aligned++
 			if k.log.open {
 				s.alignedMid++
@@ -471,14 +532,24 @@ func (h *ckptHarness) summary() ckptKillSummary {
 	return s
 }
 
-// requireInTxn fails the test if a crash at one of points left no
-// transaction with records in the sink: the crash missed its window.
-func (h *ckptHarness) requireInTxn(points ...string) {
-	for _, k := range h.kills {
-		for _, p := range points {
-			if strings.HasPrefix(k.how, p+":") && !k.inTxn {
-				h.t.Errorf("the crash at %s left no transaction with records in the sink (%s): it missed its window (logs in %s)", k.how, k.detail, h.logDir)
+// requireInTxn fails the test if no crash at one of the points (see
+// requireLanding) left a transaction with records in the sink: the crash
+// missed its window every time.
+func (h *ckptHarness) requireInTxn() {
+	for _, p := range slices.Sorted(maps.Keys(h.mustLand)) {
+		var missed []string
+		landed := false
+		for _, k := range h.kills {
+			if strings.HasPrefix(k.how, p+":") {
+				if k.inTxn {
+					landed = true
+				} else {
+					missed = append(missed, k.how+" "+k.detail)
+				}
 			}
+		}
+		if !landed {
+			h.t.Errorf("no crash at %s left a transaction with records in the sink: %v missed their window (logs in %s)", p, missed, h.logDir)
 		}
 	}
 }
@@ -852,6 +923,7 @@ func (l *liveReader) stop() {
 // kills hit open transactions; and a read-committed reader that consumed
 // the output during all the kills must never have been given an id twice.
 func TestCheckpointCrashKafka(t *testing.T) {
+	t.Parallel()
 	brokers := testutil.NeedServer(t, testutil.EnvKafka)
 	start := time.Now()
 	out := uniqueName(t, "ckpt-out")
@@ -863,6 +935,8 @@ func TestCheckpointCrashKafka(t *testing.T) {
 	live := startLiveReader(t, brokers, out)
 	defer live.stop()
 	h.inspect = kafkaInspect(t, brokers, out)
+	h.alignInTxn = true
+	h.requireLanding(strategies.CrashAfterBarrier, strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit)
 
 	h.startFeeder()
 	for range crashMinKills {
@@ -903,7 +977,7 @@ func TestCheckpointCrashKafka(t *testing.T) {
 	if s.midCheckpoint == 0 {
 		t.Errorf("no random kill landed inside a checkpoint (logs in %s)", h.logDir)
 	}
-	h.requireInTxn(strategies.CrashAfterBarrier, strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit)
+	h.requireInTxn()
 	if lso, hwm := kafkaOffsets(t, brokers, out); fmt.Sprint(lso) != fmt.Sprint(hwm) {
 		t.Errorf("after the drain the output still has open transactions: last stable offsets %v, high-water marks %v", lso, hwm)
 	}
@@ -918,19 +992,12 @@ func TestCheckpointCrashKafka(t *testing.T) {
 // there once and each of those records is in the log exactly once (it was
 // committed where it lay, not written again).
 func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
+	t.Parallel()
 	brokers := testutil.NeedServer(t, testutil.EnvKafka)
 	out := uniqueName(t, "ckpt-out")
 	h := newCkptHarness(t, brokers, uniqueName(t, "ckpt-job"), "kafka://"+brokers+"/"+out)
 
-	h.startFeeder() // records in every checkpoint
-	// Killed after the run's third checkpoint was saved.
-	r := runBin(t, h.logDir, cmdEnv("MICROBATCH_CRASH_AT="+strategies.CrashAfterCheckpointBeforeCommit+":3"), 90*time.Second, h.args()...)
-	h.stopFeeder()
-	if r.code != -1 {
-		t.Fatalf("the run was not killed at %s (exit %d)\n%s", strategies.CrashAfterCheckpointBeforeCommit, r.code, r)
-	}
-
-	// Where checkpoints n-1 and n put the input.
+	// Where checkpoints put the input.
 	chkOf := func(id int64) *offsets.Checkpoint {
 		b, err := os.ReadFile(filepath.Join(h.stateDir, h.job, fmt.Sprintf("chk-%012d.json", id)))
 		if err != nil {
@@ -946,23 +1013,47 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	latest, err := store.Latest(t.Context(), h.job)
-	if err != nil || latest == nil {
-		t.Fatalf("no latest checkpoint (err %v)", err)
+
+	h.startFeeder() // records in (nearly) every checkpoint
+	// Killed after the run's third checkpoint was saved. A checkpoint into
+	// which no record arrived (the feeder is slow on a busy machine)
+	// proves nothing: then the job is run again — its recovery commits
+	// that checkpoint — and killed at its own third, ckptPointTries times
+	// at most.
+	var (
+		latest, prev *offsets.Checkpoint
+		data         struct {
+			Pending []writers.Pending `json:"pending"`
+		}
+	)
+	for try := 1; ; try++ {
+		r := runBin(t, h.logDir, cmdEnv("MICROBATCH_CRASH_AT="+strategies.CrashAfterCheckpointBeforeCommit+":3"), 3*time.Minute, h.args()...)
+		if r.code != -1 {
+			t.Fatalf("the run was not killed at %s (exit %d)\n%s", strategies.CrashAfterCheckpointBeforeCommit, r.code, r)
+		}
+		if latest, err = store.Latest(t.Context(), h.job); err != nil || latest == nil {
+			t.Fatalf("no latest checkpoint (err %v)", err)
+		}
+		// Checkpoint n is the one the crash left uncommitted (saved, its
+		// completion not logged yet); ids go up by one.
+		if st := parseCheckpointLog(r.stderr); st.completed != 2 || st.last != latest.ID || !st.open {
+			t.Fatalf("the run's log has %d checkpoints completed, the last triggered %d; the latest saved is %d\n%s", st.completed, st.last, latest.ID, r.stderr)
+		}
+		if err := json.Unmarshal(latest.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		prev = chkOf(latest.ID - 1)
+		records := sum(latest.Offsets) - sum(prev.Offsets)
+		if records > 0 && len(data.Pending) > 0 {
+			break
+		}
+		if try == ckptPointTries {
+			t.Fatalf("checkpoint %d holds no records (pending %v) at all %d tries: the crash proves nothing", latest.ID, data.Pending, try)
+		}
+		t.Logf("checkpoint %d holds %d records (pending %v): again", latest.ID, records, data.Pending)
 	}
-	// Checkpoint n is the one the crash left uncommitted (saved, its
-	// completion not logged yet); ids go up by one.
+	h.stopFeeder()
 	n := latest.ID
-	if st := parseCheckpointLog(r.stderr); st.completed != 2 || st.last != n || !st.open {
-		t.Fatalf("the run's log has %d checkpoints completed, the last triggered %d; the latest saved is %d\n%s", st.completed, st.last, n, r.stderr)
-	}
-	var data struct {
-		Pending []writers.Pending `json:"pending"`
-	}
-	if err := json.Unmarshal(latest.Data, &data); err != nil {
-		t.Fatal(err)
-	}
-	prev := chkOf(n - 1)
 	// The input's ids by position.
 	idAt := map[int32]map[int64]int64{}
 	for _, rec := range readInput(t, brokers, h.topic) {
@@ -1035,7 +1126,7 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 	h.inspect = kafkaInspect(t, brokers, out)
 	inRecovery := 0
 	for range 3 {
-		if k := h.killAfter("early", ckptEarlyDelay+time.Duration(h.rng.Int64N(int64(ckptEarlyDelay)*7)), "", 0); !k.log.started {
+		if k := h.killAfter("early", stopPlan{delay: ckptEarlyDelay + time.Duration(h.rng.Int64N(int64(ckptEarlyDelay)*7))}); !k.log.started {
 			inRecovery++
 		}
 	}
@@ -1268,11 +1359,14 @@ func readFileOutputs(t *testing.T, dir, job string) []event.Output {
 // directory during all the kills never sees a partial or changing file or
 // an id twice; nothing is left in .pending after the drain.
 func TestCheckpointCrashFile(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	dir := filepath.Join(t.TempDir(), "out")
 	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), "file://"+dir)
 	checked := map[string]bool{}
 	h.inspect = fileInspect(t, dir, checked)
+	h.alignInTxn = true
+	h.requireLanding(strategies.CrashAfterBarrier, strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit)
 	watch := startFileWatcher(dir)
 	defer watch.stop()
 	h.startFeeder()
@@ -1305,7 +1399,7 @@ func TestCheckpointCrashFile(t *testing.T) {
 	if s.inTxn == 0 {
 		t.Errorf("no random kill left a pending file with records (logs in %s)", h.logDir)
 	}
-	h.requireInTxn(strategies.CrashAfterBarrier, strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit)
+	h.requireInTxn()
 }
 
 // --- SQL --------------------------------------------------------------------
@@ -1346,11 +1440,14 @@ func shortJob(prefix string) string {
 // random kills and every crash point (after-precommit lies between XA
 // PREPARE and XA COMMIT) with the input flowing. Every key's total exact.
 func TestCheckpointCrashXA(t *testing.T) {
+	t.Parallel()
 	dsn := testutil.NeedServer(t, testutil.EnvMySQL)
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	h := newCkptHarness(t, b.addr, shortJob("ckx"), dsn)
 	w := sinktest.OpenSQL(t, dsn)
 	h.inspect = xaInspect(t, w, h.job)
+	// Prepared and not committed at these two, whatever the timing.
+	h.requireLanding(strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit)
 	h.startFeeder()
 	for range 8 {
 		h.randomKill()
@@ -1369,8 +1466,7 @@ func TestCheckpointCrashXA(t *testing.T) {
 	if s.inTxn+s.midCheckpoint == 0 {
 		t.Errorf("no random kill landed inside a checkpoint or left a prepared branch (logs in %s)", h.logDir)
 	}
-	// Prepared and not committed at these two, whatever the timing.
-	h.requireInTxn(strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit)
+	h.requireInTxn()
 }
 
 // walInspect: the write-ahead sink's open work after a crash is the
@@ -1414,11 +1510,14 @@ func walInspect(t *testing.T, w *writers.SQL, stateDir, job string) func() (bool
 // TestCheckpointCrashWAL: the write-ahead sink (--sink-mode wal) into
 // SQLite; a few kills and every crash point. Every key's total exact.
 func TestCheckpointCrashWAL(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	sink := "sqlite://" + t.TempDir() + "/sink.db"
 	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), sink, "--sink-mode", strategies.SinkModeWAL)
 	w := sinktest.OpenSQL(t, sink)
 	h.inspect = walInspect(t, w, h.stateDir, h.job)
+	// Checkpoint saved, its buffered writes not applied: recovery applies them.
+	h.requireLanding(strategies.CrashAfterCheckpointBeforeCommit)
 	h.startFeeder()
 	for range 4 {
 		h.randomKill()
@@ -1434,8 +1533,7 @@ func TestCheckpointCrashWAL(t *testing.T) {
 	if s.midCheckpoint == 0 {
 		t.Errorf("no random kill landed inside a checkpoint (logs in %s)", h.logDir)
 	}
-	// Checkpoint saved, its buffered writes not applied: recovery applies them.
-	h.requireInTxn(strategies.CrashAfterCheckpointBeforeCommit)
+	h.requireInTxn()
 }
 
 // --- negative control and configuration -------------------------------------
@@ -1447,13 +1545,20 @@ func TestCheckpointCrashWAL(t *testing.T) {
 // records twice; if it is clean, the kill missed or the backend kept
 // state, and the crash tests above would prove nothing.
 func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	dir := filepath.Join(t.TempDir(), "out")
 	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), "file://"+dir, "--state-backend", strategies.StateBackendMemory)
 	h.startFeeder()
-	// Killed a little after a checkpoint completed: its files are committed.
+	// Killed a little after a checkpoint completed, once its files are
+	// committed: the sinks commit after the coordinator logs the
+	// completion, so the run is stopped and the directory read before the
+	// kill (a later checkpoint's completion is tried if none is there yet).
 	logPath := filepath.Join(h.logDir, "run-01.log")
-	ps := stopRunOn(t, h.bin, h.args(), logPath, 3*ckptInterval, ckptCompletedMarker, ckptInterval/2, syscall.SIGKILL)
+	ps, tries := stopRunAt(t, h.bin, h.args(), logPath, stopPlan{
+		delay: 3 * ckptInterval, marker: ckptCompletedMarker, lag: ckptInterval / 2, tries: ckptAlignTries,
+		inside: func(string) bool { return len(readFileOutputs(t, dir, h.job)) > 0 },
+	}, syscall.SIGKILL)
 	if ws, ok := ps.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("run ended with %v, not by our SIGKILL", ps)
 	}
@@ -1463,7 +1568,7 @@ func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
 	}
 	st := parseCheckpointLog(string(log))
 	committedBefore := int64(len(readFileOutputs(t, dir, h.job)))
-	t.Logf("killed after %d completed checkpoints (%d records); %d records committed before the restart", st.completed, st.records, committedBefore)
+	t.Logf("killed after %d completed checkpoints (%d records), try %d; %d records committed before the restart", st.completed, st.records, tries, committedBefore)
 	if st.completed == 0 || committedBefore == 0 {
 		t.Fatalf("the killed run committed nothing: the control proves nothing (log %s)", logPath)
 	}

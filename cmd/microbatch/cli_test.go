@@ -259,10 +259,11 @@ func TestCLIBroker(t *testing.T) {
 // with the verdict; a second run continues from the persisted broker log
 // and sink.
 func TestCLIDemo(t *testing.T) {
+	t.Parallel()
 	binary(t)
 	dir := t.TempDir()
 	for _, events := range []int{20_000, 30_000} {
-		r := runBin(t, dir, nil, 2*time.Minute, "run", "--demo-events", strconv.Itoa(events), "--demo-rate", "0", "--until-idle", "1s")
+		r := runBin(t, dir, nil, 5*time.Minute, "run", "--demo-events", strconv.Itoa(events), "--demo-rate", "0", "--until-idle", "1s")
 		want := regexp.MustCompile(`events\s+` + strconv.Itoa(events) + `\s+` + strconv.Itoa(events) + `\n`)
 		if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") || !want.MatchString(r.stdout) {
 			t.Fatalf("demo run with %d events: want exit 0, %d events and \"OK: exactly once\"\n%s", events, events, r)
@@ -273,6 +274,7 @@ func TestCLIDemo(t *testing.T) {
 // TestCLIDemoInterrupt: Ctrl-C during the demo is a graceful stop: exit 0,
 // a report of where the job stands, and a second run finishes exactly.
 func TestCLIDemoInterrupt(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "run", "--demo-events", "200000", "--demo-rate", "20000", "--interval", "200ms")
@@ -301,7 +303,7 @@ func TestCLIDemoInterrupt(t *testing.T) {
 	if cmd.ProcessState.ExitCode() != 0 || !strings.Contains(stdout.String(), "run again to continue") {
 		t.Fatalf("interrupted demo: exit %v, stdout:\n%s", err, stdout.String())
 	}
-	r := runBin(t, dir, nil, 2*time.Minute, "run", "--demo-events", "200000", "--demo-rate", "0", "--until-idle", "1s")
+	r := runBin(t, dir, nil, 5*time.Minute, "run", "--demo-events", "200000", "--demo-rate", "0", "--until-idle", "1s")
 	if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") {
 		t.Fatalf("demo after the interrupt: %s", r)
 	}

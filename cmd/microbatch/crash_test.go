@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,18 +40,26 @@ const (
 	crashMinDelay    = 300 * time.Millisecond
 	crashMaxDelay    = 1500 * time.Millisecond
 	crashMaxAlignLag = 15 * time.Millisecond
+	// crashAlignTries bounds the batches an aligned kill tries before it
+	// kills where it is (each try lets one batch go by).
+	crashAlignTries = 5
 )
 
 // TestCrashRecovery SIGKILLs `microbatch run` of each strategy at random
 // moments, restarts it, and checks that the sink ends up with every event
 // exactly once (or, for the controls, that it keeps their promise: no loss
-// for at-least-once, no duplicate for at-most-once). Every fourth kill comes after a purely random delay; the
-// others wait, after the random delay, for the next "batch started" line
-// and kill within crashMaxAlignLag of it, so that most kills hit an open
-// batch (a batch takes a few tens of milliseconds of each 200 ms
-// interval, so purely random kills mostly land between batches). Whether a
-// kill landed inside a batch is read from that run's log, not assumed.
+// for at-least-once, no duplicate for at-most-once). Every fourth kill
+// comes after a purely random delay; the others wait, after the random
+// delay, for the next "batch started" line and crashMaxAlignLag at most,
+// stop the run there (SIGSTOP) and kill it if that batch is still open —
+// else they let it go on to the next batch, crashAlignTries times at most
+// — so that most kills hit an open batch by construction (a batch takes a
+// few tens of milliseconds of each 200 ms interval, so purely random kills
+// mostly land between batches, and on a busy machine the test may read
+// the line too late). Whether a kill landed inside a batch is read from
+// that run's log, not assumed.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
 	apache := func(t *testing.T) (string, string) {
 		return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 	}
@@ -76,6 +84,7 @@ func TestCrashRecovery(t *testing.T) {
 		{"at-most-once/ApacheKafkaToMariaDB", strategies.StrategyAtMostOnce, apache},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			brokers, sink := c.setup(t)
 			testCrashRecovery(t, c.strategy, brokers, sink)
 		})
@@ -140,7 +149,7 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		delay := crashMinDelay + time.Duration(rng.Int64N(int64(crashMaxDelay-crashMinDelay)+1))
 		align := kills%4 != 0
 		// Give the run more work than it can finish before the kill.
-		maxBatches := int64(delay/crashInterval) + 3
+		maxBatches := int64(delay/crashInterval) + 3 + crashAlignTries
 		need := maxBatches * crashMaxBatch * crashPartitions
 		if lag := sum(testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic)) - sum(storedNext(t, strategy, sink, brokers, job, topic)); lag < need {
 			ev, am := produceCLI(t, brokers, topic, crashSeed, produced, need-lag)
@@ -150,7 +159,13 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		}
 		kills++
 		logPath := filepath.Join(logDir, fmt.Sprintf("run-%02d.log", kills))
-		ps := stopRun(t, bin, args, logPath, delay, align, time.Duration(rng.Int64N(int64(crashMaxAlignLag)+1)), syscall.SIGKILL)
+		plan := stopPlan{delay: delay}
+		if align {
+			plan.marker, plan.lag = batchStartedMarker, time.Duration(rng.Int64N(int64(crashMaxAlignLag)+1))
+			plan.inside = func(log string) bool { return parseBatchLog(log).open }
+			plan.tries = crashAlignTries
+		}
+		ps, tries := stopRunAt(t, bin, args, logPath, plan, syscall.SIGKILL)
 		if ws, ok := ps.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
 			t.Fatalf("run ended with %v, not by our SIGKILL", ps)
 		}
@@ -168,12 +183,16 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		if align {
 			aligned++
 		}
+		how := "random"
+		if align {
+			how = fmt.Sprintf("aligned, try %d", tries)
+		}
 		t.Logf("kill %2d after %4dms (%s): batches started %d, committed %d, last %d open=%v",
-			kills, delay.Milliseconds(), map[bool]string{true: "aligned", false: "random "}[align], st.started, st.committed, st.last, st.open)
+			kills, delay.Milliseconds(), how, st.started, st.committed, st.last, st.open)
 	}
 
 	// Let it drain.
-	final := runBin(t, logDir, nil, 3*time.Minute, append(args, "--until-idle", "2s")...)
+	final := runBin(t, logDir, nil, 5*time.Minute, append(args, "--until-idle", "2s")...)
 	if final.code != 0 {
 		t.Fatalf("final run: %s", final)
 	}
@@ -240,85 +259,184 @@ func stopRun(t *testing.T, bin string, args []string, logPath string, delay time
 }
 
 // stopRunOn is stopRun aligned on any log line: after delay it waits for
-// the next line containing marker (at most 2s) plus alignLag before it
-// sends sig. An empty marker sends sig right after delay.
+// the next line containing marker plus alignLag before it sends sig. An
+// empty marker sends sig right after delay.
 func stopRunOn(t *testing.T, bin string, args []string, logPath string, delay time.Duration, marker string, alignLag time.Duration, sig syscall.Signal) *os.ProcessState {
+	t.Helper()
+	ps, _ := stopRunAt(t, bin, args, logPath, stopPlan{delay: delay, marker: marker, lag: alignLag}, sig)
+	return ps
+}
+
+// stopPlan says when stopRunAt signals a run.
+type stopPlan struct {
+	delay  time.Duration // the run works at least this long,
+	marker string        // then (if set) until the next line containing marker,
+	lag    time.Duration // and this much longer.
+	// inside, if set, judges whether the signal would land where it must:
+	// the run is stopped (SIGSTOP) at the moment the plan chose, its whole
+	// log read, and inside called with it; only if it says yes is sig
+	// sent. Otherwise the run goes on (SIGCONT) to the next marker line,
+	// up to tries times; the last try signals it wherever it is. So a kill
+	// lands where the test reads that it landed, not because the test read
+	// the log in time.
+	inside func(log string) bool
+	tries  int
+}
+
+const (
+	// markerWait bounds the wait for the next marker line.
+	markerWait = time.Minute
+	// stopWait bounds the wait for a run to stop after SIGSTOP.
+	stopWait = 30 * time.Second
+)
+
+// stopRunAt runs bin with args until plan says to send sig, and returns
+// how the run ended and how many tries plan.inside took (0 without one).
+// Its stderr goes to logPath. A run that exits before the signal fails the
+// test.
+func stopRunAt(t *testing.T, bin string, args []string, logPath string, plan stopPlan, sig syscall.Signal) (ps *os.ProcessState, tries int) {
 	t.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	stderr := newLogPipe(t)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = cmdEnv()
 	cmd.Stdout = f
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd.Stderr = stderr.w
 	if err := cmd.Start(); err != nil {
+		stderr.closeWrite()
 		t.Fatal(err)
 	}
-	starts := make(chan struct{}, 1)
-	eof := make(chan struct{})
+	waited := make(chan struct{})
 	go func() {
-		defer close(eof)
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			f.WriteString(line + "\n")
-			if marker != "" && strings.Contains(line, marker) {
-				select {
-				case starts <- struct{}{}:
-				default:
-				}
+		_ = cmd.Wait()
+		close(waited)
+		stderr.closeWrite() // the reader gets EOF
+	}()
+	var (
+		mu      sync.Mutex
+		log     strings.Builder
+		markers int // marker lines read
+	)
+	marked := make(chan struct{}, 1)
+	go stderr.read(func(line string) {
+		f.WriteString(line + "\n")
+		mu.Lock()
+		log.WriteString(line + "\n")
+		if plan.marker != "" && strings.Contains(line, plan.marker) {
+			markers++
+			select {
+			case marked <- struct{}{}:
+			default:
 			}
 		}
+		mu.Unlock()
+	})
+	eof := stderr.done
+	// On every way out, a failed test's too, the run is gone.
+	defer func() {
+		select {
+		case <-eof:
+		default:
+			_ = cmd.Process.Kill()
+			<-eof
+		}
+		<-waited
 	}()
 	exitedEarly := func() {
 		<-eof
-		err := cmd.Wait()
+		<-waited
 		log, _ := os.ReadFile(logPath)
-		t.Fatalf("run exited by itself (%v) before it was signalled; log %s:\n%s", err, logPath, log)
+		t.Fatalf("run exited by itself (%v) before it was signalled; log %s:\n%s", cmd.ProcessState, logPath, log)
 	}
+	// nextMarker waits for a marker line after the seen-th.
+	nextMarker := func(seen int) {
+		deadline := time.After(markerWait)
+		for {
+			mu.Lock()
+			n := markers
+			mu.Unlock()
+			if n > seen {
+				return
+			}
+			select {
+			case <-marked:
+			case <-eof:
+				exitedEarly()
+			case <-deadline:
+				mu.Lock()
+				text := log.String()
+				mu.Unlock()
+				t.Fatalf("no line %s within %s (after %s and %d such lines); log %s:\n%s", plan.marker, markerWait, plan.delay, seen, logPath, text)
+			}
+		}
+	}
+	signal := func(sig syscall.Signal) {
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatalf("sending %v to the run: %v", sig, err)
+		}
+	}
+
 	select {
 	case <-eof:
 		exitedEarly()
-	case <-time.After(delay):
+	case <-time.After(plan.delay):
 	}
-	if marker != "" {
-		select {
-		case <-starts: // a stale start; wait for the next one
-		default:
+	for {
+		if plan.marker != "" {
+			mu.Lock()
+			seen := markers
+			mu.Unlock()
+			nextMarker(seen)
+			time.Sleep(plan.lag)
 		}
-		select {
-		case <-starts:
-			time.Sleep(alignLag)
-		case <-eof:
-			exitedEarly()
-		case <-time.After(2 * time.Second):
+		if plan.inside == nil {
+			break
 		}
+		tries++
+		signal(syscall.SIGSTOP)
+		for deadline := time.Now().Add(stopWait); !procStopped(cmd.Process.Pid); time.Sleep(5 * time.Millisecond) {
+			select {
+			case <-eof:
+				exitedEarly()
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the run did not stop within %s of SIGSTOP", stopWait)
+			}
+		}
+		if err := stderr.sync(stopWait); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		text := log.String()
+		mu.Unlock()
+		if plan.inside(text) || tries >= plan.tries {
+			break
+		}
+		signal(syscall.SIGCONT)
 	}
-	if err := cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
+	signal(sig)
+	if plan.inside != nil && sig != syscall.SIGKILL {
+		signal(syscall.SIGCONT) // a stopped process acts on other signals once continued
 	}
 	select {
 	case <-eof:
 	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		<-eof
-		_ = cmd.Wait()
 		t.Fatalf("run still running a minute after %v", sig)
 	}
-	_ = cmd.Wait()
-	return cmd.ProcessState
+	<-waited
+	return cmd.ProcessState, tries
 }
 
 // TestGracefulStop sends SIGTERM to `microbatch run` just after a batch
 // started: the batch in flight must commit, the run must exit 0, and after
 // a final drain the sink holds every event exactly once.
 func TestGracefulStop(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	bin := binary(t)
 	topic := uniqueName(t, "term")
@@ -341,7 +459,7 @@ func TestGracefulStop(t *testing.T) {
 			t.Fatalf("SIGTERM %d: want exit 0 after committing the batch in flight, got %v, %+v; log:\n%s", i, ps, st, log)
 		}
 	}
-	final := runBin(t, logDir, nil, 2*time.Minute, append(args, "--until-idle", "2s")...)
+	final := runBin(t, logDir, nil, 5*time.Minute, append(args, "--until-idle", "2s")...)
 	if final.code != 0 {
 		t.Fatalf("final run: %s", final)
 	}

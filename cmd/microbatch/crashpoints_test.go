@@ -26,6 +26,7 @@ const (
 // duplicates and at-most-once a loss at their gap; if they come out clean,
 // the kill missed its window and the test fails.
 func TestCrashPoints(t *testing.T) {
+	t.Parallel()
 	type tc struct {
 		strategy, point string
 		want            crashOutcome
@@ -92,7 +93,7 @@ func crashAt(t *testing.T, brokers, sink, strategy, point string, want crashOutc
 		"--interval", "100ms", "--max-batch-records", "3000", "--until-idle", "1s", "--instance-id", job}
 	// The second time the point is reached: one partition of the first
 	// batch got through it, so the crash lands in a batch in progress.
-	crashed := runBin(t, dir, cmdEnv("MICROBATCH_CRASH_AT="+point+":2"), 2*time.Minute, args...)
+	crashed := runBin(t, dir, cmdEnv("MICROBATCH_CRASH_AT="+point+":2"), 5*time.Minute, args...)
 	if crashed.code != -1 {
 		t.Fatalf("the run was not killed at %s (exit %d): the point was never reached\n%s", point, crashed.code, crashed)
 	}
@@ -101,7 +102,7 @@ func crashAt(t *testing.T, brokers, sink, strategy, point string, want crashOutc
 	more, moreAmount := produceCLI(t, brokers, topic, 5, events, 5_000)
 	events += more
 	amount += moreAmount
-	if r := runBin(t, dir, nil, 2*time.Minute, args...); r.code != 0 {
+	if r := runBin(t, dir, nil, 5*time.Minute, args...); r.code != 0 {
 		t.Fatalf("restart after the crash: %s", r)
 	}
 	v := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", job, "--strategy", strategy,

@@ -13,6 +13,7 @@ import (
 // line naming the problem (and the address, never the password) and its
 // documented exit code, after a bounded wait where waiting can help.
 func TestCLIServerErrors(t *testing.T) {
+	t.Parallel()
 
 	mysql := testutil.NeedServer(t, testutil.EnvMySQL)
 	b := startBroker(t)

@@ -19,6 +19,7 @@ import (
 // for SQLite (txn, on the dev broker) and Redis (idempotent, on Apache
 // Kafka when MICROBATCH_TEST_KAFKA is set).
 func TestOffsets(t *testing.T) {
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		b := startBroker(t)

@@ -5,8 +5,11 @@
 package testutil
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +90,22 @@ func EndOffsets(t testing.TB, brokers []string, topic string) map[int32]int64 {
 		t.Fatal(err)
 	}
 	return ends
+}
+
+// DefaultParallel makes n (or the number of CPUs, if more) the number of
+// tests a package runs side by side, unless the command line set
+// -test.parallel. Call it from TestMain before m.Run: for packages whose
+// tests mostly wait (on processes, kills, group sessions, servers), go
+// test's default of one per CPU leaves a 2-core machine idle while the
+// package runs out of time.
+func DefaultParallel(n int) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if explicit {
+		return
+	}
+	if err := flag.Set("test.parallel", strconv.Itoa(max(n, runtime.GOMAXPROCS(0)))); err != nil {
+		panic(fmt.Sprintf("testutil: setting -test.parallel: %v", err))
+	}
 }

@@ -363,7 +363,8 @@ func (k *kafkaTxn) settle(ctx context.Context) error {
 		return err
 	}
 	defer client.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	const settleWait = time.Minute // a bound for a busy machine
+	deadline := time.Now().Add(settleWait)
 	for {
 		lso, err := lastStableOffset(client, k.topic)
 		if err != nil {
@@ -377,7 +378,7 @@ func (k *kafkaTxn) settle(ctx context.Context) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("committed, but %s's last stable offset %d is still below its high-water mark %d after 10s", k.topic, lso, hwm)
+			return fmt.Errorf("committed, but %s's last stable offset %d is still below its high-water mark %d after %s", k.topic, lso, hwm, settleWait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -390,7 +391,7 @@ func (k *kafkaTxn) settle(ctx context.Context) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("committed, but group %s still has pending offsets after 10s", k.group.group)
+			return fmt.Errorf("committed, but group %s still has pending offsets after %s", k.group.group, settleWait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
