@@ -282,6 +282,19 @@ func (g *groupRun) member(ctx context.Context, readTimeout time.Duration) (sessi
 	go func() {
 		defer close(errsDone)
 		for err := range cg.Errors() {
+			if errors.Is(err, sarama.ErrFencedInstancedId) {
+				// The heartbeat learned that another process joined with
+				// this instance id: it owns the id now. Rejoining would
+				// take the id back and fence that process in turn, so the
+				// run ends instead (the batch in flight finishes first).
+				g.mu.Lock()
+				if g.fatal == nil {
+					g.fatal = groupError(cfg, err)
+				}
+				g.mu.Unlock()
+				g.rejoinNow()
+				continue
+			}
 			if ctx.Err() == nil {
 				g.log.Warn("consumer group", "group", cfg.Group, "err", err)
 			}
@@ -331,7 +344,7 @@ func isTimeout(err error) bool {
 func groupError(cfg Config, err error) error {
 	switch {
 	case errors.Is(err, sarama.ErrFencedInstancedId):
-		return fmt.Errorf("%w: consumer group %q: instance id %q belongs to another process now (two processes with the same --instance-id, or two hosts with the same host name sharing a lock directory): give each process its own --instance-id: %w",
+		return fmt.Errorf("%w: consumer group %q: instance id %q belongs to another process now (this process was paused past its session timeout and another took its place, two processes have the same --instance-id, or two hosts with the same host name share a lock directory): give each process its own --instance-id: %w",
 			ErrConfig, cfg.Group, cfg.InstanceID, err)
 	case errors.Is(err, sarama.ErrInvalidSessionTimeout):
 		return fmt.Errorf("%w: session-timeout %s: the broker refuses it (outside its group.min.session.timeout.ms .. group.max.session.timeout.ms)",
