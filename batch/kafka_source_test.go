@@ -327,84 +327,39 @@ func readRangeIn(t *testing.T, ctx context.Context, src *batch.KafkaSource, topi
 	return got
 }
 
-// txnProducer writes transactions into partition 0 of one topic.
-type txnProducer struct {
-	p     sarama.SyncProducer
-	topic string
-}
+// txnProducer writes transactions into one topic (of one partition).
+type txnProducer struct{ *testutil.TxnProducer }
 
-func newTxnProducer(t *testing.T, brokers []string, topic string) *txnProducer {
-	t.Helper()
-	cfg := kafkautil.Config("source-test-producer")
-	cfg.Producer.Idempotent = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Transaction.ID = topic + "-txn"
-	cfg.Net.MaxOpenRequests = 1
-	p, err := sarama.NewSyncProducer(brokers, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return &txnProducer{p: p, topic: topic}
+func newTxnProducer(t *testing.T, brokers []string, topic string) txnProducer {
+	return txnProducer{testutil.NewTxnProducer(t, brokers, topic)}
 }
 
 // transaction writes n records prefix0… in one transaction, commits or
 // aborts it, and returns what a read-committed reader must see of it.
-func (tp *txnProducer) transaction(t *testing.T, prefix string, n int, commit bool) []string {
+func (tp txnProducer) transaction(t *testing.T, prefix string, n int, commit bool) []string {
 	t.Helper()
-	if err := tp.p.BeginTxn(); err != nil {
-		t.Fatal(err)
-	}
+	msgs := make([]*sarama.ProducerMessage, n)
 	var visible []string
-	for i := range n {
+	for i := range msgs {
 		v := fmt.Sprintf("%s%d", prefix, i)
-		if _, _, err := tp.p.SendMessage(&sarama.ProducerMessage{Topic: tp.topic, Value: sarama.StringEncoder(v)}); err != nil {
-			t.Fatal(err)
-		}
+		msgs[i] = &sarama.ProducerMessage{Topic: tp.Topic, Value: sarama.StringEncoder(v)}
 		if commit {
 			visible = append(visible, v)
 		}
 	}
-	var err error
-	if commit {
-		err = tp.p.CommitTxn()
-	} else {
-		err = tp.p.AbortTxn()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp.Txn(t, msgs, commit)
 	return visible
 }
 
 // bulkTransaction writes n records of size bytes each (prefix0…, padded)
-// in one transaction, sent in chunks so that it takes few round trips, and
-// commits or aborts it.
-func (tp *txnProducer) bulkTransaction(t *testing.T, prefix string, n, size int, commit bool) {
+// in one transaction and commits or aborts it.
+func (tp txnProducer) bulkTransaction(t *testing.T, prefix string, n, size int, commit bool) {
 	t.Helper()
-	if err := tp.p.BeginTxn(); err != nil {
-		t.Fatal(err)
+	msgs := make([]*sarama.ProducerMessage, n)
+	for i := range msgs {
+		v := fmt.Appendf(nil, "%s%d ", prefix, i)
+		v = append(v, bytes.Repeat([]byte{'x'}, max(0, size-len(v)))...)
+		msgs[i] = &sarama.ProducerMessage{Topic: tp.Topic, Value: sarama.ByteEncoder(v)}
 	}
-	const chunk = 500
-	for i := 0; i < n; i += chunk {
-		msgs := make([]*sarama.ProducerMessage, 0, chunk)
-		for j := i; j < min(n, i+chunk); j++ {
-			v := fmt.Appendf(nil, "%s%d ", prefix, j)
-			v = append(v, bytes.Repeat([]byte{'x'}, max(0, size-len(v)))...)
-			msgs = append(msgs, &sarama.ProducerMessage{Topic: tp.topic, Value: sarama.ByteEncoder(v)})
-		}
-		if err := tp.p.SendMessages(msgs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var err error
-	if commit {
-		err = tp.p.CommitTxn()
-	} else {
-		err = tp.p.AbortTxn()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp.Txn(t, msgs, commit)
 }

@@ -109,70 +109,33 @@ func testAbortedTail(t *testing.T, brokers string) {
 }
 
 // eventTxnProducer writes events into one topic in Kafka transactions.
-type eventTxnProducer struct {
-	p     sarama.SyncProducer
-	topic string
-}
+type eventTxnProducer struct{ *testutil.TxnProducer }
 
-func newEventTxnProducer(t *testing.T, brokers, topic string) *eventTxnProducer {
-	t.Helper()
-	cfg := kafkautil.Config("aborted-tail-test")
-	cfg.Producer.Idempotent = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Transaction.ID = topic + "-txn"
-	cfg.Net.MaxOpenRequests = 1
-	p, err := sarama.NewSyncProducer(kafkautil.SplitBrokers(brokers), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return &eventTxnProducer{p: p, topic: topic}
+func newEventTxnProducer(t *testing.T, brokers, topic string) eventTxnProducer {
+	return eventTxnProducer{testutil.NewTxnProducer(t, kafkautil.SplitBrokers(brokers), topic)}
 }
 
 // events writes the generator's next n events in one committed transaction.
-func (tp *eventTxnProducer) events(t *testing.T, g *event.Generator, n int) {
+func (tp eventTxnProducer) events(t *testing.T, g *event.Generator, n int) {
 	t.Helper()
 	msgs := make([]*sarama.ProducerMessage, n)
 	for i := range msgs {
 		id, k, a := g.Next()
-		msgs[i] = &sarama.ProducerMessage{Topic: tp.topic, Key: sarama.StringEncoder(k), Value: sarama.ByteEncoder(event.Append(nil, id, k, a, 0))}
+		msgs[i] = &sarama.ProducerMessage{Topic: tp.Topic, Key: sarama.StringEncoder(k), Value: sarama.ByteEncoder(event.Append(nil, id, k, a, 0))}
 	}
-	tp.txn(t, msgs, true)
+	tp.Txn(t, msgs, true)
 }
 
 // abortedPadding writes n valid events of key "aborted", padded to size
 // bytes, in one transaction that it aborts.
-func (tp *eventTxnProducer) abortedPadding(t *testing.T, n, size int) {
+func (tp eventTxnProducer) abortedPadding(t *testing.T, n, size int) {
 	t.Helper()
 	msgs := make([]*sarama.ProducerMessage, n)
 	for i := range msgs {
 		v := fmt.Appendf(nil, `{"id":%d,"key":"aborted","amount":1,"ts":0,"pad":"`, 1_000_000_000+i)
 		v = append(v, bytes.Repeat([]byte{'x'}, max(0, size-len(v)-2))...)
 		v = append(v, `"}`...)
-		msgs[i] = &sarama.ProducerMessage{Topic: tp.topic, Key: sarama.StringEncoder("aborted"), Value: sarama.ByteEncoder(v)}
+		msgs[i] = &sarama.ProducerMessage{Topic: tp.Topic, Key: sarama.StringEncoder("aborted"), Value: sarama.ByteEncoder(v)}
 	}
-	tp.txn(t, msgs, false)
-}
-
-func (tp *eventTxnProducer) txn(t *testing.T, msgs []*sarama.ProducerMessage, commit bool) {
-	t.Helper()
-	if err := tp.p.BeginTxn(); err != nil {
-		t.Fatal(err)
-	}
-	const chunk = 500 // few round trips, each well under a request's size limit
-	for i := 0; i < len(msgs); i += chunk {
-		if err := tp.p.SendMessages(msgs[i:min(len(msgs), i+chunk)]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var err error
-	if commit {
-		err = tp.p.CommitTxn()
-	} else {
-		err = tp.p.AbortTxn()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp.Txn(t, msgs, false)
 }
