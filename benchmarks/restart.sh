@@ -52,19 +52,20 @@ if [[ -z $brokers ]]; then
 	[[ -n $brokers ]] || { echo "restart.sh: the dev broker did not start:" >&2; cat "$work/broker.log" >&2; exit 1; }
 fi
 
-# first_commit LOG START: seconds from START (epoch, fractional) to the
-# first "batch committed" line of LOG, waiting up to 60 s.
+# first_commit LOG START: seconds from START ($EPOCHREALTIME) until the
+# first "batch committed" line is in LOG (polled every 10 ms, up to 60 s).
 first_commit() {
-	local log=$1 start=$2 line
-	for _ in $(seq 1 3000); do
-		line=$(grep -m1 'batch committed' "$log" || true)
-		[[ -n $line ]] && break
-		sleep 0.02
+	local log=$1 start=$2
+	for _ in $(seq 1 6000); do
+		if grep -q 'batch committed' "$log"; then
+			echo "$EPOCHREALTIME - $start" | bc
+			return
+		fi
+		sleep 0.01
 	done
-	[[ -n $line ]] || { echo "restart.sh: no commit within 60 s; log $log:" >&2; tail -20 "$log" >&2; exit 1; }
-	local at
-	at=$(sed 's/^time=\([^ ]*\).*/\1/' <<<"$line")
-	echo "$(date -d "$at" +%s.%N) - $start" | bc
+	echo "restart.sh: no commit within 60 s; log $log:" >&2
+	tail -20 "$log" >&2
+	exit 1
 }
 
 declare -A times
@@ -80,7 +81,7 @@ for i in $(seq 0 "$n"); do
 		extra=()
 		[[ $v == instance-id ]] && extra=(--instance-id "restart-$$-0")
 		log="$work/$v.log"
-		start=$(date +%s.%N)
+		start=$EPOCHREALTIME
 		"$mb" run --brokers "$brokers" --topic "$topic" --job "$topic" \
 			--sink "sqlite://$dir/$topic.db" "${extra[@]}" >"$log" 2>&1 &
 		pid=$!
