@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/microbatch/microbatch/benchmarks"
-	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -39,7 +38,8 @@ to --out/logs. Progress goes to stderr.`,
 	fs.Int32("partitions", benchmarks.DefaultPartitions, "partitions of the bench's topics")
 	fs.Duration("interval", benchmarks.DefaultInterval, "batch interval of every run (also the checkpoint interval)")
 	fs.Int("crashes", benchmarks.DefaultCrashes, "random SIGKILLs per strategy in the fault run (the crash points come on top)")
-	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (empty: start a dev broker)")
+	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (set nowhere: start a dev broker)")
+	markList(fs, "brokers")
 	fs.String("mysql", "", "MySQL/MariaDB sink DSN for txn, single, the controls, checkpoint-xa/-wal and the baseline (a sqlite:// path works for all but XA; empty: skip them)")
 	fs.String("redis", "", "Redis DSN for idempotent (empty: skip it)")
 	fs.String("out", benchmarks.DefaultOut, "directory for results.md, results.json, chart.svg and logs/")
@@ -80,14 +80,18 @@ to --out/logs. Progress goes to stderr.`,
 
 // benchOptions reads the bench's settings.
 func benchOptions(s *settings) (benchmarks.Options, error) {
+	// Empty Brokers starts a dev broker: only when brokers is set nowhere.
+	brokers, _, err := s.brokers()
+	if err != nil {
+		return benchmarks.Options{}, err
+	}
 	o := benchmarks.Options{
 		Strategies: s.list("strategies"),
-		Brokers:    kafkautil.SplitBrokers(s.str("brokers")),
+		Brokers:    brokers,
 		MySQL:      s.str("mysql"),
 		Redis:      s.str("redis"),
 		Out:        s.str("out"),
 	}
-	var err error
 	if o.Workload.Events, err = s.int64("events"); err != nil {
 		return o, err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/microbatch/microbatch/internal/kafkautil"
 )
 
 // Exit codes (documented in the README).
@@ -42,10 +45,14 @@ func isConfigError(err error) bool {
 
 // settings reads one command's flags with viper's precedence: a flag given
 // on the command line, then MICROBATCH_<NAME> (dashes become underscores),
-// then the YAML file named by --config, then the flag's default. Values are
-// parsed strictly: a malformed number or duration is an error, not zero.
+// then the YAML file named by --config (shared by every command, see
+// readConfigFile), then the flag's default. Values are parsed strictly: a
+// malformed number or duration is an error, not zero.
 type settings struct {
-	v *viper.Viper
+	v        *viper.Viper
+	fs       *pflag.FlagSet
+	file     string         // the --config file, if any
+	fromFile map[string]any // the keys of this command the file set
 }
 
 func loadSettings(cmd *cobra.Command) (*settings, error) {
@@ -56,26 +63,54 @@ func loadSettings(cmd *cobra.Command) (*settings, error) {
 	if err := v.BindPFlags(cmd.Flags()); err != nil {
 		return nil, badConfig("binding flags: %v", err)
 	}
-	file := v.GetString("config")
-	if file != "" {
-		v.SetConfigFile(file)
-		if err := v.ReadInConfig(); err != nil {
-			return nil, badConfig("reading config file %s: %v", file, err)
+	s := &settings{v: v, fs: cmd.Flags()}
+	if s.file = v.GetString("config"); s.file != "" {
+		values, err := readConfigFile(cmd, s.file)
+		if err != nil {
+			return nil, err
 		}
-		// A misspelt key would otherwise be ignored silently.
-		check := viper.New()
-		check.SetConfigFile(file)
-		_ = check.ReadInConfig()
-		for _, k := range check.AllKeys() {
-			if cmd.Flags().Lookup(k) == nil || k == "config" {
-				return nil, badConfig("config file %s: unknown key %q for `%s`", file, k, cmd.Name())
-			}
+		if err := v.MergeConfigMap(values); err != nil {
+			return nil, badConfig("config file %s: %v", s.file, err)
 		}
+		s.fromFile = values
 	}
-	return &settings{v: v}, nil
+	return s, nil
 }
 
-func (s *settings) str(name string) string { return strings.TrimSpace(s.v.GetString(name)) }
+// str reads a setting as text; a command-line-only flag is read from the
+// command line alone.
+func (s *settings) str(name string) string {
+	if f := s.fs.Lookup(name); f != nil && isCommandLineOnly(f) {
+		return strings.TrimSpace(f.Value.String())
+	}
+	return strings.TrimSpace(s.v.GetString(name))
+}
+
+// brokers reads the Kafka bootstrap brokers. given says whether brokers
+// was set anywhere: on the command line, in MICROBATCH_BROKERS (even set
+// empty) or in the config file. Set but naming no broker is a
+// configuration error, so that a command that starts a broker of its own
+// only when none is given (run's embedded demo broker, bench's dev broker)
+// never does so because a value the user gave turned out empty — the demo
+// would write its events into the user's sink.
+func (s *settings) brokers() (brokers []string, given bool, err error) {
+	var where []string
+	if s.fs.Changed("brokers") {
+		where = append(where, "--brokers")
+	}
+	if _, ok := os.LookupEnv("MICROBATCH_BROKERS"); ok {
+		where = append(where, "MICROBATCH_BROKERS")
+	}
+	if _, ok := s.fromFile["brokers"]; ok {
+		where = append(where, "config file "+s.file)
+	}
+	brokers = kafkautil.SplitBrokers(s.str("brokers"))
+	if len(where) > 0 && len(brokers) == 0 {
+		return nil, true, badConfig("brokers: set (%s) but names no broker; the embedded broker runs only when brokers is set nowhere (flag, environment, config file)",
+			strings.Join(where, ", "))
+	}
+	return brokers, len(where) > 0, nil
+}
 
 func (s *settings) duration(name string) (time.Duration, error) {
 	raw := s.str(name)
@@ -132,8 +167,15 @@ func (s *settings) uint64(name string) (uint64, error) {
 // list reads a list setting given as repeated flags, a comma list, or an
 // env var / config value with commas (viper splits env lists on spaces).
 func (s *settings) list(name string) []string {
+	items := s.v.GetStringSlice(name)
+	if f := s.fs.Lookup(name); f != nil && isCommandLineOnly(f) {
+		items = []string{f.Value.String()}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			items = sv.GetSlice()
+		}
+	}
 	var out []string
-	for _, item := range s.v.GetStringSlice(name) {
+	for _, item := range items {
 		for _, part := range strings.Split(item, ",") {
 			if part = strings.TrimSpace(part); part != "" {
 				out = append(out, part)
@@ -174,5 +216,5 @@ func (s *settings) oneOf(name string, allowed ...string) (string, error) {
 
 // addConfigFlag adds --config to a command.
 func addConfigFlag(fs *pflag.FlagSet) {
-	fs.String("config", "", "YAML file with settings (keys are the flag names); env MICROBATCH_CONFIG")
+	fs.String("config", "", "YAML file with settings, one file for every command (keys are the flag names; a key only other commands have is ignored); env MICROBATCH_CONFIG")
 }

@@ -23,14 +23,7 @@ func main() {
 func run(args []string) int {
 	ctx, stop := signalContext()
 	defer stop()
-	root := &cobra.Command{
-		Use:           "microbatch",
-		Short:         "Exactly-once micro-batches from Kafka into SQL",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(runCmd(), brokerCmd(), produceCmd(), verifyCmd(), benchCmd())
-	root.AddCommand(offsetsCmd())
+	root := rootCmd()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	switch {
@@ -54,6 +47,20 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitFailure
 	}
+}
+
+// rootCmd is the command tree. It is also where the config file's keys
+// come from (fileKeys).
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "microbatch",
+		Short:         "Exactly-once micro-batches from Kafka into SQL",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(runCmd(), brokerCmd(), produceCmd(), verifyCmd(), benchCmd())
+	root.AddCommand(offsetsCmd())
+	return root
 }
 
 // signalContext is cancelled by the first SIGINT/SIGTERM, which asks for a

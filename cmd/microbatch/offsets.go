@@ -44,6 +44,7 @@ func offsetsCmd() *cobra.Command {
 
 func addOffsetsFlags(fs *pflag.FlagSet) {
 	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (required)")
+	markList(fs, "brokers")
 	fs.String("topic", strategies.DefaultTopic, "the job's topic")
 	fs.String("job", strategies.DefaultJob, "job name")
 	fs.String("sink", defaultSink, "the job's sink DSN (mysql://…, sqlite://path, redis://host:port/db)")
@@ -69,6 +70,10 @@ func offsetsShowCmd() *cobra.Command {
 			return err
 		}
 		oj, err := offsetsJobFrom(s)
+		if err != nil {
+			return err
+		}
+		asJSON, err := s.boolean("json")
 		if err != nil {
 			return err
 		}
@@ -111,7 +116,7 @@ func offsetsShowCmd() *cobra.Command {
 			}
 			rep.Partitions = append(rep.Partitions, pr)
 		}
-		if s.v.GetBool("json") {
+		if asJSON {
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			return enc.Encode(rep)
@@ -137,7 +142,8 @@ run reads from the new offsets. A rewind counts the records again.`,
 	addConfigFlag(fs)
 	addOffsetsFlags(fs)
 	fs.String("to", "", "earliest, latest, an offset (e.g. 1500) or an RFC 3339 time (e.g. 2026-11-30T10:00:00Z) (required)")
-	fs.StringSlice("partitions", nil, "partitions to reset, comma separated (empty: all)")
+	fs.StringSlice("partitions", nil, "partitions to reset, comma separated (empty: all); command line only: in a config file or MICROBATCH_PARTITIONS, partitions is the partition count of produce, broker and bench")
+	markCommandLineOnly(fs, "partitions")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {

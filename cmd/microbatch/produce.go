@@ -17,6 +17,7 @@ func produceCmd() *cobra.Command {
 	fs := cmd.Flags()
 	addConfigFlag(fs)
 	fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma separated")
+	markList(fs, "brokers")
 	fs.String("topic", "events", "topic to write to (created if missing)")
 	fs.Int32("partitions", 4, "partitions of the topic if it has to be created")
 	fs.Int64("count", 100000, "number of events")

@@ -44,7 +44,8 @@ func runCmd() *cobra.Command {
 partitions in parallel and commit each partition's results together with its
 offset in one sink transaction.
 
-Without --brokers, an embedded Kafka broker is started in-process (its log kept
+With brokers set nowhere (no --brokers, no MICROBATCH_BROKERS, no brokers key in
+the config file), an embedded Kafka broker is started in-process (its log kept
 in ./` + demoBrokerDir + `) and filled with --demo-events events, so the command
 works on a machine with nothing installed.`,
 		Args: cobra.NoArgs,
@@ -52,7 +53,8 @@ works on a machine with nothing installed.`,
 	fs := cmd.Flags()
 	addConfigFlag(fs)
 	fs.String("strategy", strategies.StrategyTxn, "delivery strategy: "+strings.Join(strategies.Strategies, ", "))
-	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (empty: embedded demo broker)")
+	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (set nowhere: embedded demo broker)")
+	markList(fs, "brokers")
 	fs.String("topic", strategies.DefaultTopic, "topic to read")
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
 	fs.String("start-from", strategies.StartEarliest, "where partitions without a stored offset start: earliest or latest")
@@ -95,14 +97,20 @@ works on a machine with nothing installed.`,
 }
 
 func runJob(ctx context.Context, s *settings) error {
+	// The embedded demo broker runs only when brokers is set nowhere; a
+	// brokers setting that names no broker is refused (settings.brokers).
+	// So cfg.Brokers is empty exactly when the demo runs.
+	brokers, brokersGiven, err := s.brokers()
+	if err != nil {
+		return err
+	}
 	cfg := strategies.Config{
 		Strategy: s.str("strategy"),
-		Brokers:  kafkautil.SplitBrokers(s.str("brokers")),
+		Brokers:  brokers,
 		Topic:    s.str("topic"),
 		Job:      s.str("job"),
 		Sink:     s.str("sink"),
 	}
-	var err error
 	if cfg.StartFrom, err = s.oneOf("start-from", strategies.StartEarliest, strategies.StartLatest); err != nil {
 		return err
 	}
@@ -209,7 +217,7 @@ func runJob(ctx context.Context, s *settings) error {
 	defer stopStatus()
 
 	var demo *demoRun
-	if len(cfg.Brokers) == 0 {
+	if !brokersGiven {
 		// Refuse a bad configuration before the demo creates anything.
 		check := cfg
 		check.Brokers = []string{"embedded"}
