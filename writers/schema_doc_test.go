@@ -137,3 +137,21 @@ func TestReadmeTablesMatchSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestMySQLTablesBinary: the README promises InnoDB, utf8mb4 and a binary
+// collation for every table in MySQL/MariaDB — names (jobs, keys, XA
+// branch qualifiers) must never match case- or accent-insensitively. A
+// table's default collation is also what a column added later gets.
+func TestMySQLTablesBinary(t *testing.T) {
+	section, _ := readmeTables(t)
+	if !strings.Contains(section, "(InnoDB, utf8mb4, binary collation)") {
+		t.Fatalf("README's Tables section no longer says \"(InnoDB, utf8mb4, binary collation)\": update this test with it")
+	}
+	for name, ddl := range tableDDLs(offsets.MySQL) {
+		for _, want := range []string{"ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4", "COLLATE=utf8mb4_bin"} {
+			if !strings.Contains(ddl, want) {
+				t.Errorf("%s: the MySQL DDL lacks %s", name, want)
+			}
+		}
+	}
+}
