@@ -36,6 +36,16 @@ const (
 	defaultCheckpointSink = "file://microbatch-output"
 )
 
+// defaultSinkFor is the sink of a job of strategy when --sink is empty.
+// run and verify both take it from here, so that verify, like run, needs
+// no --sink for the default: it reads where run wrote.
+func defaultSinkFor(strategy string) string {
+	if strategy == strategies.StrategyCheckpoint {
+		return defaultCheckpointSink
+	}
+	return defaultSink
+}
+
 func runCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -56,7 +66,7 @@ works on a machine with nothing installed.`,
 	fs.String("topic", strategies.DefaultTopic, "topic to read")
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
 	fs.String("start-from", strategies.StartEarliest, "where partitions without a stored offset start: earliest or latest")
-	fs.String("sink", "", "sink DSN: mysql://user:pass@host:port/db, a go-sql-driver DSN, or sqlite://path; kafka://host:port/topic or file:///dir for checkpoint (empty: "+defaultSink+", checkpoint: "+defaultCheckpointSink+")")
+	fs.String("sink", "", "sink DSN: "+strategies.SinkFormsHelp()+" (empty: "+defaultSink+"; checkpoint: "+defaultCheckpointSink+")")
 	fs.Duration("interval", strategies.DefaultInterval, "batch interval")
 	fs.Int("parallelism", 0, "partition tasks run at once (0: one per partition)")
 	fs.Int64("max-batch-records", strategies.DefaultMaxBatchRecords, "most offsets per partition in one batch")
@@ -138,10 +148,7 @@ func runJob(ctx context.Context, s *settings) error {
 		return err
 	}
 	if cfg.Sink == "" {
-		cfg.Sink = defaultSink
-		if cfg.Strategy == strategies.StrategyCheckpoint {
-			cfg.Sink = defaultCheckpointSink
-		}
+		cfg.Sink = defaultSinkFor(cfg.Strategy)
 	}
 	if err := strategies.CheckSink(cfg.Sink); err != nil {
 		return configError{fmt.Errorf("sink: %w", err)}
