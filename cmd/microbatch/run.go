@@ -86,7 +86,7 @@ works on a machine with nothing installed.`,
 	fs.String("sink-mode", strategies.SinkMode2PC, "checkpoint: 2pc (two-phase commit) or wal (write-ahead, SQL sinks)")
 	fs.Duration("kafka-txn-timeout", strategies.DefaultKafkaTxnTimeout, "checkpoint, Kafka sink: transaction timeout; must exceed checkpoint interval + timeout + max restart time")
 	fs.Duration("max-restart-time", strategies.DefaultMaxRestartTime, "checkpoint: longest expected restart after a crash; pre-committed Kafka transactions must outlive it")
-	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan)")
+	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan: per partition the offset range it reads)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics (/metrics) and a live status page (/) on host:port; :port binds 127.0.0.1 (empty: off)")
 	fs.Bool("dry-run", false, "check the settings, reach Kafka and the sink, print what the job would do first, and exit (writes nothing)")
 	fs.Duration("connect-timeout", strategies.DefaultConnectTimeout, "how long start-up waits for Kafka and the sink to answer (exit 3 after)")
@@ -181,13 +181,7 @@ func runJob(ctx context.Context, s *settings) error {
 	defer out.done()
 	log := out.log
 	cfg.Logger = log
-	cfg.OnBatchStart = func(b batch.Info, ranges []batch.Range) {
-		var offs int64
-		for _, r := range ranges {
-			offs += r.Len()
-		}
-		log.Debug("batch started", "batch", b.ID, "partitions", len(ranges), "offsets", offs)
-	}
+	cfg.OnBatchStart = out.batchStart
 	cfg.OnProgress = func(p batch.Progress) { out.progress(p, cfg.Strategy == strategies.StrategyCheckpoint) }
 
 	if cfg.CrashPoint, err = crashPointFromEnv(); err != nil {
