@@ -2,7 +2,11 @@ package strategies
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -54,21 +58,36 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 		return Plan{}, classify(fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err))
 	}
 
+	// Opening a SQLite file that does not exist creates it: a dry run
+	// leaves it to the run.
+	var newFile bool
+	if cfg.Strategy != StrategyCheckpoint && cfg.Strategy != StrategyIdempotent {
+		if newFile, err = newSQLiteFile(cfg.Sink); err != nil {
+			return Plan{}, err
+		}
+		if newFile {
+			p.Sink = SinkDisplay(cfg.Sink)
+			p.Note = "the SQLite file does not exist yet: run creates it"
+		}
+	}
 	stored := map[int32]int64{}
 	switch {
 	case cfg.Strategy == StrategyCheckpoint:
 		p.Sink = SinkDisplay(cfg.Sink)
 		p.Note = "checkpoint mode: the sink is not contacted and positions come from the latest checkpoint in --state-dir at start"
 	case cfg.Strategy == StrategyAtLeastOnce || cfg.Strategy == StrategyAtMostOnce:
-		w, _, err := openSink(ctx, cfg)
-		if err != nil {
-			return Plan{}, err
+		if !newFile {
+			w, _, err := openSink(ctx, cfg)
+			if err != nil {
+				return Plan{}, err
+			}
+			defer w.Close()
+			p.Sink = w.String()
 		}
-		defer w.Close()
-		p.Sink = w.String()
 		if stored, err = offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).Load(ctx, src.Partitions()); err != nil {
 			return Plan{}, classify(err)
 		}
+	case newFile: // no offsets stored yet
 	default:
 		w, rw, err := openSink(ctx, cfg)
 		if err != nil {
@@ -110,6 +129,23 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 		p.Partitions = append(p.Partitions, pp)
 	}
 	return p, nil
+}
+
+// newSQLiteFile says whether dsn is a SQLite file that does not exist yet.
+// Its directory must exist, or the run could not create it: that is the
+// run's error, said at once.
+func newSQLiteFile(dsn string) (bool, error) {
+	t, err := writers.ParseSQLDSN(dsn)
+	if err != nil || t.File == "" {
+		return false, nil // not SQLite; a bad DSN fails the open as in a run
+	}
+	if _, err := os.Stat(t.File); !errors.Is(err, fs.ErrNotExist) {
+		return false, nil // there (or unreadable: the open says why)
+	}
+	if st, err := os.Stat(filepath.Dir(t.File)); err != nil || !st.IsDir() {
+		return false, fmt.Errorf("connecting to sink %s: directory %s does not exist", t.Display, filepath.Dir(t.File))
+	}
+	return true, nil
 }
 
 // storedSQL reads the job's mb_offsets rows, if the table exists yet.

@@ -137,8 +137,11 @@ func ReadTotalsSecure(ctx context.Context, dsn, job string, sec writers.KafkaSec
 	return t, w.String(), err
 }
 
-// CheckSink parses a sink DSN of any kind without connecting.
+// CheckSink parses a sink DSN of any kind (SinkForms) without connecting.
 func CheckSink(dsn string) error {
+	if err := checkScheme(dsn); err != nil {
+		return err
+	}
 	if isKafkaDSN(dsn) || isFileDSN(dsn) {
 		_, err := parseCheckpointSink(dsn, SinkMode2PC)
 		return err

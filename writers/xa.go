@@ -77,7 +77,10 @@ const XATable = "mb_xa_txns"
 
 // xaDDL: job is VARBINARY because every VARCHAR collation ignores trailing
 // spaces. commits counts the slot's committed transactions; increasing it
-// makes sure every transaction changes the row.
+// makes sure every transaction changes the row. The table's collation is
+// binary like every mb_ table's, so that a column added to it later can't
+// compare names case-insensitively (the server's default, often
+// utf8mb4_general_ci, would); migrateTable gives it to an older table.
 const xaDDL = `CREATE TABLE IF NOT EXISTS mb_xa_txns (
   job VARBINARY(64) NOT NULL,
   subtask INT NOT NULL,
@@ -85,7 +88,10 @@ const xaDDL = `CREATE TABLE IF NOT EXISTS mb_xa_txns (
   txn BIGINT NOT NULL,
   commits BIGINT NOT NULL,
   PRIMARY KEY (job, subtask, slot)
-) ENGINE=InnoDB`
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+
+// xaCollation is the collation xaDDL gives XATable.
+const xaCollation = "utf8mb4_bin"
 
 const xaMarkSQL = `INSERT INTO mb_xa_txns (job, subtask, slot, txn, commits) VALUES (?, ?, ?, ?, 1)
   ON DUPLICATE KEY UPDATE txn = VALUES(txn), commits = commits + 1`
@@ -499,6 +505,52 @@ func (x *XA) createTable(ctx context.Context) error {
 	return nil
 }
 
+// migrateTable gives an XATable made by an older version, which took the
+// server's default collation, the binary one of xaDDL. Its columns were
+// binary or integers already, so nothing compared differently: the table's
+// default is what a column added later gets. The ALTER needs the table to
+// itself, and a prepared branch that wrote its row holds it until that
+// branch is finished — one of another subtask or job possibly only by its
+// own recovery, after this one. So it runs at the end of Recover, when
+// this writer's branches are finished, waits at most xaMigrateLockWait,
+// and leaves a busy table to a later Recover rather than stop this one
+// (which would keep the other branch's recovery from ever running).
+func (x *XA) migrateTable(ctx context.Context) error {
+	var collation string
+	err := x.w.db.QueryRowContext(ctx, `SELECT TABLE_COLLATION FROM information_schema.TABLES
+ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, XATable).Scan(&collation)
+	if err != nil {
+		return fmt.Errorf("reading the collation of %s: %w", XATable, err)
+	}
+	if collation == xaCollation {
+		return nil
+	}
+	// On a connection of its own, so that the bound stays with the ALTER.
+	conn, err := x.w.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", xaMigrateLockWait)); err != nil {
+		return err
+	}
+	defer func() { // the pool keeps the connection: give it back as it was
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT")
+	}()
+	_, err = conn.ExecContext(ctx, "ALTER TABLE "+XATable+" CONVERT TO CHARACTER SET utf8mb4 COLLATE "+xaCollation)
+	if mysqlErrNo(err) == mysqlLockWaitTimeout { // also a metadata lock's
+		return nil // another branch holds the table: a later Recover
+	}
+	if err != nil {
+		return fmt.Errorf("giving %s the collation %s (once, with the ALTER privilege): %w", XATable, xaCollation, err)
+	}
+	return nil
+}
+
+// xaMigrateLockWait bounds, in seconds, how long migrateTable waits for
+// the table.
+const xaMigrateLockWait = 2
+
 // xaRecovered is one row of XA RECOVER.
 type xaRecovered struct {
 	formatID int64
@@ -612,6 +664,9 @@ func (x *XA) Recover(ctx context.Context, keep []Pending) error {
 				return fail(err)
 			}
 		}
+	}
+	if err := x.migrateTable(ctx); err != nil {
+		return fail(err)
 	}
 	return nil
 }

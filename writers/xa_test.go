@@ -620,3 +620,65 @@ func TestXALost(t *testing.T) {
 	twoPhaseOK(t, "Abort of the rolled-back one", x2.Abort(ctx, p4))
 	wantXATotals(t, w, job, map[string]total{"a": xaOne})
 }
+
+// TestXAMigrateCollation: an mb_xa_txns made by an older version, with the
+// server's case-insensitive default collation, gets the binary one at
+// Recover, keeping its rows. While a prepared branch of another subtask
+// holds the table, Recover still succeeds and leaves the change to a
+// later one: stopping there would keep that branch's own recovery from
+// ever running.
+func TestXAMigrateCollation(t *testing.T) {
+	dsn := testutil.FreshMySQLDatabase(t, mysqlDSN(t))
+	job := xaJob(t)
+	xaCleanup(t, dsn, job)
+	w := openSink(t, dsn)
+	ctx := t.Context()
+	old := strings.Replace(xaDDL, "COLLATE="+xaCollation, "COLLATE=utf8mb4_general_ci", 1)
+	if old == xaDDL {
+		t.Fatal("xaDDL does not name its collation")
+	}
+	twoPhaseOK(t, "creating the old table", execErr(w.DB().ExecContext(ctx, old)))
+	twoPhaseOK(t, "a row of the old table", execErr(w.DB().ExecContext(ctx,
+		"INSERT INTO mb_xa_txns (job, subtask, slot, txn, commits) VALUES (?, 7, 0, 42, 3)", job)))
+	collation := func() string {
+		t.Helper()
+		var c string
+		twoPhaseOK(t, "reading the collation", w.DB().QueryRowContext(ctx, `SELECT TABLE_COLLATION FROM information_schema.TABLES
+ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'mb_xa_txns'`).Scan(&c))
+		return c
+	}
+	if c := collation(); c != "utf8mb4_general_ci" {
+		t.Fatalf("old table's collation %s, want utf8mb4_general_ci", c)
+	}
+
+	// Subtask 1 holds a prepared branch that wrote its row of the table.
+	x1 := newTestXA(t, w, job, 1)
+	p := xaTxn(t, x1, 1, "a")
+	x0 := newTestXA(t, w, job, 0)
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	twoPhaseOK(t, "Recover of subtask 0 while subtask 1 holds the table", x0.Recover(rctx, nil))
+	if c := collation(); c != "utf8mb4_general_ci" {
+		t.Fatalf("collation %s while a prepared branch held the table: the ALTER did not wait for it?", c)
+	}
+	xaWantListed(t, w, job, "mb-1-1")
+
+	twoPhaseOK(t, "Commit of subtask 1", x1.Commit(ctx, p))
+	twoPhaseOK(t, "Recover of subtask 0", x0.Recover(ctx, nil))
+	if c := collation(); c != xaCollation {
+		t.Fatalf("collation after Recover: %s, want %s", c, xaCollation)
+	}
+	var txn, commits int64
+	twoPhaseOK(t, "reading the old row", w.DB().QueryRowContext(ctx,
+		"SELECT txn, commits FROM mb_xa_txns WHERE job = ? AND subtask = 7 AND slot = 0", job).Scan(&txn, &commits))
+	if txn != 42 || commits != 3 {
+		t.Fatalf("old row after the migration: txn %d, commits %d; want 42, 3", txn, commits)
+	}
+	wantXATotals(t, w, job, map[string]total{"a": xaOne})
+	// The branch's own row: found by its binary job name, committed.
+	if ok, err := x1.committed(ctx, 1); err != nil || !ok {
+		t.Fatalf("subtask 1's row after the migration says committed=%v (%v), want true", ok, err)
+	}
+}
+
+func execErr(_ any, err error) error { return err }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,19 @@ func newOutput(w *os.File, format string, level slog.Level, quiet bool) *output 
 		o.log = slog.New(slog.NewTextHandler(dst, opts))
 	}
 	return o
+}
+
+// batchStart logs, at debug level, a batch's plan: per partition the
+// offset range it reads, [from, to), which is what a replay after a crash
+// reads again.
+func (o *output) batchStart(b batch.Info, ranges []batch.Range) {
+	var offs int64
+	plan := make([]string, len(ranges))
+	for i, r := range ranges {
+		offs += r.Len()
+		plan[i] = fmt.Sprintf("%d:[%d,%d)", r.Partition, r.From, r.To)
+	}
+	o.log.Debug("batch started", "batch", b.ID, "epoch", b.Epoch, "partitions", len(ranges), "offsets", offs, "plan", strings.Join(plan, " "))
 }
 
 // progress reports a committed batch (or a completed checkpoint). Called

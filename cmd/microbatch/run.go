@@ -36,6 +36,16 @@ const (
 	defaultCheckpointSink = "file://microbatch-output"
 )
 
+// defaultSinkFor is the sink of a job of strategy when --sink is empty.
+// run and verify both take it from here, so that verify, like run, needs
+// no --sink for the default: it reads where run wrote.
+func defaultSinkFor(strategy string) string {
+	if strategy == strategies.StrategyCheckpoint {
+		return defaultCheckpointSink
+	}
+	return defaultSink
+}
+
 func runCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -58,7 +68,7 @@ works on a machine with nothing installed.`,
 	fs.String("topic", strategies.DefaultTopic, "topic to read")
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
 	fs.String("start-from", strategies.StartEarliest, "where partitions without a stored offset start: earliest or latest")
-	fs.String("sink", "", "sink DSN: mysql://user:pass@host:port/db, a go-sql-driver DSN, or sqlite://path; kafka://host:port/topic or file:///dir for checkpoint (empty: "+defaultSink+", checkpoint: "+defaultCheckpointSink+")")
+	fs.String("sink", "", "sink DSN: "+strategies.SinkFormsHelp()+" (empty: "+defaultSink+"; checkpoint: "+defaultCheckpointSink+")")
 	fs.Duration("interval", strategies.DefaultInterval, "batch interval")
 	fs.Int("parallelism", 0, "partition tasks run at once (0: one per partition)")
 	fs.Int64("max-batch-records", strategies.DefaultMaxBatchRecords, "most offsets per partition in one batch")
@@ -78,7 +88,7 @@ works on a machine with nothing installed.`,
 	fs.String("sink-mode", strategies.SinkMode2PC, "checkpoint: 2pc (two-phase commit) or wal (write-ahead, SQL sinks)")
 	fs.Duration("kafka-txn-timeout", strategies.DefaultKafkaTxnTimeout, "checkpoint, Kafka sink: transaction timeout; must exceed checkpoint interval + timeout + max restart time")
 	fs.Duration("max-restart-time", strategies.DefaultMaxRestartTime, "checkpoint: longest expected restart after a crash; pre-committed Kafka transactions must outlive it")
-	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan)")
+	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan: per partition the offset range it reads)")
 	fs.String("metrics-addr", "", "serve Prometheus metrics (/metrics) and a live status page (/) on host:port; :port binds 127.0.0.1 (empty: off)")
 	fs.Bool("dry-run", false, "check the settings, reach Kafka and the sink, print what the job would do first, and exit (writes nothing)")
 	fs.Duration("connect-timeout", strategies.DefaultConnectTimeout, "how long start-up waits for Kafka and the sink to answer (exit 3 after)")
@@ -146,10 +156,7 @@ func runJob(ctx context.Context, s *settings) error {
 		return err
 	}
 	if cfg.Sink == "" {
-		cfg.Sink = defaultSink
-		if cfg.Strategy == strategies.StrategyCheckpoint {
-			cfg.Sink = defaultCheckpointSink
-		}
+		cfg.Sink = defaultSinkFor(cfg.Strategy)
 	}
 	if err := strategies.CheckSink(cfg.Sink); err != nil {
 		return configError{fmt.Errorf("sink: %w", err)}
@@ -182,13 +189,7 @@ func runJob(ctx context.Context, s *settings) error {
 	defer out.done()
 	log := out.log
 	cfg.Logger = log
-	cfg.OnBatchStart = func(b batch.Info, ranges []batch.Range) {
-		var offs int64
-		for _, r := range ranges {
-			offs += r.Len()
-		}
-		log.Debug("batch started", "batch", b.ID, "partitions", len(ranges), "offsets", offs)
-	}
+	cfg.OnBatchStart = out.batchStart
 	cfg.OnProgress = func(p batch.Progress) { out.progress(p, cfg.Strategy == strategies.StrategyCheckpoint) }
 
 	if cfg.CrashPoint, err = crashPointFromEnv(); err != nil {

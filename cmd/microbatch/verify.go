@@ -27,7 +27,7 @@ func verifyCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addConfigFlag(fs)
-	fs.String("sink", "sqlite://microbatch.db", "sink DSN (mysql://user:pass@host:port/db, sqlite://path or redis://host:port/db)")
+	fs.String("sink", "", "the job's sink DSN: "+strategies.SinkFormsHelp()+" (empty: run's default for --strategy, "+defaultSink+"; checkpoint: "+defaultCheckpointSink+")")
 	fs.String("job", "default", "job name")
 	fs.String("strategy", strategies.StrategyTxn, "strategy the job ran with; verify judges by its promise: "+strings.Join(strategies.Strategies, ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
@@ -53,6 +53,9 @@ func verifyCmd() *cobra.Command {
 			return err
 		}
 		dsn := s.str("sink")
+		if dsn == "" {
+			dsn = defaultSinkFor(strategy)
+		}
 		if err := strategies.CheckSink(dsn); err != nil {
 			return configError{err}
 		}
