@@ -91,6 +91,17 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	if p.Members, err = groupMembers(client, cfg.Group); err != nil {
 		return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
 	}
+	if cfg.Strategy != StrategyCheckpoint {
+		// A run would be the newcomer in a group another job holds, and
+		// be refused.
+		foreign, err := foreignMembers(client, cfg.Group, cfg.Job)
+		if err != nil {
+			return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
+		}
+		if len(foreign) > 0 {
+			return Plan{}, errGroupInUse(cfg, foreign)
+		}
+	}
 
 	for _, part := range src.Partitions() {
 		b := bounds[part]
