@@ -49,6 +49,9 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	}
 	defer client.Close()
 	defer src.Close()
+	if err := checkBrokerLimits(cfg, client); err != nil {
+		return Plan{}, err
+	}
 	bounds, err := src.Bounds(ctx)
 	if err != nil {
 		return Plan{}, classify(fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err))
@@ -58,7 +61,7 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	switch {
 	case cfg.Strategy == StrategyCheckpoint:
 		p.Sink = SinkDisplay(cfg.Sink)
-		p.Note = "checkpoint mode: the sink is not contacted and positions come from the latest checkpoint in --state-dir at start"
+		p.Note = "checkpoint mode: the sink is not opened (of a kafka:// sink only the brokers' transaction.max.timeout.ms is read) and positions come from the latest checkpoint in --state-dir at start"
 	case cfg.Strategy == StrategyAtLeastOnce || cfg.Strategy == StrategyAtMostOnce:
 		w, _, err := openSink(ctx, cfg)
 		if err != nil {
