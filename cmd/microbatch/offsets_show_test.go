@@ -26,6 +26,9 @@ import (
 //   - A stored offset before the log start (records deleted): the same.
 //   - A missing topic: exit 4, as the README lists for offsets.
 //
+// run --dry-run shows a position outside the log as run's stop too (it
+// showed "nothing to read").
+//
 // On the dev broker into SQLite, and on Apache Kafka into MariaDB.
 func TestOffsetsShowPositions(t *testing.T) {
 	t.Parallel()
@@ -133,6 +136,9 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 		!strings.Contains(p.Note, "run stops with exit 1") || !strings.Contains(p.Note, "offsets reset --to earliest|latest|<offset> --partitions 2") {
 		t.Errorf("offsets show with partition 2 past its end:\n%s\n%+v\nwant it flagged (%q), with run's exit 1 and the reset", table, p, wantPast)
 	}
+	if dry := cmd("run", "--dry-run"); dry.code != 0 || !strings.Contains(dry.stdout, "none: past the log end, run stops (exit 1") {
+		t.Errorf("run --dry-run with partition 2 past its end: %s\nwant its first batch shown as none, run stopping", dry)
+	}
 	r := runIdle()
 	if r.code != 1 || !strings.Contains(r.stderr, "stored offset is past the end of the partition") {
 		t.Fatalf("run with partition 2 past its end: %s\nwant exit 1, as offsets show says", r)
@@ -153,6 +159,9 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 	if p := rep.Partitions[1]; p.Status != "before_start" || !strings.Contains(table, "BEFORE THE LOG START") || !strings.Contains(table, wantBefore) ||
 		!strings.Contains(p.Note, "run stops with exit 1") || !strings.Contains(p.Note, "offsets reset --to earliest --partitions 1") || p.Lag != p.LogEnd {
 		t.Errorf("offsets show with partition 1 before its start:\n%s\n%+v\nwant it flagged (%q), with run's exit 1, the reset and lag from offset 0", table, p, wantBefore)
+	}
+	if dry := cmd("run", "--dry-run"); dry.code != 0 || !strings.Contains(dry.stdout, "none: before the log start, run stops (exit 1") {
+		t.Errorf("run --dry-run with partition 1 before its start: %s\nwant its first batch shown as none, run stopping", dry)
 	}
 	r = runIdle()
 	if r.code != 1 || !strings.Contains(r.stderr, "stored offset is before the log start") {
