@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +16,8 @@ import (
 // job demo runs in group demo. Only the newcomer is refused (exit 2,
 // naming the job that holds the group) and it claims nothing; the running
 // job goes on — it reads the input produced after the newcomer left, and
-// its totals end exact — and logs a warning naming the newcomer. A dry run
+// its totals end exact — keeps all its partitions through the newcomer's
+// join, and logs a warning naming the newcomer. A dry run
 // of the newcomer says the same, exit 2, without joining.
 func TestGroupSharedRefusesNewcomer(t *testing.T) {
 	t.Parallel()
@@ -74,6 +76,17 @@ func testGroupSharedNewcomer(t *testing.T, brokers, sink string) {
 	warning := fmt.Sprintf(`joined="job \"%s\" (instance %s-`, jobB, jobB)
 	if !strings.Contains(a.text(), "another job tried to join this job's consumer group") || !strings.Contains(a.text(), warning) {
 		t.Errorf("job A logged no warning naming job B (%s); log %s:\n%s", warning, a.logPath, tail(a.snapshot(), 40))
+	}
+	// B's join was a rebalance, in which A, the group's leader, kept
+	// every partition: B was assigned none.
+	as := a.assignments()
+	if len(as) < 2 {
+		t.Errorf("job A was assigned partitions %d times, want a rebalance when B joined", len(as))
+	}
+	for _, x := range as {
+		if !slices.Equal(x.parts, allPartitions()) {
+			t.Errorf("job A was assigned %v in generation %d, want all %d partitions", x.parts, x.generation, groupPartitions)
+		}
 	}
 	stopGroupProc(t, a)
 	got := checkGroupSink(t, gs, brokers, topic, jobA, strategies.StrategyTxn, logDir, events, amount)
