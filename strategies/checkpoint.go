@@ -47,6 +47,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
@@ -252,6 +254,11 @@ func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Res
 		case errors.As(err, new(fatal)), errors.Is(err, writers.ErrTxnLost), errors.Is(err, ErrConfig),
 			errors.Is(err, batch.ErrDataLoss), errors.Is(err, batch.ErrOffsetAhead):
 			return res, err
+		case errors.Is(err, sarama.ErrInvalidTransactionTimeout):
+			// The broker refuses --kafka-txn-timeout (above its
+			// transaction.max.timeout.ms; the preflight could not read
+			// it): no restart changes that.
+			return res, fmt.Errorf("%w: %w", ErrConfig, err)
 		case ctx.Err() != nil:
 			return res, err
 		}

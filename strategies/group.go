@@ -24,6 +24,12 @@ package strategies
 // refuses it (offsets.ErrFenced). The driver drops that partition and counts
 // the fenced commit, and the member leaves the stale session and rejoins
 // the group for a fresh assignment.
+//
+// A group belongs to one job. A process that finds another job's member
+// in the group when it first joins (Setup of its first session) is the
+// newcomer: it leaves with ErrConfig before it claims anything. The job
+// that held the group goes on: its leader assigns the newcomer nothing
+// (exclusive), and its members log a warning naming it.
 
 import (
 	"context"
@@ -110,25 +116,61 @@ func groupConfig(cfg Config) *sarama.Config {
 // metadata's user data can't carry it: the sticky assignor owns it.)
 const clientIDPrefix = "microbatch-"
 
-// sharedWith names a member of the group that is not this job's — another
-// job given the same --group, or a consumer that isn't microbatch — or ""
-// if there is none. Such a member would be assigned some of the partitions
-// and this job would never read them.
-func sharedWith(client sarama.Client, group, job string) (string, error) {
+// foreignMember is a member of the group that is not this job's: another
+// job given the same --group, or a consumer that isn't microbatch.
+type foreignMember struct {
+	id   string // member id
+	desc string // what it is, for messages: job, instance id, host
+}
+
+// foreignMembers lists the members of group that are not job's, sorted by
+// description. A job's group is its own: a member of another job would be
+// assigned some of the partitions, and this job would never read them.
+func foreignMembers(client sarama.Client, group, job string) ([]foreignMember, error) {
 	members, err := GroupMembers(client, group)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	for _, m := range members {
+	var out []foreignMember
+	for id, m := range members {
 		other, ok := strings.CutPrefix(m.ClientId, clientIDPrefix)
-		switch {
-		case !ok:
-			return fmt.Sprintf("a consumer that is not microbatch (client id %q)", m.ClientId), nil
-		case other != job:
-			return fmt.Sprintf("job %q", other), nil
+		if ok && other == job {
+			continue
 		}
+		desc := fmt.Sprintf("job %q", other)
+		if !ok {
+			desc = fmt.Sprintf("a consumer that is not microbatch (client id %q)", m.ClientId)
+		}
+		var about []string
+		if m.GroupInstanceId != nil && *m.GroupInstanceId != "" {
+			about = append(about, "instance "+*m.GroupInstanceId)
+		}
+		if host := strings.TrimPrefix(m.ClientHost, "/"); host != "" {
+			about = append(about, "host "+host)
+		}
+		if len(about) > 0 {
+			desc += " (" + strings.Join(about, ", ") + ")"
+		}
+		out = append(out, foreignMember{id: id, desc: desc})
 	}
-	return "", nil
+	slices.SortFunc(out, func(a, b foreignMember) int { return strings.Compare(a.desc, b.desc) })
+	return out, nil
+}
+
+// describeForeign joins the members' descriptions for a message.
+func describeForeign(ms []foreignMember) string {
+	descs := make([]string, len(ms))
+	for i, m := range ms {
+		descs[i] = m.desc
+	}
+	return strings.Join(descs, ", ")
+}
+
+// errGroupInUse is the error of a process that finds its group used by
+// others when it joins: the newcomer is the one refused.
+func errGroupInUse(cfg Config, ms []foreignMember) error {
+	return fmt.Errorf("%w: consumer group %q is used by %s: give job %q its own --group (two jobs in one group would each miss the partitions assigned to the other)",
+		ErrConfig, cfg.Group, describeForeign(ms), cfg.Job)
 }
 
 // GroupMembers returns the live members of a consumer group by member id,
@@ -171,6 +213,11 @@ type groupRun struct {
 	fenced   int  // sessions in a row that ended with fenced commits
 	started  bool
 	sessions int // sessions set up so far
+	// holds: a session of this member was set up with no other job in
+	// the group. A member that holds the group was there first: another
+	// job's process joining later is refused, not this one.
+	holds  bool
+	warned map[string]bool // foreign member ids warned about
 
 	// Of the current session.
 	rejoin  context.CancelFunc // ends the session to rejoin the group
@@ -197,7 +244,8 @@ const (
 // a fresh client whose read timeout doubles after each timeout. Only what
 // no retry can fix ends the run (groupError).
 func runGroup(ctx context.Context, cfg Config, client sarama.Client, all []int32, start sessionStart, onStart func(int64)) (batch.Summary, int64, error) {
-	g := &groupRun{client: client, cfg: cfg, log: cfg.Logger, all: all, start: start, onStart: onStart, sum: batch.Summary{Next: map[int32]int64{}}}
+	g := &groupRun{client: client, cfg: cfg, log: cfg.Logger, all: all, start: start, onStart: onStart,
+		sum: batch.Summary{Next: map[int32]int64{}}, warned: map[string]bool{}}
 	began := time.Now()
 	readTimeout := groupConfig(cfg).Net.ReadTimeout
 	failures := 0
@@ -262,6 +310,9 @@ func (g *groupRun) member(ctx context.Context, readTimeout time.Duration) (sessi
 	// waits for the read timeout, even to close its client).
 	conf := groupConfig(cfg)
 	conf.Net.ReadTimeout = readTimeout
+	for i, s := range conf.Consumer.Group.Rebalance.GroupStrategies {
+		conf.Consumer.Group.Rebalance.GroupStrategies[i] = exclusive{BalanceStrategy: s, g: g}
+	}
 	var cutter kafkautil.ConnCutter
 	cutter.Use(conf)
 	gclient, err := sarama.NewClient(cfg.Brokers, conf)
@@ -391,16 +442,23 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	parts := slices.Clone(sess.Claims()[g.cfg.Topic])
 	slices.Sort(parts)
 	s := session{Partitions: parts, All: g.all, Generation: sess.GenerationID(), MemberID: sess.MemberID()}
-	if other, err := sharedWith(g.client, g.cfg.Group, g.cfg.Job); err != nil {
+	// Another job in the group: the newcomer leaves, before it claims
+	// anything; a member that held the group before goes on (its leader
+	// assigned the newcomer nothing, see exclusive).
+	if foreign, err := foreignMembers(g.client, g.cfg.Group, g.cfg.Job); err != nil {
 		g.log.Warn("could not describe the consumer group", "group", g.cfg.Group, "err", err)
-	} else if other != "" {
-		err := fmt.Errorf("%w: consumer group %q is shared with %s, which takes some of the partitions: give each job its own --group",
-			ErrConfig, g.cfg.Group, other)
+	} else if len(foreign) > 0 && !g.holdsGroup() {
+		err := errGroupInUse(g.cfg, foreign)
 		g.mu.Lock()
 		g.fatal = err
 		g.mu.Unlock()
 		return err
+	} else {
+		g.warnForeign(foreign)
 	}
+	g.mu.Lock()
+	g.holds = true
+	g.mu.Unlock()
 	// A rebalance during the claim must not turn into a failed claim: the
 	// claim is bounded by its retries, and the session ends right after.
 	if g.cfg.CrashPoint != nil {
@@ -498,6 +556,65 @@ func (g *groupRun) Cleanup(sarama.ConsumerGroupSession) error {
 		<-done
 	}
 	return nil
+}
+
+func (g *groupRun) holdsGroup() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.holds
+}
+
+// warnForeign logs, once per member, that another job's process is in the
+// group this member's job holds: the job goes on; the newcomer is refused.
+func (g *groupRun) warnForeign(ms []foreignMember) {
+	g.mu.Lock()
+	var fresh []foreignMember
+	for _, m := range ms {
+		if !g.warned[m.id] {
+			g.warned[m.id] = true
+			fresh = append(fresh, m)
+		}
+	}
+	g.mu.Unlock()
+	if len(fresh) > 0 {
+		g.log.Warn("another job tried to join this job's consumer group: this job goes on, the newcomer is refused (give it its own --group)",
+			"group", g.cfg.Group, "job", g.cfg.Job, "joined", describeForeign(fresh))
+	}
+}
+
+// exclusive is the group's balance strategy as this member runs it. When
+// the member is the group's leader and its job holds the group, members of
+// other jobs get no partitions: the job's assignment stays as it was while
+// a newcomer that joined by mistake finds out and leaves (a consumer that
+// isn't microbatch, which would not leave, gets nothing at all). Otherwise
+// the plan is the wrapped strategy's. None of sarama's built-in strategies
+// has the optional hooks (SubscriptionUserData, OnAssignment) that a
+// wrapper would hide.
+type exclusive struct {
+	sarama.BalanceStrategy
+	g *groupRun
+}
+
+func (s exclusive) Plan(members map[string]sarama.ConsumerGroupMemberMetadata, topics map[string][]int32) (sarama.BalanceStrategyPlan, error) {
+	if s.g.holdsGroup() {
+		foreign, err := foreignMembers(s.g.client, s.g.cfg.Group, s.g.cfg.Job)
+		if err != nil {
+			s.g.log.Warn("could not describe the consumer group", "group", s.g.cfg.Group, "err", err)
+		}
+		if len(foreign) > 0 {
+			// A copy: sarama gives the members missing from the plan
+			// empty assignments, from its own map.
+			mine := maps.Clone(members)
+			for _, m := range foreign {
+				delete(mine, m.id)
+			}
+			if len(mine) > 0 {
+				s.g.warnForeign(foreign)
+				members = mine
+			}
+		}
+	}
+	return s.BalanceStrategy.Plan(members, topics)
 }
 
 func (g *groupRun) rejoinNow() {

@@ -53,6 +53,9 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	}
 	defer client.Close()
 	defer src.Close()
+	if err := checkBrokerLimits(cfg, client); err != nil {
+		return Plan{}, err
+	}
 	bounds, err := src.Bounds(ctx)
 	if err != nil {
 		return Plan{}, classify(fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err))
@@ -74,7 +77,7 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	switch {
 	case cfg.Strategy == StrategyCheckpoint:
 		p.Sink = SinkDisplay(cfg.Sink)
-		p.Note = "checkpoint mode: the sink is not contacted and positions come from the latest checkpoint in --state-dir at start"
+		p.Note = "checkpoint mode: the sink is not opened (of a kafka:// sink only the brokers' transaction.max.timeout.ms is read) and positions come from the latest checkpoint in --state-dir at start"
 	case cfg.Strategy == StrategyAtLeastOnce || cfg.Strategy == StrategyAtMostOnce:
 		if !newFile {
 			w, _, err := openSink(ctx, cfg)
@@ -109,6 +112,17 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	}
 	if p.Members, err = groupMembers(client, cfg.Group); err != nil {
 		return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
+	}
+	if cfg.Strategy != StrategyCheckpoint {
+		// A run would be the newcomer in a group another job holds, and
+		// be refused.
+		foreign, err := foreignMembers(client, cfg.Group, cfg.Job)
+		if err != nil {
+			return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
+		}
+		if len(foreign) > 0 {
+			return Plan{}, errGroupInUse(cfg, foreign)
+		}
 	}
 
 	for _, part := range src.Partitions() {

@@ -43,6 +43,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		defer client.Close()
 		defer src.Close()
+		if err := checkBrokerLimits(cfg, client); err != nil {
+			return Result{}, err
+		}
 		return runCheckpoint(ctx, cfg, src)
 	}
 
@@ -73,6 +76,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer client.Close()
 	defer src.Close()
 	log.Debug("kafka ready", "took", time.Since(began).Round(time.Millisecond))
+	if err := checkBrokerLimits(cfg, client); err != nil {
+		return Result{}, err
+	}
 
 	crash := func(string) {}
 	if cfg.CrashPoint != nil {

@@ -51,7 +51,12 @@ func dryRun(ctx context.Context, cfg strategies.Config) error {
 			stored = fmt.Sprint(pp.Stored)
 		}
 		first := "nothing to read"
-		if pp.To > pp.From {
+		switch {
+		case pp.Stored > pp.End:
+			first = "none: past the log end, run stops (exit 1; see offsets show)"
+		case pp.Stored >= 0 && pp.Stored < pp.Start:
+			first = "none: before the log start, run stops (exit 1; see offsets show)"
+		case pp.To > pp.From:
 			first = fmt.Sprintf("[%d, %d)", pp.From, pp.To)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t\n", pp.Partition, stored, pp.Start, pp.End, first)

@@ -97,25 +97,7 @@ func offsetsShowCmd() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("reading offsets of topic %q: %w", oj.topic, err)
 		}
-		rep := offsetsReport{Job: oj.job, Topic: oj.topic, Sink: store.String(), Strategy: oj.strategy, Partitions: []partitionReport{}}
-		for _, p := range k.src.Partitions() {
-			b := bounds[p]
-			pr := partitionReport{Partition: p, LogStart: b.Start, LogEnd: b.End}
-			if sp, ok := stored[p]; ok {
-				pr.NextOffset = &sp.next
-				lag := max(b.End-sp.next, 0)
-				pr.Lag = &lag
-				rep.Lag += lag
-				if sp.hasEpoch {
-					pr.Epoch = &sp.epoch
-				}
-				if sp.hasBatch {
-					pr.BatchID = &sp.batch
-				}
-				pr.Pending = sp.pending
-			}
-			rep.Partitions = append(rep.Partitions, pr)
-		}
+		rep := newOffsetsReport(oj, store.String(), k.src.Partitions(), stored, bounds)
 		if asJSON {
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
@@ -447,6 +429,9 @@ type sqlStore struct {
 func (s *sqlStore) load(ctx context.Context, _ []int32) (map[int32]storedPosition, error) {
 	rows, err := offsets.Load(ctx, s.DB(), s.job, s.topic)
 	if err != nil {
+		if msg := err.Error(); strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
+			return nil, nil // no job ever ran against this sink
+		}
 		return nil, err
 	}
 	out := make(map[int32]storedPosition, len(rows))
@@ -553,10 +538,17 @@ type offsetsReport struct {
 	Strategy   string            `json:"strategy"`
 	Partitions []partitionReport `json:"partitions"`
 	Lag        int64             `json:"lag"`
+	// Note says what a run does when the job has no stored position at
+	// all.
+	Note string `json:"note,omitempty"`
 }
 
-// partitionReport: null next_offset and lag for a partition the job has no
-// position for yet (the next run starts it by --start-from).
+// partitionReport: null next_offset for a partition the job has no
+// position for yet; its lag is then the whole log (a run starts it at its
+// earliest offset, or a new job at --start-from). Status says whether a
+// run can go on from the position: "ok", "none" (no position),
+// "past_end" or "before_start" (outside the log: a run stops, Note says
+// what to do).
 type partitionReport struct {
 	Partition  int32  `json:"partition"`
 	NextOffset *int64 `json:"next_offset"`
@@ -564,12 +556,78 @@ type partitionReport struct {
 	BatchID    *int64 `json:"batch_id"`
 	LogStart   int64  `json:"log_start"`
 	LogEnd     int64  `json:"log_end"`
-	Lag        *int64 `json:"lag"`
+	Lag        int64  `json:"lag"`
 	Pending    string `json:"pending,omitempty"`
+	Status     string `json:"status"`
+	Note       string `json:"note,omitempty"`
+}
+
+// Partition statuses of offsets show.
+const (
+	posOK          = "ok"
+	posNone        = "none"
+	posPastEnd     = "past_end"
+	posBeforeStart = "before_start"
+)
+
+// newOffsetsReport puts the stored positions next to the log. What it
+// says a run does with each position is what the driver does: it plans
+// from the stored offset, and batch.Plan stops the run (exit 1) on one
+// past the end (batch.ErrOffsetAhead) or before the start
+// (batch.ErrDataLoss) of the partition's log; a partition without a
+// position starts at its earliest offset, every partition of a job
+// without any at --start-from (strategies' startRule).
+func newOffsetsReport(oj offsetsJob, sink string, parts []int32, stored map[int32]storedPosition, bounds map[int32]batch.Bounds) offsetsReport {
+	rep := offsetsReport{Job: oj.job, Topic: oj.topic, Sink: sink, Strategy: oj.strategy, Partitions: []partitionReport{}}
+	if len(stored) == 0 {
+		rep.Note = fmt.Sprintf("job %s has no stored positions: a run starts every partition at its earliest offset (--start-from earliest, the default; with --start-from latest at its log end, skipping what is there now); the lag counts the whole log",
+			oj.job)
+	}
+	fix := func(p int32, to string) string {
+		return fmt.Sprintf("microbatch offsets reset --to %s --partitions %d (with the job's --brokers, --topic, --job, --sink)", to, p)
+	}
+	for _, p := range parts {
+		b := bounds[p]
+		pr := partitionReport{Partition: p, LogStart: b.Start, LogEnd: b.End, Status: posOK}
+		sp, ok := stored[p]
+		switch {
+		case !ok:
+			pr.Status, pr.Lag = posNone, b.End-b.Start
+			if len(stored) > 0 {
+				pr.Note = "no stored position: a run starts it at its earliest offset"
+			}
+		case sp.next > b.End:
+			pr.Status = posPastEnd
+			pr.Note = fmt.Sprintf("next offset %d is past the log end %d (the topic was recreated, or the sink holds the job of another cluster): run stops with exit 1 (\"stored offset is past the end of the partition\") until the partition is moved: %s",
+				sp.next, b.End, fix(p, "earliest|latest|<offset>"))
+		case sp.next < b.Start:
+			pr.Status, pr.Lag = posBeforeStart, b.End-sp.next
+			pr.Note = fmt.Sprintf("next offset %d is before the log start %d (offsets %d..%d were deleted before the job read them): run stops with exit 1 (\"stored offset is before the log start\") until the partition is moved: %s skips the deleted records",
+				sp.next, b.Start, sp.next, b.Start-1, fix(p, "earliest"))
+		default:
+			pr.Lag = b.End - sp.next
+		}
+		if ok {
+			pr.NextOffset = &sp.next
+			if sp.hasEpoch {
+				pr.Epoch = &sp.epoch
+			}
+			if sp.hasBatch {
+				pr.BatchID = &sp.batch
+			}
+			pr.Pending = sp.pending
+		}
+		rep.Lag += pr.Lag
+		rep.Partitions = append(rep.Partitions, pr)
+	}
+	return rep
 }
 
 func (r offsetsReport) print(out io.Writer) {
 	fmt.Fprintf(out, "job %s, topic %s in %s (strategy %s)\n", r.Job, r.Topic, r.Sink, r.Strategy)
+	if r.Note != "" {
+		fmt.Fprintln(out, r.Note)
+	}
 	fmt.Fprintf(out, "%9s %12s %6s %8s %12s %12s %10s\n", "partition", "next offset", "epoch", "batch", "log start", "log end", "lag")
 	opt := func(v *int64) string {
 		if v == nil {
@@ -577,12 +635,28 @@ func (r offsetsReport) print(out io.Writer) {
 		}
 		return strconv.FormatInt(*v, 10)
 	}
+	var outside []partitionReport
 	for _, p := range r.Partitions {
-		line := fmt.Sprintf("%9d %12s %6s %8s %12d %12d %10s", p.Partition, opt(p.NextOffset), opt(p.Epoch), opt(p.BatchID), p.LogStart, p.LogEnd, opt(p.Lag))
+		line := fmt.Sprintf("%9d %12s %6s %8s %12d %12d %10d", p.Partition, opt(p.NextOffset), opt(p.Epoch), opt(p.BatchID), p.LogStart, p.LogEnd, p.Lag)
+		switch p.Status {
+		case posPastEnd:
+			line += "  PAST THE LOG END"
+			outside = append(outside, p)
+		case posBeforeStart:
+			line += "  BEFORE THE LOG START"
+			outside = append(outside, p)
+		case posNone:
+			if p.Note != "" {
+				line += "  " + p.Note
+			}
+		}
 		if p.Pending != "" {
 			line += "  " + p.Pending
 		}
 		fmt.Fprintln(out, line)
 	}
 	fmt.Fprintf(out, "total lag %d\n", r.Lag)
+	for _, p := range outside {
+		fmt.Fprintf(out, "partition %d: %s\n", p.Partition, p.Note)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -31,6 +32,9 @@ type User struct {
 	Name, Password string
 }
 
+// minSessionTimeout is the broker's group.min.session.timeout.ms.
+const minSessionTimeout = 500 * time.Millisecond
+
 // Broker is a running dev broker.
 type Broker struct {
 	c *kfake.Cluster
@@ -48,8 +52,14 @@ func Start(o Options) (*Broker, error) {
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.DefaultNumPartitions(int(o.Partitions)),
-		// Tests run consumer groups with short session timeouts.
-		kfake.GroupMinSessionTimeout(500 * time.Millisecond),
+		// Tests run consumer groups with short session timeouts. Set as a
+		// broker config as well: kfake enforces the option but reports
+		// the config (Kafka's default, 6 s) to DescribeConfigs, which is
+		// what a run's preflight reads.
+		kfake.GroupMinSessionTimeout(minSessionTimeout),
+		kfake.BrokerConfigs(map[string]string{
+			"group.min.session.timeout.ms": strconv.FormatInt(minSessionTimeout.Milliseconds(), 10),
+		}),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, addr) }),
 	}
 	if len(o.Topics) > 0 {
