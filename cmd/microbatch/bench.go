@@ -49,7 +49,7 @@ to --out/logs. Progress goes to stderr.`,
 	fs.Int64("baseline-events", benchmarks.DefaultBaselineEvents, "records the per-record baseline consumes (at most a minute)")
 	fs.Uint64("seed", benchmarks.DefaultSeed, "seed of the event sequence")
 	fs.Uint64("kill-seed", 0, "seed of the kill timing (0: from the clock; results.json records it)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
 			return err
@@ -74,7 +74,7 @@ to --out/logs. Progress goes to stderr.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", strings.TrimSpace(benchmarks.Markdown(res, "")))
 		}
 		return err
-	}
+	})
 	return cmd
 }
 
