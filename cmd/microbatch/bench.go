@@ -10,7 +10,7 @@ import (
 
 	"github.com/microbatch/microbatch/benchmarks"
 	"github.com/microbatch/microbatch/internal/kafkautil"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/internal/redact"
 )
 
 func benchCmd() *cobra.Command {
@@ -64,7 +64,7 @@ to --out/logs. Progress goes to stderr.`,
 		if err := o.Validate(); err != nil {
 			return configError{err}
 		}
-		o.Progress = cmd.ErrOrStderr()
+		o.Progress = redactWriter{cmd.ErrOrStderr()}
 		o.Command = "microbatch " + strings.Join(redactArgs(os.Args[1:]), " ")
 		res, err := benchmarks.Run(cmd.Context(), o)
 		if errors.Is(err, benchmarks.ErrOptions) {
@@ -146,28 +146,18 @@ func benchOptions(s *settings) (benchmarks.Options, error) {
 	return o, nil
 }
 
-// redactArgs replaces the DSNs given to --mysql and --redis by their
-// display form (no password), for the command line in the results.
+// redactArgs hides the password of the DSNs given to --mysql and --redis,
+// for the command line in the results.
 func redactArgs(args []string) []string {
 	out := make([]string, len(args))
 	copy(out, args)
-	display := func(flag, dsn string) string {
-		if flag == "redis" {
-			if _, d, err := writers.ParseRedisDSN(dsn); err == nil {
-				return d
-			}
-		} else if t, err := writers.ParseSQLDSN(dsn); err == nil {
-			return t.Display
-		}
-		return "<" + flag + " DSN>"
-	}
 	for i, a := range out {
 		for _, flag := range []string{"mysql", "redis"} {
 			switch {
 			case (a == "--"+flag || a == "-"+flag) && i+1 < len(out):
-				out[i+1] = display(flag, out[i+1])
+				out[i+1] = redact.DSN(out[i+1])
 			case strings.HasPrefix(a, "--"+flag+"="):
-				out[i] = "--" + flag + "=" + display(flag, strings.TrimPrefix(a, "--"+flag+"="))
+				out[i] = "--" + flag + "=" + redact.DSN(strings.TrimPrefix(a, "--"+flag+"="))
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/strategies"
 )
 
@@ -35,7 +36,9 @@ func run(args []string) int {
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil && !errors.Is(err, errDiffers) { // verify printed its comparison
-		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
+		// Every message that names a DSN hides its password already; this
+		// catches one that slipped through (a library's own error text).
+		fmt.Fprintln(os.Stderr, "microbatch:", redact.Text(oneLine(err)))
 	}
 	return exitCode(err)
 }

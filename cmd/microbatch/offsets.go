@@ -24,6 +24,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
@@ -269,7 +270,7 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 		}
 	}
 	if redisSink != (oj.strategy == strategies.StrategyIdempotent) {
-		return oj, badConfig("strategy %s does not go with sink %s (idempotent is the Redis strategy, the others write SQL)", oj.strategy, oj.sink)
+		return oj, badConfig("strategy %s does not go with sink %s (idempotent is the Redis strategy, the others write SQL)", oj.strategy, redact.DSN(oj.sink))
 	}
 	if _, err := writers.ParseSQLDSN(oj.sink); err != nil && !redisSink {
 		return oj, configError{fmt.Errorf("sink: %w", err)}
