@@ -167,8 +167,9 @@ func (s Security) NewClient(brokers []string, conf *sarama.Config) (sarama.Clien
 // it: for the clients sarama makes itself (a producer, a consumer group).
 func (s Security) ConnectError(brokers []string, err error) error {
 	where := strings.Join(brokers, ",")
-	// Read half-way (a frame's length, not its body) the EOF is
-	// io.ErrUnexpectedEOF.
+	// A closed connection reads as io.EOF, or as io.ErrUnexpectedEOF when
+	// the broker wrote something first: a TLS port answers a plaintext
+	// client with an alert record, which reads as the start of a response.
 	if s.SASLMechanism != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
 		return fmt.Errorf("connecting to Kafka %s: %w (%s, user %q: wrong user, password or mechanism? or does the port expect TLS?): %w",
 			where, ErrSASLClosed, s.SASLMechanism, s.User, err)
