@@ -96,6 +96,11 @@ func parseCheckpointSink(dsn, mode string) (ckptSinkSpec, error) {
 		if mode == SinkModeWAL {
 			return ckptSinkSpec{}, errors.New("sink: --sink-mode wal needs an SQL sink (mysql:// or sqlite://), not kafka://")
 		}
+		// Neither a broker address nor a topic holds an '@': a user (and
+		// perhaps a password) is there, which this sink does not take.
+		if strings.Contains(dsn, "@") {
+			return ckptSinkSpec{}, errors.New("sink: a kafka:// sink takes no user or password: it reaches Kafka with the --kafka-tls and --kafka-sasl-* settings")
+		}
 		hosts, topic, ok := strings.Cut(strings.TrimPrefix(dsn, "kafka://"), "/")
 		brokers := kafkautil.SplitBrokers(hosts)
 		if !ok || len(brokers) == 0 || !topicRE.MatchString(topic) {

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/kafkautil"
 )
 
 var (
@@ -33,17 +34,25 @@ var (
 	ErrDenied = errors.New("access denied")
 )
 
-// classify marks err, from connecting to or first using a server, as
-// ErrDenied or ErrUnreachable when it is one of those; others pass as they
-// are.
+// Classify marks err, from connecting to or first using a server, as
+// ErrDenied, ErrUnreachable or (a failed TLS handshake) ErrConfig when it
+// is one of those; others pass as they are. Run classifies its own errors;
+// a program that talks to the same servers itself (the microbatch CLI's
+// produce, verify and offsets) classifies its errors with this, so that
+// the same failure reads the same everywhere.
+func Classify(err error) error { return classify(err) }
+
+// classify is Classify.
 func classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrDenied) || errors.Is(err, ErrConfig):
+	case errors.Is(err, ErrDenied) || errors.Is(err, ErrConfig) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrNoTopic):
 		return err // classified already
 	case isTLSFailure(err):
 		return fmt.Errorf("%w: TLS handshake failed (check --kafka-tls, --kafka-ca-file, --sink-ca-file): %w", ErrConfig, err)
+	case isListenFailure(err):
+		return fmt.Errorf("%w: %w", ErrConfig, err) // an address to listen on that is taken or not ours
 	case isDenied(err):
 		return fmt.Errorf("%w: %w", ErrDenied, err)
 	case isUnreachable(err):
@@ -69,8 +78,16 @@ func isDenied(err error) bool {
 			return true
 		}
 	}
+	if errors.Is(err, kafkautil.ErrSASLClosed) {
+		return true
+	}
 	msg := err.Error()
 	return strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOPERM")
+}
+
+func isListenFailure(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "listen"
 }
 
 func isUnreachable(err error) bool {
@@ -81,6 +98,18 @@ func isUnreachable(err error) bool {
 	var dns *net.DNSError
 	var op *net.OpError
 	return errors.As(err, &dns) || errors.As(err, &op)
+}
+
+// Connect calls open until it succeeds, fails with an error other than an
+// unreachable server, or timeout passes (0: DefaultConnectTimeout), and
+// returns the last error classified (see Classify) — what Run does to
+// reach Kafka and the sink, for a program reaching them itself. open gets
+// a context that ends with the timeout.
+func Connect(ctx context.Context, timeout time.Duration, open func(context.Context) error) error {
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	return connect(ctx, timeout, open)
 }
 
 // connect calls open until it succeeds, fails with an error other than an

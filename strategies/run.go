@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -261,9 +260,9 @@ func openSource(ctx context.Context, cfg Config) (sarama.Client, *batch.KafkaSou
 		if err != nil {
 			return err
 		}
-		c, err := sarama.NewClient(cfg.Brokers, conf)
+		c, err := cfg.Kafka.NewClient(cfg.Brokers, conf)
 		if err != nil {
-			return saslClosed(cfg, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(cfg.Brokers, ","), err))
+			return err
 		}
 		client = c
 		return nil

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/IBM/sarama"
 )
@@ -35,18 +34,4 @@ func isTLSFailure(err error) bool {
 	)
 	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
 		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert)
-}
-
-// saslClosed marks err as ErrDenied when SASL is on and the broker closed
-// the connection (EOF) after accepting it: brokers speaking the original
-// SASL handshake (and kfake) refuse a wrong password that way instead of
-// answering SASL_AUTHENTICATION_FAILED, and waiting would not help. A
-// plaintext client at a TLS port is closed the same way, so the message
-// names that too.
-func saslClosed(cfg Config, err error) error {
-	if cfg.Kafka.SASLMechanism == "" || !errors.Is(err, io.EOF) || isTLSFailure(err) {
-		return err
-	}
-	return fmt.Errorf("%w: Kafka closed the connection during SASL %s authentication of user %q (wrong user, password or mechanism? or does the port expect TLS?): %w",
-		ErrDenied, cfg.Kafka.SASLMechanism, cfg.Kafka.User, err)
 }

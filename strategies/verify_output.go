@@ -7,8 +7,6 @@ import (
 	"math/big"
 	"strings"
 
-	"github.com/IBM/sarama"
-
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/exact"
@@ -66,9 +64,9 @@ func readTopic(ctx context.Context, sec kafkautil.Security, brokers []string, to
 	if err != nil {
 		return err
 	}
-	client, err := sarama.NewClient(brokers, conf)
+	client, err := sec.NewClient(brokers, conf)
 	if err != nil {
-		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
+		return err
 	}
 	defer client.Close()
 	src, err := batch.NewKafkaSource(client, topic)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/offsets"
 )
 
@@ -19,7 +20,7 @@ type SQLTarget struct {
 	// DriverName and DataSource are what sql.Open takes.
 	DriverName string
 	DataSource string
-	// Display is the address with any password replaced by "xxxxx", for
+	// Display is the address with any password hidden (redact.DSN), for
 	// logs and errors.
 	Display string
 	// File is the database file of a SQLite sink.
@@ -69,10 +70,10 @@ func ParseSQLDSN(dsn string) (SQLTarget, error) {
 	default:
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
-			return SQLTarget{}, fmt.Errorf("%w: not a go-sql-driver DSN (user:pass@tcp(host:port)/db)", ErrBadDSN)
+			return SQLTarget{}, fmt.Errorf("%w: not a go-sql-driver DSN ([user[:password]@]tcp(host:port)/db)", ErrBadDSN)
 		}
 		if cfg.DBName == "" {
-			return SQLTarget{}, fmt.Errorf("%w: no database name (user:pass@tcp(host:port)/db)", ErrBadDSN)
+			return SQLTarget{}, fmt.Errorf("%w: no database name ([user[:password]@]tcp(host:port)/db)", ErrBadDSN)
 		}
 		return mysqlTarget(cfg), nil
 	}
@@ -81,11 +82,11 @@ func ParseSQLDSN(dsn string) (SQLTarget, error) {
 func mysqlURL(dsn string) (*mysql.Config, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redactURL(dsn))
+		return nil, fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redact.DSN(dsn))
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if u.Host == "" || db == "" || strings.Contains(db, "/") {
-		return nil, fmt.Errorf("%w: %q: want mysql://user:pass@host:port/db", ErrBadDSN, redactURL(dsn))
+		return nil, fmt.Errorf("%w: %q: want mysql://[user[:password]@]host[:port]/db", ErrBadDSN, redact.DSN(dsn))
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net = "tcp"
@@ -103,7 +104,7 @@ func mysqlURL(dsn string) (*mysql.Config, error) {
 		// Reuse the driver's own parameter parsing.
 		parsed, err := mysql.ParseDSN("/?" + u.RawQuery)
 		if err != nil {
-			return nil, fmt.Errorf("%w: parameters of %q: %v", ErrBadDSN, redactURL(dsn), err)
+			return nil, fmt.Errorf("%w: parameters of %q: %v", ErrBadDSN, redact.DSN(dsn), err)
 		}
 		parsed.User, parsed.Passwd, parsed.Net, parsed.Addr, parsed.DBName = cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName
 		cfg = parsed
@@ -119,15 +120,11 @@ func mysqlTarget(cfg *mysql.Config) SQLTarget {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	display := *cfg
-	if display.Passwd != "" {
-		display.Passwd = "xxxxx"
-	}
 	return SQLTarget{
 		Dialect:    offsets.MySQL,
 		DriverName: "mysql",
 		DataSource: cfg.FormatDSN(),
-		Display:    "mysql://" + userAt(display.User, display.Passwd) + display.Addr + "/" + display.DBName,
+		Display:    redact.DSN("mysql://" + userAt(cfg.User, cfg.Passwd) + cfg.Addr + "/" + cfg.DBName),
 	}
 }
 
@@ -140,16 +137,4 @@ func userAt(user, pass string) string {
 	default:
 		return user + ":" + pass + "@"
 	}
-}
-
-// redactURL hides the credentials of a URL-shaped DSN, by text alone:
-// everything between "://" and the last "@". (url.URL.Redacted can't hide a
-// password that url.Parse did not recognise as one, e.g. one with a "/".)
-func redactURL(s string) string {
-	i := strings.Index(s, "://")
-	at := strings.LastIndexByte(s, '@')
-	if i < 0 || at < i {
-		return s
-	}
-	return s[:i+3] + "xxxxx" + s[at:]
 }

@@ -108,6 +108,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/microbatch/microbatch/internal/exact"
+	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/internal/values"
 	"github.com/microbatch/microbatch/offsets"
 )
@@ -236,8 +237,8 @@ func checkJob(job string) error {
 //
 // The options it returns disable go-redis's own command retries: whether a
 // command may be repeated is the caller's decision (IsRedisRetryable), as
-// with the SQL writer. display is the address with the password replaced by
-// "xxxxx"; errors never contain the password.
+// with the SQL writer. display is the address with the password hidden
+// (redact.DSN); errors never contain the password.
 func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) {
 	scheme, _, ok := strings.Cut(dsn, "://")
 	if !ok || (scheme != "redis" && scheme != "rediss") {
@@ -249,22 +250,22 @@ func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) 
 	// url.Parse's own errors quote the whole DSN, password included.
 	u, perr := url.Parse(dsn)
 	if perr != nil {
-		return nil, "", fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redactURL(dsn))
+		return nil, "", fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redact.DSN(dsn))
 	}
 	if u.Hostname() == "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		return nil, "", fmt.Errorf("%w: %q: want redis://[:password@]host:port/db (no parameters)", ErrBadDSN, redactURL(dsn))
+		return nil, "", fmt.Errorf("%w: %q: want redis://[:password@]host:port/db (no parameters)", ErrBadDSN, redact.DSN(dsn))
 	}
 	port := u.Port()
 	if port == "" {
 		port = redisDefaultPort
 	} else if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return nil, "", fmt.Errorf("%w: %q: bad port", ErrBadDSN, redactURL(dsn))
+		return nil, "", fmt.Errorf("%w: %q: bad port", ErrBadDSN, redact.DSN(dsn))
 	}
 	db := 0
 	if path := strings.TrimPrefix(u.Path, "/"); path != "" {
 		n, err := strconv.Atoi(path)
 		if err != nil || n < 0 {
-			return nil, "", fmt.Errorf("%w: %q: the path must be a database number", ErrBadDSN, redactURL(dsn))
+			return nil, "", fmt.Errorf("%w: %q: the path must be a database number", ErrBadDSN, redact.DSN(dsn))
 		}
 		db = n
 	}
@@ -283,7 +284,7 @@ func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) 
 		opts.Password, _ = u.User.Password()
 		userinfo = opts.Username
 		if opts.Password != "" {
-			userinfo += ":xxxxx"
+			userinfo += ":" + opts.Password
 		}
 		if userinfo != "" {
 			userinfo += "@"
@@ -292,7 +293,7 @@ func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) 
 	if scheme == "rediss" {
 		opts.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12, RootCAs: redisRootCAs()}
 	}
-	return opts, scheme + "://" + userinfo + opts.Addr + "/" + strconv.Itoa(db), nil
+	return opts, redact.DSN(scheme + "://" + userinfo + opts.Addr + "/" + strconv.Itoa(db)), nil
 }
 
 // Redis writes a job's results to Redis; see the top of the file for the

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/microbatch/microbatch/internal/redact"
 )
 
 // WithPassword returns dsn with its password set to password, for a
@@ -22,12 +24,12 @@ func WithPassword(dsn, password string) (string, error) {
 	case isURL && (scheme == "mysql" || scheme == "redis" || scheme == "rediss"):
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return "", fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redactURL(dsn))
+			return "", fmt.Errorf("%w: %q is not a URL", ErrBadDSN, redact.DSN(dsn))
 		}
 		user := ""
 		if u.User != nil {
 			if _, set := u.User.Password(); set {
-				return "", fmt.Errorf("%w: %s has a password already; give it in the DSN or in the password file, not both", ErrBadDSN, redactURL(dsn))
+				return "", fmt.Errorf("%w: %s has a password already; give it in the DSN or in the password file, not both", ErrBadDSN, redact.DSN(dsn))
 			}
 			user = u.User.Username()
 		}
@@ -38,7 +40,7 @@ func WithPassword(dsn, password string) (string, error) {
 	default:
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
-			return "", fmt.Errorf("%w: not a go-sql-driver DSN (user:pass@tcp(host:port)/db)", ErrBadDSN)
+			return "", fmt.Errorf("%w: not a go-sql-driver DSN ([user[:password]@]tcp(host:port)/db)", ErrBadDSN)
 		}
 		if cfg.Passwd != "" {
 			return "", fmt.Errorf("%w: the DSN has a password already; give it in the DSN or in the password file, not both", ErrBadDSN)
@@ -84,7 +86,7 @@ func WithRootCAs(dsn string, roots *x509.CertPool) (string, error) {
 	if isURL {
 		cfg, err = mysqlURL(dsn)
 	} else if cfg, err = mysql.ParseDSN(dsn); err != nil {
-		err = fmt.Errorf("%w: not a go-sql-driver DSN (user:pass@tcp(host:port)/db)", ErrBadDSN)
+		err = fmt.Errorf("%w: not a go-sql-driver DSN ([user[:password]@]tcp(host:port)/db)", ErrBadDSN)
 	}
 	if err != nil {
 		return "", err

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/microbatch/microbatch/benchmarks"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/internal/redact"
 )
 
 func benchCmd() *cobra.Command {
@@ -49,7 +49,7 @@ to --out/logs. Progress goes to stderr.`,
 	fs.Int64("baseline-events", benchmarks.DefaultBaselineEvents, "records the per-record baseline consumes (at most a minute)")
 	fs.Uint64("seed", benchmarks.DefaultSeed, "seed of the event sequence")
 	fs.Uint64("kill-seed", 0, "seed of the kill timing (0: from the clock; results.json records it)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
 			return err
@@ -64,7 +64,7 @@ to --out/logs. Progress goes to stderr.`,
 		if err := o.Validate(); err != nil {
 			return configError{err}
 		}
-		o.Progress = cmd.ErrOrStderr()
+		o.Progress = redactWriter{cmd.ErrOrStderr()}
 		o.Command = "microbatch " + strings.Join(redactArgs(os.Args[1:]), " ")
 		res, err := benchmarks.Run(cmd.Context(), o)
 		if errors.Is(err, benchmarks.ErrOptions) {
@@ -74,7 +74,7 @@ to --out/logs. Progress goes to stderr.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", strings.TrimSpace(benchmarks.Markdown(res, "")))
 		}
 		return err
-	}
+	})
 	return cmd
 }
 
@@ -150,28 +150,18 @@ func benchOptions(s *settings) (benchmarks.Options, error) {
 	return o, nil
 }
 
-// redactArgs replaces the DSNs given to --mysql and --redis by their
-// display form (no password), for the command line in the results.
+// redactArgs hides the password of the DSNs given to --mysql and --redis,
+// for the command line in the results.
 func redactArgs(args []string) []string {
 	out := make([]string, len(args))
 	copy(out, args)
-	display := func(flag, dsn string) string {
-		if flag == "redis" {
-			if _, d, err := writers.ParseRedisDSN(dsn); err == nil {
-				return d
-			}
-		} else if t, err := writers.ParseSQLDSN(dsn); err == nil {
-			return t.Display
-		}
-		return "<" + flag + " DSN>"
-	}
 	for i, a := range out {
 		for _, flag := range []string{"mysql", "redis"} {
 			switch {
 			case (a == "--"+flag || a == "-"+flag) && i+1 < len(out):
-				out[i+1] = display(flag, out[i+1])
+				out[i+1] = redact.DSN(out[i+1])
 			case strings.HasPrefix(a, "--"+flag+"="):
-				out[i] = "--" + flag + "=" + display(flag, strings.TrimPrefix(a, "--"+flag+"="))
+				out[i] = "--" + flag + "=" + redact.DSN(strings.TrimPrefix(a, "--"+flag+"="))
 			}
 		}
 	}

@@ -21,7 +21,7 @@ func brokerCmd() *cobra.Command {
 	fs.StringSlice("topic", nil, "topic to create at start (repeatable or comma list)")
 	fs.Int32("partitions", 4, "partitions of --topic and of auto-created topics")
 	fs.String("data-dir", "", "directory to persist the log in across restarts (empty: memory only)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
 			return err
@@ -44,6 +44,6 @@ func brokerCmd() *cobra.Command {
 		b.Close()
 		fmt.Println("dev broker stopped")
 		return nil
-	}
+	})
 	return cmd
 }

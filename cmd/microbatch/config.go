@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/strategies"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // Exit codes (documented in the README).
@@ -38,9 +40,12 @@ func badConfig(format string, args ...any) error {
 	return configError{fmt.Errorf(format, args...)}
 }
 
+// isConfigError reports an error that means "fix your configuration": the
+// CLI's own, and the library's (a setting strategies refuses, a DSN that
+// does not parse).
 func isConfigError(err error) bool {
 	var ce configError
-	return errors.As(err, &ce)
+	return errors.As(err, &ce) || errors.Is(err, strategies.ErrConfig) || errors.Is(err, writers.ErrBadDSN)
 }
 
 // settings reads one command's flags with viper's precedence: a flag given
@@ -212,6 +217,12 @@ func (s *settings) oneOf(name string, allowed ...string) (string, error) {
 		return "", badConfig("%s: %q is not one of %s", name, v, strings.Join(allowed, ", "))
 	}
 	return v, nil
+}
+
+// addConnectTimeoutFlag adds --connect-timeout to a command that talks to
+// Kafka or a sink (run has its own, with the same meaning).
+func addConnectTimeoutFlag(fs *pflag.FlagSet) {
+	fs.Duration("connect-timeout", strategies.DefaultConnectTimeout, "how long to wait for Kafka and the sink to answer (exit 3 after)")
 }
 
 // addConfigFlag adds --config to a command.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/redact"
 )
 
 // Log formats of --log-format.
@@ -42,6 +43,9 @@ func newOutput(w *os.File, format string, level slog.Level, quiet bool) *output 
 		o.live = &liveLine{w: w}
 		dst = o.live
 	}
+	// Log attributes carry errors, and an error may quote a DSN its
+	// writer forgot to redact: the last line of defence is here.
+	dst = redactWriter{dst}
 	opts := &slog.HandlerOptions{Level: level}
 	if format == logJSON {
 		o.log = slog.New(slog.NewJSONHandler(dst, opts))
@@ -183,4 +187,16 @@ func (l *liveLine) finish() {
 		_, _ = io.WriteString(l.w, "\n")
 		l.status = ""
 	}
+}
+
+// redactWriter hides the password of any DSN in what is written through it
+// (redact.Text). slog writes a record in one Write, so a DSN is never split
+// across two.
+type redactWriter struct{ w io.Writer }
+
+func (r redactWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(r.w, redact.Text(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

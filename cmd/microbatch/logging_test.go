@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -98,5 +99,33 @@ func TestOutputFormats(t *testing.T) {
 		f.Close()
 		out, _ := os.ReadFile(f.Name())
 		tc.check(t, string(out))
+	}
+}
+
+// TestLogsHideDSNPasswords: whatever a log record carries — an error
+// quoting a DSN nobody redacted, an attribute holding one — the log on
+// stderr shows the DSN with its password hidden and its user kept, in
+// both formats.
+func TestLogsHideDSNPasswords(t *testing.T) {
+	const secret = "S3CRETPW"
+	leak := errors.New("opening sink mysql://mb:" + secret + "@db:3306/app: refused; also redis://:" + secret + "@cache:6379/0 and mb:" + secret + "@tcp(db:3306)/app")
+	for _, format := range []string{logText, logJSON} {
+		f, err := os.CreateTemp(t.TempDir(), "stderr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := newOutput(f, format, slog.LevelInfo, false)
+		o.log.Error("retrying", "err", leak, "sink", "kafka://u:"+secret+"@k1:9092/out")
+		o.done()
+		f.Close()
+		out, _ := os.ReadFile(f.Name())
+		if strings.Contains(string(out), secret) {
+			t.Errorf("%s log shows the password: %s", format, out)
+		}
+		for _, want := range []string{"mysql://mb:xxxxx@db:3306/app", "redis://:xxxxx@cache:6379/0", "mb:xxxxx@tcp(db:3306)/app", "kafka://u:xxxxx@k1:9092/out"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%s log lacks %q: %s", format, want, out)
+			}
+		}
 	}
 }

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/microbatch/microbatch/strategies"
 	"github.com/spf13/cobra"
+
+	"github.com/microbatch/microbatch/internal/redact"
+	"github.com/microbatch/microbatch/strategies"
 )
 
 func main() {
@@ -26,25 +28,33 @@ func run(args []string) int {
 	root := rootCmd()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if err != nil && !errors.Is(err, errDiffers) { // verify printed its comparison
+		// Every message that names a DSN hides its password already; this
+		// catches one that slipped through (a library's own error text).
+		fmt.Fprintln(os.Stderr, "microbatch:", redact.Text(oneLine(err)))
+	}
+	return exitCode(err)
+}
+
+// exitCode maps what a command returned to the exit codes the README
+// lists. It is the only such mapping: every subcommand's errors come
+// here, those from talking to servers classified by strategies.Classify
+// (run by strategies.Run itself, the others by classified).
+func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, errDiffers):
 		return exitFailure
 	case isConfigError(err) || isUsageError(err):
-		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitConfig
 	case errors.Is(err, strategies.ErrUnreachable):
-		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitNoServer
 	case errors.Is(err, strategies.ErrNoTopic):
-		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitNoTopic
 	case errors.Is(err, strategies.ErrDenied):
-		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitDenied
 	default:
-		fmt.Fprintln(os.Stderr, "microbatch:", oneLine(err))
 		return exitFailure
 	}
 }
@@ -61,6 +71,21 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(runCmd(), brokerCmd(), produceCmd(), verifyCmd(), benchCmd())
 	root.AddCommand(offsetsCmd())
 	return root
+}
+
+// classified wraps the RunE of a subcommand that talks to Kafka or a sink
+// itself (produce, verify, offsets, bench, broker): whatever it returns is
+// classified as run's start-up errors are, so a refused password, a
+// server that does not answer or a failed TLS handshake gets the same
+// exit code in every subcommand.
+func classified(runE func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := runE(cmd, args)
+		if isConfigError(err) {
+			return err // the command's own verdict
+		}
+		return strategies.Classify(err)
+	}
 }
 
 // signalContext is cancelled by the first SIGINT/SIGTERM, which asks for a

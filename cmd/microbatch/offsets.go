@@ -24,12 +24,15 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
 
-// offsetsTimeout bounds one show or reset: a handful of round trips.
+// offsetsTimeout bounds one show or reset once Kafka and the sink answer: a
+// handful of round trips. The waits for them to answer (--connect-timeout
+// each) come on top: see offsetsJob.timeout.
 const offsetsTimeout = 60 * time.Second
 
 func offsetsCmd() *cobra.Command {
@@ -52,6 +55,7 @@ func addOffsetsFlags(fs *pflag.FlagSet) {
 	fs.String("group", "", "the job's Kafka consumer group (empty: the job name)")
 	addKafkaSecurityFlags(fs)
 	addSinkSecurityFlags(fs)
+	addConnectTimeoutFlag(fs)
 }
 
 func offsetsShowCmd() *cobra.Command {
@@ -64,7 +68,7 @@ func offsetsShowCmd() *cobra.Command {
 	addConfigFlag(fs)
 	addOffsetsFlags(fs)
 	fs.Bool("json", false, "print JSON instead of a table")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
 			return err
@@ -77,9 +81,9 @@ func offsetsShowCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), offsetsTimeout)
+		ctx, cancel := context.WithTimeout(cmd.Context(), oj.timeout())
 		defer cancel()
-		k, err := openTopic(oj)
+		k, err := openTopic(ctx, oj)
 		if err != nil {
 			return err
 		}
@@ -105,7 +109,7 @@ func offsetsShowCmd() *cobra.Command {
 		}
 		rep.print(cmd.OutOrStdout())
 		return nil
-	}
+	})
 	return cmd
 }
 
@@ -126,7 +130,7 @@ run reads from the new offsets. A rewind counts the records again.`,
 	fs.String("to", "", "earliest, latest, an offset (e.g. 1500) or an RFC 3339 time (e.g. 2026-11-30T10:00:00Z) (required)")
 	fs.StringSlice("partitions", nil, "partitions to reset, comma separated (empty: all); command line only: in a config file or MICROBATCH_PARTITIONS, partitions is the partition count of produce, broker and bench")
 	markCommandLineOnly(fs, "partitions")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
 			return err
@@ -147,9 +151,9 @@ run reads from the new offsets. A rewind counts the records again.`,
 			}
 			only = append(only, int32(n))
 		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), offsetsTimeout)
+		ctx, cancel := context.WithTimeout(cmd.Context(), oj.timeout())
 		defer cancel()
-		k, err := openTopic(oj)
+		k, err := openTopic(ctx, oj)
 		if err != nil {
 			return err
 		}
@@ -197,7 +201,7 @@ run reads from the new offsets. A rewind counts the records again.`,
 			fmt.Fprintf(out, "  %d: %s → %d%s\n", c.Partition, old, c.New, note)
 		}
 		return nil
-	}
+	})
 	return cmd
 }
 
@@ -206,7 +210,12 @@ type offsetsJob struct {
 	job, topic, group, strategy, sink string
 	brokers                           []string
 	kafka                             kafkautil.Security
+	connectTimeout                    time.Duration
 }
+
+// timeout bounds a show or reset: up to the connect timeout for Kafka and
+// again for the sink, then offsetsTimeout.
+func (oj offsetsJob) timeout() time.Duration { return 2*oj.connectTimeout + offsetsTimeout }
 
 func offsetsJobFrom(s *settings) (offsetsJob, error) {
 	oj := offsetsJob{job: s.str("job"), topic: s.str("topic"), group: s.str("group"), sink: s.str("sink"),
@@ -215,6 +224,9 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 		return oj, badConfig("brokers: needed (the job's Kafka; the embedded demo broker is not supported here)")
 	}
 	var err error
+	if oj.connectTimeout, err = s.duration("connect-timeout"); err != nil {
+		return oj, err
+	}
 	if oj.kafka, err = kafkaSecurity(s); err != nil {
 		return oj, err
 	}
@@ -246,7 +258,7 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 		}
 	}
 	if redisSink != (oj.strategy == strategies.StrategyIdempotent) {
-		return oj, badConfig("strategy %s does not go with sink %s (idempotent is the Redis strategy, the others write SQL)", oj.strategy, oj.sink)
+		return oj, badConfig("strategy %s does not go with sink %s (idempotent is the Redis strategy, the others write SQL)", oj.strategy, redact.DSN(oj.sink))
 	}
 	if _, err := writers.ParseSQLDSN(oj.sink); err != nil && !redisSink {
 		return oj, configError{fmt.Errorf("sink: %w", err)}
@@ -261,14 +273,19 @@ type topicConn struct {
 	topic  string
 }
 
-func openTopic(oj offsetsJob) (*topicConn, error) {
+// openTopic connects to Kafka, waiting up to the connect timeout for it to
+// answer, and opens the job's topic.
+func openTopic(ctx context.Context, oj offsetsJob) (*topicConn, error) {
 	conf, err := oj.kafka.Config("microbatch-offsets")
 	if err != nil {
 		return nil, configError{err}
 	}
-	client, err := sarama.NewClient(oj.brokers, conf)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(oj.brokers, ","), err)
+	var client sarama.Client
+	if err := strategies.Connect(ctx, oj.connectTimeout, func(context.Context) (err error) {
+		client, err = oj.kafka.NewClient(oj.brokers, conf)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	src, err := batch.NewKafkaSource(client, oj.topic)
 	if err != nil {
@@ -397,11 +414,16 @@ type offsetStore interface {
 	reset(ctx context.Context, to map[int32]int64) (epoch int64, changes []offsets.Change, err error)
 }
 
+// openOffsetStore opens where the job's positions are, waiting up to the
+// connect timeout for the sink to answer.
 func openOffsetStore(ctx context.Context, oj offsetsJob, client sarama.Client) (offsetStore, error) {
 	switch oj.strategy {
 	case strategies.StrategyIdempotent:
-		r, err := writers.OpenRedis(ctx, oj.sink)
-		if err != nil {
+		var r *writers.Redis
+		if err := strategies.Connect(ctx, oj.connectTimeout, func(actx context.Context) (err error) {
+			r, err = writers.OpenRedis(actx, oj.sink)
+			return err
+		}); err != nil {
 			return nil, err
 		}
 		return &redisStore{Redis: r, job: oj.job, topic: oj.topic}, nil
@@ -414,8 +436,11 @@ func openOffsetStore(ctx context.Context, oj offsetsJob, client sarama.Client) (
 			return nil, fmt.Errorf("sink %s: %w", target.Display, err)
 		}
 	}
-	w, err := writers.OpenSQL(ctx, oj.sink)
-	if err != nil {
+	var w *writers.SQL
+	if err := strategies.Connect(ctx, oj.connectTimeout, func(actx context.Context) (err error) {
+		w, err = writers.OpenSQL(actx, oj.sink)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	return &sqlStore{SQL: w, job: oj.job, topic: oj.topic}, nil

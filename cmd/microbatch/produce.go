@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/strategies"
 )
 
 func produceCmd() *cobra.Command {
@@ -26,7 +28,8 @@ func produceCmd() *cobra.Command {
 	fs.Uint64("seed", 1, "seed of the event sequence")
 	fs.Int64("skip", 0, "continue the sequence after this many events")
 	addKafkaSecurityFlags(fs)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	addConnectTimeoutFlag(fs)
+	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
 			return err
@@ -62,7 +65,13 @@ func produceCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if err := opts.Security.EnsureTopic(opts.Brokers, opts.Topic, parts); err != nil {
+		timeout, err := s.duration("connect-timeout")
+		if err != nil {
+			return err
+		}
+		if err := strategies.Connect(cmd.Context(), timeout, func(context.Context) error {
+			return opts.Security.EnsureTopic(opts.Brokers, opts.Topic, parts)
+		}); err != nil {
 			return err
 		}
 		exp, err := kafkautil.Produce(cmd.Context(), opts)
@@ -73,6 +82,6 @@ func produceCmd() *cobra.Command {
 		}
 		fmt.Printf("produced %d events to %s: expected events=%d amount=%d\n", exp.Events, opts.Topic, exp.Events, exp.Amount)
 		return nil
-	}
+	})
 	return cmd
 }

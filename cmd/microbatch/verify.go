@@ -34,7 +34,8 @@ func verifyCmd() *cobra.Command {
 	fs.String("expect-amount", "0", "sum of amount the sink should hold (an integer of any size and sign)")
 	addKafkaSecurityFlags(fs)
 	addSinkSecurityFlags(fs)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	addConnectTimeoutFlag(fs)
+	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
 			return err
@@ -76,9 +77,22 @@ func verifyCmd() *cobra.Command {
 		if dsn, err = sinkDSN(s, dsn); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+		timeout, err := s.duration("connect-timeout")
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout+30*time.Second)
 		defer cancel()
-		got, sink, err := strategies.ReadTotalsSecure(ctx, dsn, s.str("job"), kafka)
+		var got strategies.SinkTotals
+		var sink string
+		// The read is retried while the sink does not answer. It gets the
+		// command's context, not the connect timeout's: reading a large
+		// Kafka output may outlast the connect timeout, and each driver
+		// bounds its own dial.
+		err = strategies.Connect(ctx, timeout, func(context.Context) (err error) {
+			got, sink, err = strategies.ReadTotalsSecure(ctx, dsn, s.str("job"), kafka)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -86,7 +100,7 @@ func verifyCmd() *cobra.Command {
 			return errDiffers
 		}
 		return nil
-	}
+	})
 	return cmd
 }
 

@@ -91,7 +91,7 @@ func Produce(ctx context.Context, opts ProduceOptions) (event.Expected, error) {
 	cfg.Producer.Retry.Backoff = 250 * time.Millisecond
 	p, err := sarama.NewAsyncProducer(opts.Brokers, cfg)
 	if err != nil {
-		return exp, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(opts.Brokers, ","), err)
+		return exp, opts.Security.ConnectError(opts.Brokers, err)
 	}
 	// The Errors channel must always be drained or the producer deadlocks.
 	errc := make(chan error, 1)
@@ -161,9 +161,9 @@ func (s Security) EnsureTopic(brokers []string, topic string, partitions int32) 
 	if err != nil {
 		return err
 	}
-	client, err := sarama.NewClient(brokers, conf)
+	client, err := s.NewClient(brokers, conf)
 	if err != nil {
-		return fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
+		return err
 	}
 	defer client.Close()
 	admin, err := sarama.NewClusterAdminFromClient(client)
@@ -221,9 +221,9 @@ func (s Security) EndOffsets(brokers []string, topic string) (map[int32]int64, e
 	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(brokers, conf)
+	client, err := s.NewClient(brokers, conf)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to Kafka %s: %w", strings.Join(brokers, ","), err)
+		return nil, err
 	}
 	defer client.Close()
 	parts, err := client.Partitions(topic)

@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/IBM/sarama"
 	"github.com/xdg-go/scram"
@@ -141,6 +143,38 @@ func (s Security) Config(clientID string) (*sarama.Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ErrSASLClosed means that, with SASL on, Kafka closed the connection
+// instead of answering: brokers speaking the original SASL handshake (and
+// kfake) refuse a wrong user, password or mechanism that way, and a TLS
+// port closes on a plaintext client the same way. Waiting would not help:
+// callers treat it as refused credentials.
+var ErrSASLClosed = errors.New("Kafka closed the connection during SASL authentication")
+
+// NewClient connects a sarama client to brokers with conf (from
+// s.Config). The error names the brokers, never the password, and is
+// ErrSASLClosed where that is what happened.
+func (s Security) NewClient(brokers []string, conf *sarama.Config) (sarama.Client, error) {
+	c, err := sarama.NewClient(brokers, conf)
+	if err != nil {
+		return nil, s.ConnectError(brokers, err)
+	}
+	return c, nil
+}
+
+// ConnectError is err, from connecting to brokers, as NewClient returns
+// it: for the clients sarama makes itself (a producer, a consumer group).
+func (s Security) ConnectError(brokers []string, err error) error {
+	where := strings.Join(brokers, ",")
+	// A closed connection reads as io.EOF, or as io.ErrUnexpectedEOF when
+	// the broker wrote something first: a TLS port answers a plaintext
+	// client with an alert record, which reads as the start of a response.
+	if s.SASLMechanism != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		return fmt.Errorf("connecting to Kafka %s: %w (%s, user %q: wrong user, password or mechanism? or does the port expect TLS?): %w",
+			where, ErrSASLClosed, s.SASLMechanism, s.User, err)
+	}
+	return fmt.Errorf("connecting to Kafka %s: %w", where, err)
 }
 
 // scramClient adapts xdg-go/scram to sarama.SCRAMClient.
