@@ -85,13 +85,37 @@ func OpenSQL(ctx context.Context, dsn string) (*SQL, error) {
 		db.SetMaxIdleConns(32)
 		db.SetConnMaxLifetime(30 * time.Minute)
 	}
-	if err := db.PingContext(ctx); err != nil {
+	if err := ping(ctx, db, t.Dialect); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("connecting to sink %s: %w", t.Display, err)
 	}
 	w := NewSQL(db, t.Dialect)
 	w.display = t.Display
 	return w, nil
+}
+
+// sqliteOpenWait bounds how long opening a SQLite sink retries a database
+// another process holds locked while it opens it.
+const sqliteOpenWait = 30 * time.Second
+
+// ping checks the database answers. A SQLite connection runs its pragmas
+// as it opens; switching a new file to WAL takes the whole database, and
+// a second process opening it then gets SQLITE_BUSY at once — busy_timeout
+// does not cover that switch — so processes of a job started together on
+// one SQLite sink retry the open for up to sqliteOpenWait.
+func ping(ctx context.Context, db *sqlx.DB, d offsets.Dialect) error {
+	deadline := time.Now().Add(sqliteOpenWait)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		err := db.PingContext(ctx)
+		if err == nil || d != offsets.SQLite || !IsRetryable(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // NewSQL wraps a database the caller opened. For MySQL the DSN should set
