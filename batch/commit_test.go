@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/microbatch/microbatch/record"
 )
 
 // TestDriverBatchCommit: with a batch-level Commit, tasks only compute,
@@ -15,7 +17,7 @@ func TestDriverBatchCommit(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		src := newFakeSource(map[int32]int64{0: 0, 1: 0, 2: 0}, map[int32]int64{0: 30, 1: 20, 2: 0})
 		var running, commits atomic.Int64
-		task := func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+		task := func(ctx context.Context, b Info, r record.Range) (TaskResult, error) {
 			running.Add(1)
 			defer running.Add(-1)
 			return TaskResult{Records: r.Len()}, nil
@@ -23,7 +25,7 @@ func TestDriverBatchCommit(t *testing.T) {
 		d := &Driver{
 			Source: src, Task: task, Topic: "events", Next: map[int32]int64{0: 0, 1: 0, 2: 0},
 			Interval: time.Millisecond, MaxRecords: 10, UntilIdle: 5 * time.Millisecond,
-			Commit: func(ctx context.Context, b Info, ranges []Range) (CommitResult, error) {
+			Commit: func(ctx context.Context, b Info, ranges []record.Range) (CommitResult, error) {
 				if n := running.Load(); n != 0 {
 					t.Errorf("Commit of batch %d ran with %d tasks still running", b.ID, n)
 				}

@@ -29,6 +29,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/microbatch/microbatch/record"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -53,7 +54,7 @@ type Source interface {
 	// Read calls fn for every record of r, in offset order, and returns when
 	// the range is exhausted. Reading the same range again yields the same
 	// records.
-	Read(ctx context.Context, r Range, fn func(*Record) error) error
+	Read(ctx context.Context, r record.Range, fn func(*Record) error) error
 }
 
 // Info identifies the batch a task belongs to.
@@ -72,7 +73,7 @@ type TaskResult struct {
 
 // Task processes one partition's range and makes its results and the new
 // offset durable. A nil error means committed.
-type Task func(ctx context.Context, b Info, r Range) (TaskResult, error)
+type Task func(ctx context.Context, b Info, r record.Range) (TaskResult, error)
 
 type stopKey struct{}
 
@@ -176,20 +177,20 @@ type Driver struct {
 	Clock Clock
 	// OnStart is called when a batch has been planned, before its tasks
 	// run; OnProgress after it committed.
-	OnStart    func(Info, []Range)
+	OnStart    func(Info, []record.Range)
 	OnProgress func(Progress)
 
 	// Prepare, when set, runs after a batch is planned and before any of
 	// its tasks: the place to log the plan durably (the `idempotent`
 	// strategy's offset log). An error stops the run before the batch.
-	Prepare func(ctx context.Context, b Info, ranges []Range) error
+	Prepare func(ctx context.Context, b Info, ranges []record.Range) error
 
 	// Commit, when set, makes a whole batch durable at once after all its
 	// tasks returned (the `single` strategy: one transaction for every
 	// partition). Tasks then only compute; no partition's offset moves
 	// unless Commit succeeds. It gets a context the stop request does not
 	// cancel, and reports its retries.
-	Commit func(ctx context.Context, b Info, ranges []Range) (CommitResult, error)
+	Commit func(ctx context.Context, b Info, ranges []record.Range) (CommitResult, error)
 
 	// Drop, when set, says which Prepare, task or Commit errors mean "this partition
 	// is not ours any more" (a commit fenced by a newer instance of a
@@ -338,7 +339,7 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 // wait; a failing task cancels its siblings, which roll back. A task that
 // gave up on the stop (ErrStopped) does not: a sibling may be committing.
 // It also returns how many tasks rolled back on the stop.
-func (d *Driver) runBatch(ctx context.Context, b Info, ranges []Range, next map[int32]int64) (_ Progress, rolledBack int, _ error) {
+func (d *Driver) runBatch(ctx context.Context, b Info, ranges []record.Range, next map[int32]int64) (_ Progress, rolledBack int, _ error) {
 	start := d.clock().Now()
 	results := make([]TaskResult, len(ranges))
 	committed := make([]bool, len(ranges))

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/microbatch/microbatch/record"
 )
 
 // The driver tests run inside synctest bubbles: time is virtual (it moves
@@ -61,7 +63,7 @@ func (s *fakeSource) Bounds(ctx context.Context) (map[int32]Bounds, error) {
 	return out, nil
 }
 
-func (s *fakeSource) Read(ctx context.Context, r Range, fn func(*Record) error) error {
+func (s *fakeSource) Read(ctx context.Context, r record.Range, fn func(*Record) error) error {
 	s.reads.Add(1)
 	s.mu.Lock()
 	start, end := s.start[r.Partition], s.end[r.Partition]
@@ -105,11 +107,11 @@ type taskLog struct {
 
 type taskCall struct {
 	batch Info
-	r     Range
+	r     record.Range
 }
 
 // enter registers a task start; the returned func registers its end.
-func (l *taskLog) enter(b Info, r Range) func() {
+func (l *taskLog) enter(b Info, r record.Range) func() {
 	l.mu.Lock()
 	l.ranges = append(l.ranges, taskCall{b, r})
 	l.mu.Unlock()
@@ -140,7 +142,7 @@ func (l *taskLog) calls() []taskCall {
 // readingTask reads its range from src, checks the records are the range's
 // offsets in order, and optionally sleeps (virtual time) to simulate work.
 func readingTask(l *taskLog, src Source, work time.Duration) Task {
-	return func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+	return func(ctx context.Context, b Info, r record.Range) (TaskResult, error) {
 		defer l.enter(b, r)()
 		var res TaskResult
 		want := r.From
@@ -217,14 +219,14 @@ func TestDriverCoversEverythingOnce(t *testing.T) {
 				}
 				var log taskLog
 				var starts []Info
-				var startRanges [][]Range
+				var startRanges [][]record.Range
 				var progress []Progress
 				d := &Driver{
 					Source: src, Task: readingTask(&log, src, 3*time.Millisecond), Topic: "events",
 					Next: maps.Clone(tc.next), LastBatch: tc.lastBatch, Epoch: 7,
 					Interval: 50 * time.Millisecond, MaxRecords: tc.maxRecords, Parallelism: tc.parallelism,
 					UntilIdle: time.Second,
-					OnStart: func(b Info, rs []Range) {
+					OnStart: func(b Info, rs []record.Range) {
 						starts = append(starts, b)
 						startRanges = append(startRanges, slices.Clone(rs))
 					},
@@ -252,7 +254,7 @@ func TestDriverCoversEverythingOnce(t *testing.T) {
 					t.Fatalf("%d OnStart, %d OnProgress, Summary.Batches %d", len(starts), len(progress), sum.Batches)
 				}
 				calls := log.calls()
-				byBatch := make(map[int64][]Range)
+				byBatch := make(map[int64][]record.Range)
 				for _, c := range calls {
 					if c.batch.Epoch != 7 {
 						t.Errorf("task got epoch %d, want 7", c.batch.Epoch)
@@ -264,7 +266,7 @@ func TestDriverCoversEverythingOnce(t *testing.T) {
 						t.Fatalf("batch %d has id %d, want %d", i, b.ID, tc.lastBatch+int64(i)+1)
 					}
 					got := byBatch[b.ID]
-					slices.SortFunc(got, func(x, y Range) int { return int(x.Partition - y.Partition) })
+					slices.SortFunc(got, func(x, y record.Range) int { return int(x.Partition - y.Partition) })
 					if !slices.Equal(got, startRanges[i]) {
 						t.Errorf("batch %d: tasks got %v, OnStart %v", b.ID, got, startRanges[i])
 					}
@@ -286,7 +288,7 @@ func TestDriverCoversEverythingOnce(t *testing.T) {
 
 				// Per partition: contiguous, starting at the stored offset,
 				// ending at the final end, each range capped.
-				perPart := make(map[int32][]Range)
+				perPart := make(map[int32][]record.Range)
 				for _, rs := range startRanges {
 					for _, r := range rs {
 						perPart[r.Partition] = append(perPart[r.Partition], r)
@@ -324,8 +326,8 @@ func TestDriverCoversEverythingOnce(t *testing.T) {
 	}
 }
 
-func byBatchRanges(rs [][]Range) []Range {
-	var out []Range
+func byBatchRanges(rs [][]record.Range) []record.Range {
+	var out []record.Range
 	for _, r := range rs {
 		out = append(out, r...)
 	}
@@ -400,7 +402,7 @@ func TestDriverStopLetsBatchFinish(t *testing.T) {
 				release := make(chan struct{})
 				var log taskLog
 				var ctxErrs sync.Map
-				task := func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+				task := func(ctx context.Context, b Info, r record.Range) (TaskResult, error) {
 					defer log.enter(b, r)()
 					<-release
 					time.Sleep(tc.work)
@@ -414,7 +416,7 @@ func TestDriverStopLetsBatchFinish(t *testing.T) {
 				d := &Driver{
 					Source: src, Task: task, Topic: "events", Next: maps.Clone(start),
 					Interval: tc.interval, MaxRecords: 10,
-					OnStart: func(Info, []Range) { starts.Add(1) },
+					OnStart: func(Info, []record.Range) { starts.Add(1) },
 				}
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -510,7 +512,7 @@ type stallingSource struct {
 	stall int32
 }
 
-func (s *stallingSource) Read(ctx context.Context, r Range, fn func(*Record) error) error {
+func (s *stallingSource) Read(ctx context.Context, r record.Range, fn func(*Record) error) error {
 	if r.Partition != s.stall {
 		return s.fakeSource.Read(ctx, r, fn)
 	}
@@ -542,7 +544,7 @@ func TestDriverStopEndsWaitingRead(t *testing.T) {
 				read := readingTask(&log, src, 0) // log counts tasks inside Read
 				var committing atomic.Int64
 				var commitCtxErr atomic.Value
-				task := func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+				task := func(ctx context.Context, b Info, r record.Range) (TaskResult, error) {
 					res, err := read(ctx, b, r)
 					if err != nil || r.Partition != 1 {
 						return res, err
@@ -559,7 +561,7 @@ func TestDriverStopEndsWaitingRead(t *testing.T) {
 				var commits atomic.Int64
 				d := &Driver{Source: src, Task: task, Topic: "events", Next: maps.Clone(start), MaxRecords: 10}
 				if batchCommit {
-					d.Commit = func(context.Context, Info, []Range) (CommitResult, error) {
+					d.Commit = func(context.Context, Info, []record.Range) (CommitResult, error) {
 						commits.Add(1)
 						return CommitResult{}, nil
 					}
@@ -659,7 +661,7 @@ func TestDriverTaskError(t *testing.T) {
 				var log taskLog
 				var siblingsCancelled, siblingsRan atomic.Int64
 				began := time.Now()
-				task := func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+				task := func(ctx context.Context, b Info, r record.Range) (TaskResult, error) {
 					defer log.enter(b, r)()
 					if b.ID != tc.failBatch {
 						return TaskResult{Records: r.Len()}, nil
@@ -685,7 +687,7 @@ func TestDriverTaskError(t *testing.T) {
 					Source: src, Task: task, Topic: "events", Next: maps.Clone(start),
 					LastBatch: tc.lastBatch, Interval: time.Millisecond, MaxRecords: 10,
 					Parallelism: tc.parallelism,
-					OnStart:     func(Info, []Range) { starts.Add(1) },
+					OnStart:     func(Info, []record.Range) { starts.Add(1) },
 				}
 				sum, err := d.Run(t.Context())
 				if err == nil {
@@ -804,7 +806,7 @@ func TestDriverUntilIdle(t *testing.T) {
 				d := &Driver{
 					Source: src, Task: readingTask(&log, src, 0), Topic: "events",
 					Next: map[int32]int64{0: 0}, Interval: tc.interval, MaxRecords: 10, UntilIdle: tc.untilIdle,
-					OnStart: func(Info, []Range) { lastData = time.Now() },
+					OnStart: func(Info, []record.Range) { lastData = time.Now() },
 				}
 				began := time.Now()
 				sum, err := d.Run(t.Context())
@@ -922,7 +924,7 @@ func TestDriverOverrunStartsNextBatchAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := &manualClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 			src := newFakeSource(map[int32]int64{0: 0}, map[int32]int64{0: 30})
-			task := func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+			task := func(ctx context.Context, b Info, r record.Range) (TaskResult, error) {
 				clock.log(fmt.Sprintf("batch %d", b.ID))
 				clock.advance(tc.works[b.ID-1])
 				return TaskResult{Records: r.Len()}, nil
@@ -985,7 +987,7 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 				src := newFakeSource(map[int32]int64{0: 0, 1: 0, 2: 0}, map[int32]int64{0: 100, 1: 100, 2: 100})
 				var mu sync.Mutex
 				seen := map[int32][]int64{} // partition -> batch ids that planned it
-				task := func(ctx context.Context, b Info, r Range) (TaskResult, error) {
+				task := func(ctx context.Context, b Info, r record.Range) (TaskResult, error) {
 					mu.Lock()
 					seen[r.Partition] = append(seen[r.Partition], b.ID)
 					mu.Unlock()
@@ -1007,7 +1009,7 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 				}
 				if level == "prepare" {
 					// A plan refused as a whole (Redis's fenced LogPlan).
-					d.Prepare = func(ctx context.Context, b Info, ranges []Range) error {
+					d.Prepare = func(ctx context.Context, b Info, ranges []record.Range) error {
 						if b.ID == 12 {
 							return fmt.Errorf("logging the plan: %w", fenced)
 						}
@@ -1015,7 +1017,7 @@ func TestDriverDropsFencedPartitions(t *testing.T) {
 					}
 				}
 				if level == "commit" {
-					d.Commit = func(ctx context.Context, b Info, ranges []Range) (CommitResult, error) {
+					d.Commit = func(ctx context.Context, b Info, ranges []record.Range) (CommitResult, error) {
 						if b.ID == 12 {
 							return CommitResult{}, fmt.Errorf("batch commit: %w", fenced)
 						}

@@ -3,6 +3,8 @@ package batch
 import (
 	"errors"
 	"fmt"
+
+	"github.com/microbatch/microbatch/record"
 )
 
 var (
@@ -36,7 +38,7 @@ var ErrStopped = errors.New("batch: stop requested while waiting for records")
 // Range. Nothing of the range has been committed; reading it again (which
 // re-seeks) is safe, so callers may retry it a bounded number of times.
 type ReadError struct {
-	Range Range
+	Range record.Range
 	Err   error
 }
 

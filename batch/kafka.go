@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/microbatch/microbatch/record"
 )
 
 // tailQuiet is how long Read waits with no record arriving before it asks
@@ -166,7 +167,7 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 // past the last one delivered. Records that keep coming, or that the
 // broker shows are there, are read to the end of the range, and a tail
 // of markers and aborted records still settles.
-func (s *KafkaSource) Read(ctx context.Context, r Range, fn func(*Record) error) error {
+func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record) error) error {
 	pr, err := s.reader(r)
 	if err != nil {
 		return err
@@ -408,7 +409,7 @@ func (s *KafkaSource) dropProbeBroker(b *sarama.Broker) {
 // seeking (two offset requests, then sarama's first fetch) runs for all
 // the partitions of a batch at once — after a restart or a rebalance every
 // partition of the first batch seeks.
-func (s *KafkaSource) reader(r Range) (*partitionReader, error) {
+func (s *KafkaSource) reader(r record.Range) (*partitionReader, error) {
 	s.mu.Lock()
 	pr := s.readers[r.Partition]
 	if pr != nil && pr.next == r.From {

@@ -16,6 +16,7 @@ import (
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/record"
 )
 
 // sourceBrokers returns the brokers KafkaSource is tested against: an
@@ -238,7 +239,7 @@ func TestKafkaSourceStopEndsWait(t *testing.T) {
 			allThere := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
-				done <- src.Read(ctx, batch.Range{Topic: topic, Partition: 0, From: 0, To: 10}, func(r *batch.Record) error {
+				done <- src.Read(ctx, record.Range{Topic: topic, Partition: 0, From: 0, To: 10}, func(r *batch.Record) error {
 					if got = append(got, string(r.Value)); len(got) == len(want) {
 						close(allThere)
 					}
@@ -311,7 +312,7 @@ func readRangeIn(t *testing.T, ctx context.Context, src *batch.KafkaSource, topi
 	ctx, cancel := context.WithTimeout(ctx, readRangeTimeout)
 	defer cancel()
 	var got []string
-	err := src.Read(ctx, batch.Range{Topic: topic, Partition: 0, From: from, To: to}, func(r *batch.Record) error {
+	err := src.Read(ctx, record.Range{Topic: topic, Partition: 0, From: from, To: to}, func(r *batch.Record) error {
 		if r.Offset < from || r.Offset >= to {
 			t.Errorf("record at offset %d outside [%d,%d)", r.Offset, from, to)
 		}

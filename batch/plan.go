@@ -3,22 +3,9 @@ package batch
 import (
 	"fmt"
 	"slices"
+
+	"github.com/microbatch/microbatch/record"
 )
-
-// Range is one partition's share of a batch: offsets [From, To).
-type Range struct {
-	Topic     string
-	Partition int32
-	From, To  int64
-}
-
-// Len is the number of offsets the range spans (records plus any
-// transaction markers among them).
-func (r Range) Len() int64 { return r.To - r.From }
-
-func (r Range) String() string {
-	return fmt.Sprintf("%s/%d[%d,%d)", r.Topic, r.Partition, r.From, r.To)
-}
 
 // Bounds are a partition's readable offsets: Start is the first offset
 // still in the log, End the last stable offset (the end of what a
@@ -31,13 +18,13 @@ type Bounds struct {
 // [next, min(End, next+maxRecords)). Partitions with nothing new get no
 // range. It is a pure function of its inputs, which is what makes a batch
 // deterministic: the same stored offsets and bounds give the same ranges.
-func Plan(topic string, next map[int32]int64, bounds map[int32]Bounds, maxRecords int64) ([]Range, error) {
+func Plan(topic string, next map[int32]int64, bounds map[int32]Bounds, maxRecords int64) ([]record.Range, error) {
 	parts := make([]int32, 0, len(next))
 	for p := range next {
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
-	var out []Range
+	var out []record.Range
 	for _, p := range parts {
 		from := next[p]
 		b, ok := bounds[p]
@@ -56,7 +43,7 @@ func Plan(topic string, next map[int32]int64, bounds map[int32]Bounds, maxRecord
 		if maxRecords > 0 && to-from > maxRecords {
 			to = from + maxRecords
 		}
-		out = append(out, Range{Topic: topic, Partition: p, From: from, To: to})
+		out = append(out, record.Range{Topic: topic, Partition: p, From: from, To: to})
 	}
 	return out, nil
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/microbatch/microbatch/record"
 )
 
 func TestPlan(t *testing.T) {
@@ -13,7 +15,7 @@ func TestPlan(t *testing.T) {
 		next       map[int32]int64
 		bounds     map[int32]Bounds
 		maxRecords int64
-		want       []Range
+		want       []record.Range
 		wantErr    error  // matched with errors.Is
 		errHas     string // substring of the error
 	}{
@@ -26,34 +28,34 @@ func TestPlan(t *testing.T) {
 			name:   "whole backlog without cap",
 			next:   map[int32]int64{0: 0, 1: 5},
 			bounds: map[int32]Bounds{0: {0, 10}, 1: {0, 7}},
-			want:   []Range{{"t", 0, 0, 10}, {"t", 1, 5, 7}},
+			want:   []record.Range{{Topic: "t", Partition: 0, From: 0, To: 10}, {Topic: "t", Partition: 1, From: 5, To: 7}},
 		},
 		{
 			name:       "capped by maxRecords",
 			next:       map[int32]int64{0: 0, 1: 95, 2: 3},
 			bounds:     map[int32]Bounds{0: {0, 1000}, 1: {0, 100}, 2: {0, 13}},
 			maxRecords: 10,
-			want:       []Range{{"t", 0, 0, 10}, {"t", 1, 95, 100}, {"t", 2, 3, 13}},
+			want:       []record.Range{{Topic: "t", Partition: 0, From: 0, To: 10}, {Topic: "t", Partition: 1, From: 95, To: 100}, {Topic: "t", Partition: 2, From: 3, To: 13}},
 		},
 		{
 			name:       "cap of one",
 			next:       map[int32]int64{0: 7},
 			bounds:     map[int32]Bounds{0: {0, 9}},
 			maxRecords: 1,
-			want:       []Range{{"t", 0, 7, 8}},
+			want:       []record.Range{{Topic: "t", Partition: 0, From: 7, To: 8}},
 		},
 		{
 			name:       "negative cap means no cap",
 			next:       map[int32]int64{0: 0},
 			bounds:     map[int32]Bounds{0: {0, 50}},
 			maxRecords: -1,
-			want:       []Range{{"t", 0, 0, 50}},
+			want:       []record.Range{{Topic: "t", Partition: 0, From: 0, To: 50}},
 		},
 		{
 			name:   "caught-up partitions are skipped",
 			next:   map[int32]int64{0: 10, 1: 3, 2: 8},
 			bounds: map[int32]Bounds{0: {0, 10}, 1: {0, 4}, 2: {8, 8}},
-			want:   []Range{{"t", 1, 3, 4}},
+			want:   []record.Range{{Topic: "t", Partition: 1, From: 3, To: 4}},
 		},
 		{
 			name:   "all caught up",
@@ -64,19 +66,19 @@ func TestPlan(t *testing.T) {
 			name:   "sorted by partition whatever the map order",
 			next:   map[int32]int64{9: 0, 3: 0, 0: 0, 12: 0, 1: 0, 7: 0},
 			bounds: map[int32]Bounds{0: {0, 1}, 1: {0, 1}, 3: {0, 1}, 7: {0, 1}, 9: {0, 1}, 12: {0, 1}},
-			want:   []Range{{"t", 0, 0, 1}, {"t", 1, 0, 1}, {"t", 3, 0, 1}, {"t", 7, 0, 1}, {"t", 9, 0, 1}, {"t", 12, 0, 1}},
+			want:   []record.Range{{Topic: "t", Partition: 0, From: 0, To: 1}, {Topic: "t", Partition: 1, From: 0, To: 1}, {Topic: "t", Partition: 3, From: 0, To: 1}, {Topic: "t", Partition: 7, From: 0, To: 1}, {Topic: "t", Partition: 9, From: 0, To: 1}, {Topic: "t", Partition: 12, From: 0, To: 1}},
 		},
 		{
 			name:   "next exactly at log start",
 			next:   map[int32]int64{0: 5},
 			bounds: map[int32]Bounds{0: {5, 8}},
-			want:   []Range{{"t", 0, 5, 8}},
+			want:   []record.Range{{Topic: "t", Partition: 0, From: 5, To: 8}},
 		},
 		{
 			name:   "extra bounds for partitions without a position are ignored",
 			next:   map[int32]int64{1: 0},
 			bounds: map[int32]Bounds{0: {0, 100}, 1: {0, 2}},
-			want:   []Range{{"t", 1, 0, 2}},
+			want:   []record.Range{{Topic: "t", Partition: 1, From: 0, To: 2}},
 		},
 		{
 			name:    "data loss: next before log start",
@@ -158,7 +160,7 @@ func TestLag(t *testing.T) {
 }
 
 func TestRange(t *testing.T) {
-	r := Range{Topic: "events", Partition: 3, From: 10, To: 25}
+	r := record.Range{Topic: "events", Partition: 3, From: 10, To: 25}
 	if r.Len() != 15 {
 		t.Errorf("Len = %d, want 15", r.Len())
 	}

@@ -53,6 +53,7 @@ import (
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -103,7 +104,7 @@ func parseCheckpointSink(dsn, mode string) (ckptSinkSpec, error) {
 		}
 		hosts, topic, ok := strings.Cut(strings.TrimPrefix(dsn, "kafka://"), "/")
 		brokers := kafkautil.SplitBrokers(hosts)
-		if !ok || len(brokers) == 0 || !topicRE.MatchString(topic) {
+		if !ok || len(brokers) == 0 || !record.ValidTopic(topic) {
 			return ckptSinkSpec{}, errors.New("sink: want kafka://host:port[,host:port]/topic")
 		}
 		return ckptSinkSpec{kind: "kafka", brokers: brokers, topic: topic}, nil

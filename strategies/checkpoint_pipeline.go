@@ -16,6 +16,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -376,7 +377,7 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 			}
 			continue
 		}
-		r := batch.Range{Topic: cfg.Topic, Partition: part, From: next, To: min(end, next+readSpan)}
+		r := record.Range{Topic: cfg.Topic, Partition: part, From: next, To: min(end, next+readSpan)}
 		err := p.r.src.Read(ctx, r, func(rec *batch.Record) error {
 			var o output
 			target := 0

@@ -10,6 +10,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/reason"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -21,7 +22,7 @@ type output struct {
 	Key            string
 	Count          int64
 	Total          exact.Int
-	Dead           *writers.DeadLetter
+	Dead           *record.DeadLetter
 	Val            any
 }
 
@@ -51,7 +52,7 @@ type deadLetterJSON struct {
 
 // encodeDeadLetter writes d as JSON; its reason as every sink stores it
 // (reason.Safe: JSON would turn bytes that are not UTF-8 into U+FFFD).
-func encodeDeadLetter(d *writers.DeadLetter) []byte {
+func encodeDeadLetter(d *record.DeadLetter) []byte {
 	why := reason.Safe(d.Reason, writers.MaxReasonBytes)
 	b, _ := json.Marshal(deadLetterJSON{d.Job, d.Topic, d.Partition, d.Offset, why, d.Payload}) // plain types: can't fail
 	return b
@@ -254,7 +255,7 @@ type totalsBuffer struct {
 	tw    streamWork
 	agg   *event.Aggregator
 	items []any
-	dead  []writers.DeadLetter
+	dead  []record.DeadLetter
 	spool *dlSpool
 	err   error // of the spool, reported by take
 }
@@ -286,7 +287,7 @@ func (t *totalsBuffer) add(outs []output) {
 // empties the rest of the buffer. An error is the spool's, or the
 // Transform's (ErrConfig: its rows function panicked or made a row of the
 // wrong width).
-func (t *totalsBuffer) take() (u writers.Upsert, rows [][]any, dead []writers.DeadLetter, err error) {
+func (t *totalsBuffer) take() (u writers.Upsert, rows [][]any, dead []record.DeadLetter, err error) {
 	if t.err != nil {
 		return u, nil, nil, t.err
 	}
@@ -349,7 +350,7 @@ func (x *xaSink) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := x.totals.spool.each(func(dls []writers.DeadLetter) error { return x.DeadLetters(ctx, dls) }); err != nil {
+	if err := x.totals.spool.each(func(dls []record.DeadLetter) error { return x.DeadLetters(ctx, dls) }); err != nil {
 		return err
 	}
 	x.totals.drop()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -177,7 +178,7 @@ type Config struct {
 	Transform *Transform
 
 	Logger       *slog.Logger
-	OnBatchStart func(batch.Info, []batch.Range)
+	OnBatchStart func(batch.Info, []record.Range)
 	OnProgress   func(batch.Progress)
 	// Checkpoint mode: OnCheckpointFailure is told of each failed attempt
 	// that the job restarts from (a checkpoint that failed or timed out, a
@@ -190,11 +191,11 @@ type Config struct {
 	CrashPoint func(point string)
 }
 
-var (
-	jobRE   = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`) // no leading dot: names files
-	topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
-	groupRE = topicRE
-)
+var jobRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`) // no leading dot: names files
+
+// validGroup is the rule for group and instance ids: Kafka's topic alphabet,
+// which keeps them usable in file and key names too.
+func validGroup(name string) bool { return record.ValidTopic(name) }
 
 // SetDefaults fills the settings left zero with their defaults.
 func (c *Config) SetDefaults() {
@@ -277,7 +278,7 @@ func (c Config) Validate() error {
 		return bad("brokers: none given")
 	case c.Kafka.Validate() != nil:
 		return bad("%v", c.Kafka.Validate())
-	case !topicRE.MatchString(c.Topic):
+	case !record.ValidTopic(c.Topic):
 		return bad("topic %q: use 1-249 of [A-Za-z0-9._-]", c.Topic)
 	case !jobRE.MatchString(c.Job):
 		return bad("job %q: use 1-128 of [A-Za-z0-9._-], not starting with a dot", c.Job)
@@ -310,7 +311,7 @@ func (c Config) Validate() error {
 // validateGroup checks the consumer-group settings.
 func (c Config) validateGroup(bad func(string, ...any) error) error {
 	switch {
-	case !groupRE.MatchString(c.Group):
+	case !validGroup(c.Group):
 		return bad("group %q: use 1-249 of [A-Za-z0-9._-]", c.Group)
 	case c.Assignment != AssignSticky && c.Assignment != AssignRange && c.Assignment != AssignRoundRobin:
 		return bad("assignment-strategy %q: want sticky, range or roundrobin", c.Assignment)
@@ -320,7 +321,7 @@ func (c Config) validateGroup(bad func(string, ...any) error) error {
 		return bad("rebalance-timeout %s: must be at least session-timeout %s", c.RebalanceTimeout, c.SessionTimeout)
 	case c.RebalanceTimeout < 2*c.Interval:
 		return bad("rebalance-timeout %s: must cover a batch in flight, at least 2 intervals (%s)", c.RebalanceTimeout, 2*c.Interval)
-	case c.InstanceID != "" && !groupRE.MatchString(c.InstanceID):
+	case c.InstanceID != "" && !validGroup(c.InstanceID):
 		return bad("instance-id %q: use 1-249 of [A-Za-z0-9._-]", c.InstanceID)
 	}
 	return nil

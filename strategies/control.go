@@ -8,6 +8,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -30,7 +31,7 @@ type control struct {
 	atMostOnce bool
 }
 
-func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
+func (c *control) run(ctx context.Context, b batch.Info, r record.Range) (batch.TaskResult, error) {
 	what := fmt.Sprintf("batch %d %s", b.ID, r)
 	var res batch.TaskResult
 	pt := c.work.newPart(c.job)
@@ -76,7 +77,7 @@ func (c *control) run(ctx context.Context, b batch.Info, r batch.Range) (batch.T
 		func() error { c.crash(CrashMidWrite); return nil },
 		func() error { return write(func() error { return c.w.Upsert(ctx, c.work.upsert(), rows[half:]) }) },
 		func() error {
-			return dead.each(func(dls []writers.DeadLetter) error {
+			return dead.each(func(dls []record.DeadLetter) error {
 				return write(func() error { return c.w.DeadLetters(ctx, dls) })
 			})
 		},

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/record"
 )
 
 // Dead letters with bounded memory.
@@ -34,12 +34,12 @@ const deadLetterSpillBytes = 8 << 20
 // dlBuffer holds dead letters until deadLetterSpillBytes of payload, then
 // hands them to spill and starts again. Flush hands over the rest.
 type dlBuffer struct {
-	dls   []writers.DeadLetter
+	dls   []record.DeadLetter
 	bytes int
-	spill func([]writers.DeadLetter) error
+	spill func([]record.DeadLetter) error
 }
 
-func (b *dlBuffer) add(dl writers.DeadLetter) error {
+func (b *dlBuffer) add(dl record.DeadLetter) error {
 	b.dls = append(b.dls, dl)
 	b.bytes += dlSize(&dl)
 	if b.bytes < deadLetterSpillBytes {
@@ -68,7 +68,7 @@ func (b *dlBuffer) reset() {
 
 // dlSize is what a dead letter weighs in the buffers: its payload and
 // reason, which dominate.
-func dlSize(d *writers.DeadLetter) int { return len(d.Payload) + len(d.Reason) }
+func dlSize(d *record.DeadLetter) int { return len(d.Payload) + len(d.Reason) }
 
 // dlSpool keeps a task's dead letters for a write that happens after the
 // reading: the latest up to deadLetterSpillBytes in memory, everything
@@ -91,12 +91,12 @@ func newDLSpool() *dlSpool {
 	return s
 }
 
-func (s *dlSpool) add(dl writers.DeadLetter) error { return s.mem.add(dl) }
+func (s *dlSpool) add(dl record.DeadLetter) error { return s.mem.add(dl) }
 
 // len is how many dead letters the spool holds.
 func (s *dlSpool) len() int { return s.n + len(s.mem.dls) }
 
-func (s *dlSpool) toFile(dls []writers.DeadLetter) error {
+func (s *dlSpool) toFile(dls []record.DeadLetter) error {
 	if s.f == nil {
 		f, err := os.CreateTemp("", "microbatch-dead-letters-*")
 		if err != nil {
@@ -124,7 +124,7 @@ func (s *dlSpool) toFile(dls []writers.DeadLetter) error {
 // each calls fn with the dead letters in the order they were added, in
 // slices of at most deadLetterSpillBytes of payload (or one dead letter).
 // fn must not keep the slice. It may be called again (a retried write).
-func (s *dlSpool) each(fn func([]writers.DeadLetter) error) error {
+func (s *dlSpool) each(fn func([]record.DeadLetter) error) error {
 	if s.n > 0 {
 		if err := s.w.Flush(); err != nil {
 			return fmt.Errorf("spooling dead letters: %w", err)
@@ -136,7 +136,7 @@ func (s *dlSpool) each(fn func([]writers.DeadLetter) error) error {
 		dec := gob.NewDecoder(bufio.NewReaderSize(io.NewSectionReader(s.f, 0, end), 1<<20))
 		out := dlBuffer{spill: fn}
 		for range s.n {
-			var d writers.DeadLetter
+			var d record.DeadLetter
 			if err := dec.Decode(&d); err != nil {
 				return fmt.Errorf("reading spooled dead letters: %w", err)
 			}

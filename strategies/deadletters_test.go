@@ -6,13 +6,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/record"
 )
 
-func spoolDL(i int, size int) writers.DeadLetter {
+func spoolDL(i int, size int) record.DeadLetter {
 	p := bytes.Repeat([]byte{byte('a' + i%26)}, size)
 	copy(p, fmt.Sprintf("#%d#", i))
-	return writers.DeadLetter{Job: "j", Topic: "t", Partition: int32(i % 3), Offset: int64(i), Reason: fmt.Sprintf("reason %d", i), Payload: p}
+	return record.DeadLetter{Job: "j", Topic: "t", Partition: int32(i % 3), Offset: int64(i), Reason: fmt.Sprintf("reason %d", i), Payload: p}
 }
 
 // TestDLSpool: a spool gives back every dead letter, in order, in slices
@@ -44,7 +44,7 @@ func TestDLSpool(t *testing.T) {
 	}
 	for round := range 2 { // a retried write reads it all again
 		i := 0
-		err := s.each(func(dls []writers.DeadLetter) error {
+		err := s.each(func(dls []record.DeadLetter) error {
 			b := 0
 			for _, d := range dls {
 				b += dlSize(&d)
@@ -81,7 +81,7 @@ func TestDLSpool(t *testing.T) {
 		}
 	}
 	i := 0
-	if err := s.each(func(dls []writers.DeadLetter) error {
+	if err := s.each(func(dls []record.DeadLetter) error {
 		for _, d := range dls {
 			if d.Offset != int64(1000+i) || !bytes.Equal(d.Payload, spoolDL(1000+i, size).Payload) {
 				t.Fatalf("after reset: dead letter %d came back as offset %d", i, d.Offset)
@@ -105,7 +105,7 @@ func TestDLSpool(t *testing.T) {
 // flush hands over the rest, in order.
 func TestDLBuffer(t *testing.T) {
 	var spilled [][]int64
-	b := dlBuffer{spill: func(dls []writers.DeadLetter) error {
+	b := dlBuffer{spill: func(dls []record.DeadLetter) error {
 		var offs []int64
 		for _, d := range dls {
 			offs = append(offs, d.Offset)

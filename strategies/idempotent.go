@@ -11,6 +11,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -42,29 +43,17 @@ func (s *idempotent) user() workload {
 	return s.work
 }
 
-func wrange(r batch.Range) writers.Range {
-	return writers.Range{Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To}
-}
-
-func wranges(rs []batch.Range) []writers.Range {
-	out := make([]writers.Range, len(rs))
-	for i, r := range rs {
-		out[i] = wrange(r)
-	}
-	return out
-}
-
 // prepare logs the plan: a replay after a crash re-runs exactly these
 // ranges, whatever arrived since.
-func (s *idempotent) prepare(ctx context.Context, b batch.Info, ranges []batch.Range) error {
+func (s *idempotent) prepare(ctx context.Context, b batch.Info, ranges []record.Range) error {
 	_, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d plan", b.ID), func() error {
-		return s.r.LogPlan(ctx, s.job, s.epoch, b.ID, wranges(ranges))
+		return s.r.LogPlan(ctx, s.job, s.epoch, b.ID, ranges)
 	})
 	return err
 }
 
 // task computes one range and writes its contribution (idempotently).
-func (s *idempotent) task(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
+func (s *idempotent) task(ctx context.Context, b batch.Info, r record.Range) (batch.TaskResult, error) {
 	var res batch.TaskResult
 	start := time.Now()
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
@@ -82,12 +71,12 @@ func (s *idempotent) task(ctx context.Context, b batch.Info, r batch.Range) (bat
 // contribute reads range r and writes its contribution. Dead letters past
 // deadLetterSpillBytes are staged in Redis while the range is read; the
 // fold moves them with the totals.
-func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskResult, error) {
-	contrib, err := s.r.NewContribution(s.job, s.epoch, wrange(r))
+func (s *idempotent) contribute(ctx context.Context, r record.Range) (batch.TaskResult, error) {
+	contrib, err := s.r.NewContribution(s.job, s.epoch, r)
 	if err != nil {
 		return batch.TaskResult{}, err
 	}
-	dead := dlBuffer{spill: func(dls []writers.DeadLetter) error { return contrib.DeadLetters(ctx, dls) }}
+	dead := dlBuffer{spill: func(dls []record.DeadLetter) error { return contrib.DeadLetters(ctx, dls) }}
 	if u := s.user(); u != nil {
 		return s.contributeRows(ctx, r, u, contrib, &dead)
 	}
@@ -106,7 +95,7 @@ func (s *idempotent) contribute(ctx context.Context, r batch.Range) (batch.TaskR
 }
 
 // contributeRows is contribute for a user's Transform.
-func (s *idempotent) contributeRows(ctx context.Context, r batch.Range, work workload, contrib *writers.RedisContribution, dead *dlBuffer) (batch.TaskResult, error) {
+func (s *idempotent) contributeRows(ctx context.Context, r record.Range, work workload, contrib *writers.RedisContribution, dead *dlBuffer) (batch.TaskResult, error) {
 	p := work.newPart(s.job)
 	c, err := process(ctx, s.src, s.job, r, p, dead.add)
 	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
@@ -126,15 +115,15 @@ func (s *idempotent) contributeRows(ctx context.Context, r batch.Range, work wor
 
 // commit folds the batch: totals, dead letters and offsets move at once,
 // only for ranges still at their start.
-func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []batch.Range) (batch.CommitResult, error) {
+func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []record.Range) (batch.CommitResult, error) {
 	s.crash(CrashAfterWriteBeforeOffsets)
 	start := time.Now()
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d fold", b.ID), func() error {
 		var err error
 		if u := s.user(); u != nil {
-			_, err = s.r.FoldRows(ctx, s.job, s.epoch, b.ID, wranges(ranges), u.upsert())
+			_, err = s.r.FoldRows(ctx, s.job, s.epoch, b.ID, ranges, u.upsert())
 		} else {
-			_, err = s.r.Fold(ctx, s.job, s.epoch, b.ID, wranges(ranges))
+			_, err = s.r.Fold(ctx, s.job, s.epoch, b.ID, ranges)
 		}
 		return err
 	})
@@ -151,9 +140,9 @@ func (s *idempotent) recover(ctx context.Context, topic string, parts []int32) e
 	if err != nil || len(pending) == 0 {
 		return err
 	}
-	byBatch := map[int64][]batch.Range{}
+	byBatch := map[int64][]record.Range{}
 	for _, p := range pending {
-		byBatch[p.BatchID] = append(byBatch[p.BatchID], batch.Range{Topic: p.Topic, Partition: p.Partition, From: p.From, To: p.To})
+		byBatch[p.BatchID] = append(byBatch[p.BatchID], p.Range)
 	}
 	for id, ranges := range byBatch {
 		s.log.Info("finishing a logged batch interrupted by a crash or a rebalance", "batch", id, "ranges", len(ranges))

@@ -27,7 +27,7 @@ func TestDefaultInstanceID(t *testing.T) {
 		if got := defaultInstanceID(c.job, c.host, c.slot); got != c.want {
 			t.Errorf("defaultInstanceID(%q, %q, %d) = %q, want %q", c.job, c.host, c.slot, got, c.want)
 		}
-		if !groupRE.MatchString(defaultInstanceID(c.job, c.host, c.slot)) {
+		if !validGroup(defaultInstanceID(c.job, c.host, c.slot)) {
 			t.Errorf("id for %q is not a valid instance id", c.host)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/reason"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -22,8 +23,8 @@ type counts struct{ records, deadLetters int64 }
 // process reads r from src, adding each valid record to p and passing each
 // bad record to dead (which may write it somewhere). It writes nothing
 // itself.
-func process(ctx context.Context, src batch.Source, job string, r batch.Range, p part,
-	dead func(writers.DeadLetter) error) (counts, error) {
+func process(ctx context.Context, src batch.Source, job string, r record.Range, p part,
+	dead func(record.DeadLetter) error) (counts, error) {
 	var c counts
 	err := src.Read(ctx, r, func(rec *batch.Record) error {
 		if derr := p.add(rec); derr != nil {
@@ -55,13 +56,13 @@ func totalsRows(job string, totals []event.Total) [][]any {
 // here, valid UTF-8 and within mb_dead_letters.reason (reason.Safe), so
 // that every sink and the checkpoint's JSON keep the same text; the
 // payload is the record's bytes.
-func deadLetter(job, topic string, rec *batch.Record, err error) writers.DeadLetter {
+func deadLetter(job, topic string, rec *batch.Record, err error) record.DeadLetter {
 	why := err.Error()
 	var de *event.DecodeError
 	if errors.As(err, &de) {
 		why = de.Reason
 	}
-	return writers.DeadLetter{
+	return record.DeadLetter{
 		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
 		Reason: reason.Safe(why, writers.MaxReasonBytes), Payload: bytes.Clone(rec.Value),
 	}

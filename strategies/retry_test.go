@@ -14,6 +14,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies"
 )
 
@@ -104,7 +105,7 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string, cuts []
 		uncut        []int64
 		firedBatches int64
 	)
-	cfg.OnBatchStart = func(b batch.Info, _ []batch.Range) {
+	cfg.OnBatchStart = func(b batch.Info, _ []record.Range) {
 		n := int(started.Add(1)) - 1
 		cut, mode = cuts[n%len(cuts)], testutil.CutMode(n/len(cuts)%2)
 		armed.Store(false)

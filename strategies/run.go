@@ -11,6 +11,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -93,7 +94,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			Parallelism: cfg.Parallelism,
 			UntilIdle:   cfg.UntilIdle,
 			OnProgress:  cfg.OnProgress,
-			OnStart: func(b batch.Info, ranges []batch.Range) {
+			OnStart: func(b batch.Info, ranges []record.Range) {
 				if cfg.OnBatchStart != nil {
 					cfg.OnBatchStart(b, ranges)
 				}

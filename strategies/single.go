@@ -9,6 +9,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -46,7 +47,7 @@ func newSingle(src batch.Source, w *writers.SQL, work workload, job string, log 
 }
 
 // compute is the partition task: read and aggregate, write nothing.
-func (s *single) compute(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
+func (s *single) compute(ctx context.Context, b batch.Info, r record.Range) (batch.TaskResult, error) {
 	var res batch.TaskResult
 	p := partial{dead: newDLSpool()}
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
@@ -72,7 +73,7 @@ func (s *single) compute(ctx context.Context, b batch.Info, r batch.Range) (batc
 
 // commit merges the partitions' results into one result set and writes it,
 // with all offsets, in one transaction.
-func (s *single) commit(ctx context.Context, b batch.Info, ranges []batch.Range) (batch.CommitResult, error) {
+func (s *single) commit(ctx context.Context, b batch.Info, ranges []record.Range) (batch.CommitResult, error) {
 	s.mu.Lock()
 	results := s.results
 	s.results = map[int32]partial{}
@@ -124,7 +125,7 @@ func (s *single) once(ctx context.Context, rows [][]any, dead []*dlSpool, advs [
 		return err
 	}
 	for _, d := range dead {
-		if err := d.each(func(dls []writers.DeadLetter) error { return tx.DeadLetters(ctx, dls) }); err != nil {
+		if err := d.each(func(dls []record.DeadLetter) error { return tx.DeadLetters(ctx, dls) }); err != nil {
 			return err
 		}
 	}

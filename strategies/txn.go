@@ -8,6 +8,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -31,7 +32,7 @@ type txnTask struct {
 	crash func(point string)
 }
 
-func (t *txnTask) run(ctx context.Context, b batch.Info, r batch.Range) (batch.TaskResult, error) {
+func (t *txnTask) run(ctx context.Context, b batch.Info, r record.Range) (batch.TaskResult, error) {
 	adv := offsets.Advance{Job: t.job, Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To, Epoch: b.Epoch, BatchID: b.ID}
 	var res batch.TaskResult
 	attempts, err := withRetry(ctx, t.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
@@ -64,7 +65,7 @@ func settle(ctx context.Context, w *writers.SQL, err error, advs ...offsets.Adva
 	return nil
 }
 
-func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) (res batch.TaskResult, err error) {
+func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r record.Range) (res batch.TaskResult, err error) {
 	pt := t.work.newPart(t.job)
 	// The transaction opens only when there is something to write, so
 	// that reading (the slow part) holds no database connection.
@@ -85,7 +86,7 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r batch.Range) 
 
 	// Dead letters past deadLetterSpillBytes go into the transaction at
 	// once, which opens for them.
-	dead := dlBuffer{spill: func(dls []writers.DeadLetter) error {
+	dead := dlBuffer{spill: func(dls []record.DeadLetter) error {
 		if err := begin(); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -79,7 +80,7 @@ func readTopic(ctx context.Context, sec kafkautil.Security, brokers []string, to
 		return err
 	}
 	for p, b := range bounds {
-		r := batch.Range{Topic: topic, Partition: p, From: b.Start, To: b.End}
+		r := record.Range{Topic: topic, Partition: p, From: b.Start, To: b.End}
 		if r.Len() == 0 {
 			continue
 		}

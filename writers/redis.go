@@ -97,7 +97,6 @@ import (
 	"math/big"
 	"net"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +110,7 @@ import (
 	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/internal/values"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // Redis client defaults. Reads wait long because a fold of a large batch
@@ -137,28 +137,19 @@ const redisHSETChunk = 1000
 // all in one request.
 const redisDeadChunkBytes = 4 << 20
 
-// Range is one partition's offsets [From, To) in a batch plan. It mirrors
-// batch.Range, which writers can't import.
-type Range struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	From      int64  `json:"from"`
-	To        int64  `json:"to"`
+// rangeField is the range's field in mb:{job}:offsets, epochs and plan:parts.
+func rangeField(r record.Range) string {
+	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10)
 }
 
-func (r Range) String() string {
+// rangeMark is the range as its contribution's "m" field holds it (it marks
+// even an empty contribution).
+func rangeMark(r record.Range) string {
 	return fmt.Sprintf("%s/%d [%d, %d)", r.Topic, r.Partition, r.From, r.To)
 }
 
-// field is the range's field in mb:{job}:offsets, epochs and plan:parts.
-func (r Range) field() string { return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) }
-
-// topicRE is Kafka's legal topic name; it also keeps ":" and "/" out of the
-// keys and fields built from the topic.
-var topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
-
-func (r Range) validate() error {
-	if !topicRE.MatchString(r.Topic) || r.Partition < 0 || r.From < 0 || r.From >= r.To {
+func validateRange(r record.Range) error {
+	if !record.ValidTopic(r.Topic) || r.Partition < 0 || r.From < 0 || r.From >= r.To {
 		// From == To is refused too: an empty range would look "not yet
 		// folded" after its fold as well, and fold twice.
 		return fmt.Errorf("writers: bad range %v (want a Kafka topic name, partition >= 0, 0 <= from < to)", r)
@@ -169,16 +160,16 @@ func (r Range) validate() error {
 // validateRanges checks each range and that no partition appears twice: two
 // ranges of one partition in one fold would both be checked against the
 // same stored offset.
-func validateRanges(rs []Range) error {
+func validateRanges(rs []record.Range) error {
 	seen := make(map[string]bool, len(rs))
 	for _, r := range rs {
-		if err := r.validate(); err != nil {
+		if err := validateRange(r); err != nil {
 			return err
 		}
-		if seen[r.field()] {
-			return fmt.Errorf("writers: partition %s appears twice in one batch", r.field())
+		if seen[rangeField(r)] {
+			return fmt.Errorf("writers: partition %s appears twice in one batch", rangeField(r))
 		}
-		seen[r.field()] = true
+		seen[rangeField(r)] = true
 	}
 	return nil
 }
@@ -212,11 +203,11 @@ func redisPlanKey(job string, id int64) string {
 	return redisKey(job, "plan", strconv.FormatInt(id, 10))
 }
 func redisLastPlanKey(job string) string { return redisKey(job, "plan", "last") }
-func redisContribKey(job string, r Range) string {
+func redisContribKey(job string, r record.Range) string {
 	return redisKey(job, "contrib", r.Topic, strconv.FormatInt(int64(r.Partition), 10),
 		strconv.FormatInt(r.From, 10)+"-"+strconv.FormatInt(r.To, 10))
 }
-func redisContribDeadKey(job string, r Range) string { return redisContribKey(job, r) + ":dead" }
+func redisContribDeadKey(job string, r record.Range) string { return redisContribKey(job, r) + ":dead" }
 func redisDeadKey(job, topic string, part int32) string {
 	return redisKey(job, "dead", topic, strconv.FormatInt(int64(part), 10))
 }
@@ -406,7 +397,7 @@ func (w *Redis) ClaimPartitions(ctx context.Context, job, topic string, parts []
 	if err := checkJob(job); err != nil {
 		return 0, err
 	}
-	if !topicRE.MatchString(topic) {
+	if !record.ValidTopic(topic) {
 		return 0, fmt.Errorf("writers: bad topic name %q", topic)
 	}
 	args := make([]any, 0, 1+len(parts))
@@ -415,7 +406,7 @@ func (w *Redis) ClaimPartitions(ctx context.Context, job, topic string, parts []
 		if p < 0 {
 			return 0, fmt.Errorf("writers: bad partition %d", p)
 		}
-		args = append(args, Range{Topic: topic, Partition: p}.field())
+		args = append(args, rangeField(record.Range{Topic: topic, Partition: p}))
 	}
 	epoch, err := claimPartsScript.Run(ctx, w.c, []string{redisEpochKey(job), redisEpochsKey(job)}, args...).Int64()
 	if err != nil {
@@ -484,7 +475,7 @@ func (w *Redis) InitOffsets(ctx context.Context, job, topic string, start map[in
 	if err := checkJob(job); err != nil {
 		return err
 	}
-	if !topicRE.MatchString(topic) {
+	if !record.ValidTopic(topic) {
 		return fmt.Errorf("writers: bad topic name %q", topic)
 	}
 	key := redisOffsetsKey(job)
@@ -569,7 +560,7 @@ return 1
 // first attempt. Ids may arrive out of order (processes of a group take
 // them from NextBatchID); plan:last keeps the highest. An empty plan is
 // refused: there is nothing to replay, and nothing to fence it by.
-func (w *Redis) LogPlan(ctx context.Context, job string, epoch, batchID int64, ranges []Range) error {
+func (w *Redis) LogPlan(ctx context.Context, job string, epoch, batchID int64, ranges []record.Range) error {
 	if err := checkJob(job); err != nil {
 		return err
 	}
@@ -591,7 +582,7 @@ func (w *Redis) LogPlan(ctx context.Context, job string, epoch, batchID int64, r
 	args := make([]any, 0, 3+3*len(ranges))
 	args = append(args, epoch, batchID, plan)
 	for _, r := range ranges {
-		args = append(args, r.field(), r.From, r.To)
+		args = append(args, rangeField(r), r.From, r.To)
 	}
 	if err := logPlanScript.Run(ctx, w.c, keys, args...).Err(); err != nil {
 		return fmt.Errorf("logging plan of batch %d of job %s: %w", batchID, job, scriptError(err))
@@ -607,7 +598,7 @@ func (w *Redis) LogPlan(ctx context.Context, job string, epoch, batchID int64, r
 // re-written. In a consumer group the last plan is just some member's; a
 // member finishes what its partitions' previous owners left with
 // PendingRanges instead.
-func (w *Redis) LastPlan(ctx context.Context, job string) (batchID int64, ranges []Range, ok bool, err error) {
+func (w *Redis) LastPlan(ctx context.Context, job string) (batchID int64, ranges []record.Range, ok bool, err error) {
 	if err := checkJob(job); err != nil {
 		return 0, nil, false, err
 	}
@@ -634,7 +625,7 @@ func (w *Redis) LastPlan(ctx context.Context, job string) (batchID int64, ranges
 // PlannedRange is a logged range with the batch that logged it.
 type PlannedRange struct {
 	BatchID int64
-	Range
+	record.Range
 }
 
 // PendingRanges returns, sorted by partition, the logged ranges of the given
@@ -653,7 +644,7 @@ func (w *Redis) PendingRanges(ctx context.Context, job, topic string, parts []in
 	if err := checkJob(job); err != nil {
 		return nil, err
 	}
-	if !topicRE.MatchString(topic) {
+	if !record.ValidTopic(topic) {
 		return nil, fmt.Errorf("writers: bad topic name %q", topic)
 	}
 	parts = slices.Clone(parts)
@@ -667,7 +658,7 @@ func (w *Redis) PendingRanges(ctx context.Context, job, topic string, parts []in
 		if p < 0 {
 			return nil, fmt.Errorf("writers: bad partition %d", p)
 		}
-		fields[i] = Range{Topic: topic, Partition: p}.field()
+		fields[i] = rangeField(record.Range{Topic: topic, Partition: p})
 	}
 	var logged, stored *redis.SliceCmd
 	if _, err := w.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -777,7 +768,7 @@ type deadLetterJSON struct {
 // epoch of r's partition (offsets.ErrFenced). Dead letters of more than a
 // few MiB are written in several steps (see RedisContribution, which also
 // takes them in parts).
-func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, r Range, totals []Total, dls []DeadLetter) error {
+func (w *Redis) WriteContribution(ctx context.Context, job string, epoch int64, r record.Range, totals []Total, dls []record.DeadLetter) error {
 	c, err := w.NewContribution(job, epoch, r)
 	if err != nil {
 		return err
@@ -802,7 +793,7 @@ type RedisContribution struct {
 	w      *Redis
 	job    string
 	epoch  int64
-	r      Range
+	r      record.Range
 	staged int64 // dead letters staged by this writer
 	fresh  bool  // this writer's first staging call dropped the old ones
 	folded bool  // the range is folded: nothing to write
@@ -810,11 +801,11 @@ type RedisContribution struct {
 
 // NewContribution starts writing range r's contribution for job under
 // epoch (see RedisContribution).
-func (w *Redis) NewContribution(job string, epoch int64, r Range) (*RedisContribution, error) {
+func (w *Redis) NewContribution(job string, epoch int64, r record.Range) (*RedisContribution, error) {
 	if err := checkJob(job); err != nil {
 		return nil, err
 	}
-	if err := r.validate(); err != nil {
+	if err := validateRange(r); err != nil {
 		return nil, err
 	}
 	return &RedisContribution{w: w, job: job, epoch: epoch, r: r}, nil
@@ -826,9 +817,9 @@ func (c *RedisContribution) keys() []string {
 }
 
 // DeadLetters stages dls, which must lie in the range.
-func (c *RedisContribution) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+func (c *RedisContribution) DeadLetters(ctx context.Context, dls []record.DeadLetter) error {
 	for len(dls) > 0 && !c.folded {
-		args := []any{c.epoch, c.r.field(), c.r.From, c.r.To, "0"}
+		args := []any{c.epoch, rangeField(c.r), c.r.From, c.r.To, "0"}
 		if !c.fresh {
 			args[4] = "1"
 		}
@@ -857,7 +848,7 @@ func (c *RedisContribution) DeadLetters(ctx context.Context, dls []DeadLetter) e
 }
 
 // encode is a dead letter's field and value in the range's hashes.
-func (c *RedisContribution) encode(d *DeadLetter) (string, []byte, error) {
+func (c *RedisContribution) encode(d *record.DeadLetter) (string, []byte, error) {
 	r := c.r
 	if d.Topic != r.Topic || d.Partition != r.Partition || d.Offset < r.From || d.Offset >= r.To {
 		return "", nil, fmt.Errorf("writers: dead letter %s/%d@%d is outside range %v", d.Topic, d.Partition, d.Offset, r)
@@ -876,7 +867,7 @@ func (c *RedisContribution) encode(d *DeadLetter) (string, []byte, error) {
 
 // Totals completes the contribution with per-key totals (repeated keys are
 // summed) and the dead letters not staged yet.
-func (c *RedisContribution) Totals(ctx context.Context, totals []Total, dls []DeadLetter) error {
+func (c *RedisContribution) Totals(ctx context.Context, totals []Total, dls []record.DeadLetter) error {
 	type sum struct{ events, amount exact.Int }
 	sums := make(map[string]*sum, len(totals))
 	for _, t := range totals {
@@ -889,7 +880,7 @@ func (c *RedisContribution) Totals(ctx context.Context, totals []Total, dls []De
 		s.amount.Add(t.Amount)
 	}
 	args := make([]any, 0, 6+2*len(sums))
-	args = append(args, c.epoch, c.r.field(), c.r.From, c.r.To, "m", c.r.String())
+	args = append(args, c.epoch, rangeField(c.r), c.r.From, c.r.To, "m", rangeMark(c.r))
 	for k, s := range sums {
 		args = append(args, "t:"+k, s.events.String()+","+s.amount.String())
 	}
@@ -899,7 +890,7 @@ func (c *RedisContribution) Totals(ctx context.Context, totals []Total, dls []De
 // finish writes the contribution: args (the script's ARGV so far) and the
 // dead letters, inline if none were staged and they are small, else staged
 // first.
-func (c *RedisContribution) finish(ctx context.Context, args []any, dls []DeadLetter) error {
+func (c *RedisContribution) finish(ctx context.Context, args []any, dls []record.DeadLetter) error {
 	size := 0
 	for i := range dls {
 		size += len(dls[i].Payload)
@@ -1021,7 +1012,7 @@ func redisRowsSuffix(table, column string) string { return table + ":" + column 
 // ErrRedisValue, naming the column, and writes nothing. The contribution
 // replaces the range's as WriteContribution's does, with the same fencing
 // and replay rules.
-func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int64, r Range, u Upsert, rows [][]any, dls []DeadLetter) error {
+func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int64, r record.Range, u Upsert, rows [][]any, dls []record.DeadLetter) error {
 	c, err := w.NewContribution(job, epoch, r)
 	if err != nil {
 		return err
@@ -1034,7 +1025,7 @@ func (w *Redis) WriteRowsContribution(ctx context.Context, job string, epoch int
 // stored fails the call with ErrRedisValue before it writes anything (dead
 // letters staged before stay staged, invisible, until the range is
 // written again).
-func (c *RedisContribution) Rows(ctx context.Context, u Upsert, rows [][]any, dls []DeadLetter) error {
+func (c *RedisContribution) Rows(ctx context.Context, u Upsert, rows [][]any, dls []record.DeadLetter) error {
 	r := c.r
 	if err := u.Validate(); err != nil {
 		return err
@@ -1081,7 +1072,7 @@ func (c *RedisContribution) Rows(ctx context.Context, u Upsert, rows [][]any, dl
 		}
 	}
 	args := make([]any, 0, 6+2*len(sums)+2*len(sets)+2*len(dls))
-	args = append(args, c.epoch, r.field(), r.From, r.To, "m", r.String())
+	args = append(args, c.epoch, rangeField(r), r.From, r.To, "m", rangeMark(r))
 	for f, n := range sums {
 		args = append(args, f, n.String())
 	}
@@ -1415,7 +1406,7 @@ return #todo
 //
 // The script holds Redis for the time it takes, which grows with the keys in
 // the batch (about a millisecond per thousand).
-func (w *Redis) Fold(ctx context.Context, job string, epoch, batchID int64, ranges []Range) (folded int, err error) {
+func (w *Redis) Fold(ctx context.Context, job string, epoch, batchID int64, ranges []record.Range) (folded int, err error) {
 	return w.fold(ctx, job, epoch, batchID, ranges, nil)
 }
 
@@ -1424,7 +1415,7 @@ func (w *Redis) Fold(ctx context.Context, job string, epoch, batchID int64, rang
 // (RedisRowsKey), in the same atomic step as the offsets. A contribution
 // with rows of another table or column than u's is refused
 // (offsets.ErrConflict) and nothing changes.
-func (w *Redis) FoldRows(ctx context.Context, job string, epoch, batchID int64, ranges []Range, u Upsert) (folded int, err error) {
+func (w *Redis) FoldRows(ctx context.Context, job string, epoch, batchID int64, ranges []record.Range, u Upsert) (folded int, err error) {
 	if err := u.Validate(); err != nil {
 		return 0, err
 	}
@@ -1435,7 +1426,7 @@ func (w *Redis) FoldRows(ctx context.Context, job string, epoch, batchID int64, 
 	return w.fold(ctx, job, epoch, batchID, ranges, rows)
 }
 
-func (w *Redis) fold(ctx context.Context, job string, epoch, batchID int64, ranges []Range, rows []string) (folded int, err error) {
+func (w *Redis) fold(ctx context.Context, job string, epoch, batchID int64, ranges []record.Range, rows []string) (folded int, err error) {
 	if err := checkJob(job); err != nil {
 		return 0, err
 	}
@@ -1449,7 +1440,7 @@ func (w *Redis) fold(ctx context.Context, job string, epoch, batchID int64, rang
 	args = append(args, epoch, batchID)
 	for _, r := range ranges {
 		keys = append(keys, redisContribKey(job, r), redisContribDeadKey(job, r), redisDeadKey(job, r.Topic, r.Partition))
-		args = append(args, r.field(), r.From, r.To)
+		args = append(args, rangeField(r), r.From, r.To)
 	}
 	keys = append(keys, rows...)
 	n, err := foldScript.Run(ctx, w.c, keys, args...).Int()
@@ -1627,7 +1618,7 @@ func (w *Redis) Positions(ctx context.Context, job, topic string) (map[int32]Red
 	if err := checkJob(job); err != nil {
 		return nil, err
 	}
-	if !topicRE.MatchString(topic) {
+	if !record.ValidTopic(topic) {
 		return nil, fmt.Errorf("writers: bad topic name %q", topic)
 	}
 	var offs, epochs, logged *redis.MapStringStringCmd
@@ -1660,7 +1651,7 @@ func (w *Redis) Positions(ctx context.Context, job, topic string) (map[int32]Red
 			}
 		}
 		if entry, ok := logged.Val()[f]; ok {
-			pr := PlannedRange{Range: Range{Topic: topic, Partition: int32(part)}}
+			pr := PlannedRange{Range: record.Range{Topic: topic, Partition: int32(part)}}
 			if _, err := fmt.Sscanf(entry, "%d %d %d", &pr.BatchID, &pr.From, &pr.To); err != nil {
 				return nil, fmt.Errorf("reading positions of job %s: bad plan entry %s = %q", job, f, entry)
 			}
@@ -1722,7 +1713,7 @@ func (w *Redis) ResetOffsets(ctx context.Context, job, topic string, to map[int3
 	if err := checkJob(job); err != nil {
 		return 0, nil, err
 	}
-	if !topicRE.MatchString(topic) {
+	if !record.ValidTopic(topic) {
 		return 0, nil, fmt.Errorf("writers: bad topic name %q", topic)
 	}
 	parts := make([]int32, 0, len(to))
@@ -1738,7 +1729,7 @@ func (w *Redis) ResetOffsets(ctx context.Context, job, topic string, to map[int3
 	slices.Sort(parts)
 	fields := make([]string, len(parts))
 	for i, p := range parts {
-		fields[i] = Range{Topic: topic, Partition: p}.field()
+		fields[i] = rangeField(record.Range{Topic: topic, Partition: p})
 	}
 	logged, err := w.c.HMGet(ctx, redisPlanPartsKey(job), fields...).Result()
 	if err != nil {
@@ -1749,7 +1740,7 @@ func (w *Redis) ResetOffsets(ctx context.Context, job, topic string, to map[int3
 	for i, p := range parts {
 		entry, _ := logged[i].(string)
 		if entry != "" {
-			r := Range{Topic: topic, Partition: p}
+			r := record.Range{Topic: topic, Partition: p}
 			var id int64
 			if _, err := fmt.Sscanf(entry, "%d %d %d", &id, &r.From, &r.To); err != nil {
 				return 0, nil, fmt.Errorf("resetting offsets of job %s: bad plan entry %s = %q", job, fields[i], entry)

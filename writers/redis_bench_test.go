@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/record"
 )
 
 // BenchmarkRedisFold folds a batch of 4 ranges of 1,000 keys each into
@@ -38,10 +39,10 @@ func BenchmarkRedisFold(b *testing.B) {
 	for i := range totals {
 		totals[i] = Total{Key: fmt.Sprintf("key-%04d", i), Events: 3, Amount: int64(1000 + i)}
 	}
-	batch := func(id int64) []Range {
-		ranges := make([]Range, parts)
+	batch := func(id int64) []record.Range {
+		ranges := make([]record.Range, parts)
 		for p := range ranges {
-			ranges[p] = Range{Topic: "in", Partition: int32(p), From: (id - 1) * 10, To: id * 10}
+			ranges[p] = record.Range{Topic: "in", Partition: int32(p), From: (id - 1) * 10, To: id * 10}
 		}
 		if err := w.LogPlan(ctx, job, epoch, id, ranges); err != nil {
 			b.Fatal(err)

@@ -9,14 +9,15 @@ import (
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // bigDead is the dead letter at offset off with a payload of size bytes
 // that differs per offset.
-func bigDead(off int64, size int) DeadLetter {
+func bigDead(off int64, size int) record.DeadLetter {
 	p := bytes.Repeat([]byte{byte('a' + off%26)}, size)
 	copy(p, fmt.Sprintf("<%d>", off))
-	return DeadLetter{Topic: "in", Partition: 0, Offset: off, Reason: fmt.Sprintf("bad %d", off), Payload: p}
+	return record.DeadLetter{Topic: "in", Partition: 0, Offset: off, Reason: fmt.Sprintf("bad %d", off), Payload: p}
 }
 
 // wantDead checks that the folded dead letters of partition 0 are exactly
@@ -63,7 +64,7 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dls []DeadLetter
+	var dls []record.DeadLetter
 	for off := range int64(20) {
 		dls = append(dls, bigDead(off, size))
 	}
@@ -90,7 +91,7 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 	if err := c.DeadLetters(ctx, dls[7:]); err != nil {
 		t.Fatal(err)
 	}
-	var rest []DeadLetter
+	var rest []record.DeadLetter
 	for off := int64(20); off < 25; off++ {
 		rest = append(rest, bigDead(off, size))
 	}
@@ -156,7 +157,7 @@ func TestRedisLargeContribution(t *testing.T) {
 	ctx := t.Context()
 	epoch, ranges := jobSetup(t, w, job, 2, 40)
 	const size = 1 << 20
-	var big []DeadLetter
+	var big []record.DeadLetter
 	for off := range int64(3) {
 		big = append(big, bigDead(off, size))
 	}
@@ -164,7 +165,7 @@ func TestRedisLargeContribution(t *testing.T) {
 	if n := w.Client().HLen(ctx, redisContribDeadKey(job, ranges[0])).Val(); n != 3 {
 		t.Fatalf("%d of 3 MiB of dead letters staged, want all 3", n)
 	}
-	small := []DeadLetter{{Topic: "in", Partition: 1, Offset: 5, Reason: "bad", Payload: []byte("x")}}
+	small := []record.DeadLetter{{Topic: "in", Partition: 1, Offset: 5, Reason: "bad", Payload: []byte("x")}}
 	mustWrite(t, w, job, epoch, ranges[1], nil, small)
 	if n := w.Client().Exists(ctx, redisContribDeadKey(job, ranges[1])).Val(); n != 0 {
 		t.Fatalf("one small dead letter was staged, want it inline")
@@ -176,7 +177,7 @@ func TestRedisLargeContribution(t *testing.T) {
 	}
 
 	// Batch 2, staged by an instance that lost the job meanwhile.
-	next := []Range{{Topic: "in", Partition: 0, From: 40, To: 60}}
+	next := []record.Range{{Topic: "in", Partition: 0, From: 40, To: 60}}
 	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestRedisLargeContribution(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := snapshot(t, w, job)
-	if err := c.DeadLetters(ctx, []DeadLetter{bigDead(41, 10)}); !errors.Is(err, offsets.ErrFenced) {
+	if err := c.DeadLetters(ctx, []record.DeadLetter{bigDead(41, 10)}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("DeadLetters with a stale epoch = %v, want ErrFenced", err)
 	}
 	sameSnapshot(t, "a fenced staging", before, snapshot(t, w, job))
@@ -205,7 +206,7 @@ func TestRedisResetDropsStagedDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeadLetters(ctx, []DeadLetter{bigDead(3, 10)}); err != nil {
+	if err := c.DeadLetters(ctx, []record.DeadLetter{bigDead(3, 10)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := w.ResetOffsets(ctx, job, "in", map[int32]int64{0: 0}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // The Redis cases of a consumer group: several processes share one job, each
@@ -44,21 +45,21 @@ func mustBatchID(t *testing.T, w *Redis, job string) int64 {
 	return id
 }
 
-func mustLogPlan(t *testing.T, w *Redis, job string, epoch, id int64, ranges []Range) {
+func mustLogPlan(t *testing.T, w *Redis, job string, epoch, id int64, ranges []record.Range) {
 	t.Helper()
 	if err := w.LogPlan(t.Context(), job, epoch, id, ranges); err != nil {
 		t.Fatalf("LogPlan batch %d %v: %v", id, ranges, err)
 	}
 }
 
-func inRange(p int32, from, to int64) Range {
-	return Range{Topic: "in", Partition: p, From: from, To: to}
+func inRange(p int32, from, to int64) record.Range {
+	return record.Range{Topic: "in", Partition: p, From: from, To: to}
 }
 
 // partTotal is the contribution used below: one event per offset under the
 // partition's own key, so totals tell which ranges were counted how often.
-func partTotal(r Range) []Total {
-	return []Total{{Key: r.field(), Events: r.To - r.From, Amount: r.From}}
+func partTotal(r record.Range) []Total {
+	return []Total{{Key: rangeField(r), Events: r.To - r.From, Amount: r.From}}
 }
 
 // Two members each fold their own partitions; at a rebalance one partition
@@ -75,27 +76,27 @@ func TestRedisGroupRebalanceFencesMovedPartition(t *testing.T) {
 	// A's epoch is older than the job's now, and still good for its own
 	// partitions.
 	idA := mustBatchID(t, a, job)
-	first := []Range{inRange(0, 0, 10), inRange(1, 0, 10)}
+	first := []record.Range{inRange(0, 0, 10), inRange(1, 0, 10)}
 	mustLogPlan(t, a, job, eA, idA, first)
 	for _, r := range first {
 		mustWrite(t, a, job, eA, r, partTotal(r), nil)
 	}
 	mustFold(t, a, job, eA, idA, first, 2)
 	idB := mustBatchID(t, b, job)
-	theirs := []Range{inRange(2, 0, 10), inRange(3, 0, 10)}
+	theirs := []record.Range{inRange(2, 0, 10), inRange(3, 0, 10)}
 	mustLogPlan(t, b, job, eB, idB, theirs)
 	for _, r := range theirs {
 		mustWrite(t, b, job, eB, r, partTotal(r), nil)
 	}
 	mustFold(t, b, job, eB, idB, theirs, 2)
 	// A member can't touch the other's partitions.
-	if err := a.LogPlan(ctx, job, eA, mustBatchID(t, a, job), []Range{inRange(2, 10, 20)}); !errors.Is(err, offsets.ErrFenced) {
+	if err := a.LogPlan(ctx, job, eA, mustBatchID(t, a, job), []record.Range{inRange(2, 10, 20)}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("A logging B's partition = %v, want ErrFenced", err)
 	}
 
 	// A plans and writes its next batch; then B is given partition 0.
 	idA2 := mustBatchID(t, a, job)
-	second := []Range{inRange(0, 10, 20), inRange(1, 10, 20)}
+	second := []record.Range{inRange(0, 10, 20), inRange(1, 10, 20)}
 	mustLogPlan(t, a, job, eA, idA2, second)
 	for _, r := range second {
 		mustWrite(t, a, job, eA, r, partTotal(r), nil)
@@ -112,7 +113,7 @@ func TestRedisGroupRebalanceFencesMovedPartition(t *testing.T) {
 	if _, err := a.Fold(ctx, job, eA, idA2, second[:1]); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("A's fold of a moved partition = %v, want ErrFenced", err)
 	}
-	if err := a.LogPlan(ctx, job, eA, mustBatchID(t, a, job), []Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrFenced) {
+	if err := a.LogPlan(ctx, job, eA, mustBatchID(t, a, job), []record.Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("A's plan for a moved partition = %v, want ErrFenced", err)
 	}
 	after := snapshot(t, a, job)
@@ -144,7 +145,7 @@ func TestRedisClaimAfterClaimPartitionsFencesAll(t *testing.T) {
 	job := groupJob(t, a, 4)
 	eA := mustClaimParts(t, a, job, []int32{0, 1}, 0)
 	eB := mustClaimParts(t, b, job, []int32{2}, 0)
-	all := []Range{inRange(0, 0, 5), inRange(1, 0, 5), inRange(2, 0, 5), inRange(3, 0, 5)}
+	all := []record.Range{inRange(0, 0, 5), inRange(1, 0, 5), inRange(2, 0, 5), inRange(3, 0, 5)}
 	id := mustBatchID(t, a, job)
 	mustLogPlan(t, a, job, eA, id, all[:2])
 	mustLogPlan(t, b, job, eB, mustBatchID(t, b, job), all[2:3])
@@ -163,10 +164,10 @@ func TestRedisClaimAfterClaimPartitionsFencesAll(t *testing.T) {
 			if err := m.w.WriteContribution(ctx, job, m.epoch, r, nil, nil); !errors.Is(err, offsets.ErrFenced) {
 				t.Errorf("write of %v with epoch %d after Claim = %v, want ErrFenced", r, m.epoch, err)
 			}
-			if _, err := m.w.Fold(ctx, job, m.epoch, id, []Range{r}); !errors.Is(err, offsets.ErrFenced) {
+			if _, err := m.w.Fold(ctx, job, m.epoch, id, []record.Range{r}); !errors.Is(err, offsets.ErrFenced) {
 				t.Errorf("fold of %v with epoch %d after Claim = %v, want ErrFenced", r, m.epoch, err)
 			}
-			if err := m.w.LogPlan(ctx, job, m.epoch, 1000, []Range{r}); !errors.Is(err, offsets.ErrFenced) {
+			if err := m.w.LogPlan(ctx, job, m.epoch, 1000, []record.Range{r}); !errors.Is(err, offsets.ErrFenced) {
 				t.Errorf("plan of %v with epoch %d after Claim = %v, want ErrFenced", r, m.epoch, err)
 			}
 		}
@@ -245,11 +246,11 @@ func TestRedisPendingRangesAfterMemberDies(t *testing.T) {
 	eA := mustClaimParts(t, a, job, []int32{0, 1, 2}, 0)
 	// Partition 2 is folded, partition 3 never planned.
 	id0 := mustBatchID(t, a, job)
-	mustLogPlan(t, a, job, eA, id0, []Range{inRange(2, 0, 7)})
+	mustLogPlan(t, a, job, eA, id0, []record.Range{inRange(2, 0, 7)})
 	mustWrite(t, a, job, eA, inRange(2, 0, 7), partTotal(inRange(2, 0, 7)), nil)
-	mustFold(t, a, job, eA, id0, []Range{inRange(2, 0, 7)}, 1)
+	mustFold(t, a, job, eA, id0, []record.Range{inRange(2, 0, 7)}, 1)
 	id := mustBatchID(t, a, job)
-	plan := []Range{inRange(1, 0, 30), inRange(0, 0, 20)} // not in partition order
+	plan := []record.Range{inRange(1, 0, 30), inRange(0, 0, 20)} // not in partition order
 	mustLogPlan(t, a, job, eA, id, plan)
 	for _, r := range plan {
 		mustWrite(t, a, job, eA, r, partTotal(r), nil)
@@ -268,10 +269,10 @@ func TestRedisPendingRangesAfterMemberDies(t *testing.T) {
 		t.Fatalf("PendingRanges = %v, %v; want %v", pend, err, want)
 	}
 	// Until they are folded, the partitions take no other range.
-	if err := b.LogPlan(ctx, job, eB, mustBatchID(t, b, job), []Range{inRange(0, 0, 25)}); !errors.Is(err, offsets.ErrConflict) {
+	if err := b.LogPlan(ctx, job, eB, mustBatchID(t, b, job), []record.Range{inRange(0, 0, 25)}); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("a new plan over a pending range = %v, want ErrConflict", err)
 	}
-	var ranges []Range
+	var ranges []record.Range
 	for _, p := range pend {
 		mustWrite(t, b, job, eB, p.Range, partTotal(p.Range), nil)
 		ranges = append(ranges, p.Range)
@@ -297,23 +298,23 @@ func TestRedisLogPlanDeterminismGuard(t *testing.T) {
 	ctx := t.Context()
 	job := groupJob(t, w, 2)
 	e := mustClaimParts(t, w, job, []int32{0, 1}, 0)
-	mustLogPlan(t, w, job, e, 1, []Range{inRange(0, 0, 10)})
+	mustLogPlan(t, w, job, e, 1, []record.Range{inRange(0, 0, 10)})
 	before := snapshot(t, w, job)
-	for _, r := range []Range{inRange(0, 0, 15), inRange(0, 0, 5), inRange(0, 10, 20)} {
-		if err := w.LogPlan(ctx, job, e, 2, []Range{inRange(1, 0, 3), r}); !errors.Is(err, offsets.ErrConflict) {
+	for _, r := range []record.Range{inRange(0, 0, 15), inRange(0, 0, 5), inRange(0, 10, 20)} {
+		if err := w.LogPlan(ctx, job, e, 2, []record.Range{inRange(1, 0, 3), r}); !errors.Is(err, offsets.ErrConflict) {
 			t.Fatalf("LogPlan of %v over the pending 0-10 = %v, want ErrConflict", r, err)
 		}
 	}
 	sameSnapshot(t, "refused plans", before, snapshot(t, w, job))
 	// The same range again (a replay) is fine, and so is any range of a
 	// partition with nothing pending.
-	mustLogPlan(t, w, job, e, 1, []Range{inRange(0, 0, 10)})
-	mustLogPlan(t, w, job, e, 2, []Range{inRange(1, 0, 3)})
+	mustLogPlan(t, w, job, e, 1, []record.Range{inRange(0, 0, 10)})
+	mustLogPlan(t, w, job, e, 2, []record.Range{inRange(1, 0, 3)})
 	mustWrite(t, w, job, e, inRange(0, 0, 10), nil, nil)
-	mustFold(t, w, job, e, 1, []Range{inRange(0, 0, 10)}, 1)
+	mustFold(t, w, job, e, 1, []record.Range{inRange(0, 0, 10)}, 1)
 	// Folded, the partition takes its next range, from the folded To.
-	mustLogPlan(t, w, job, e, 4, []Range{inRange(0, 10, 25)})
-	if err := w.LogPlan(ctx, job, e, 5, []Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrConflict) {
+	mustLogPlan(t, w, job, e, 4, []record.Range{inRange(0, 10, 25)})
+	if err := w.LogPlan(ctx, job, e, 5, []record.Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("LogPlan over the pending 10-25 = %v, want ErrConflict", err)
 	}
 }
@@ -327,7 +328,7 @@ func TestRedisNextBatchID(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A job that counted its own ids before.
-	mustLogPlan(t, w, job, e, 41, []Range{inRange(0, 0, 10)})
+	mustLogPlan(t, w, job, e, 41, []record.Range{inRange(0, 0, 10)})
 	prev := int64(41)
 	for range 3 {
 		id := mustBatchID(t, w, job)
@@ -341,7 +342,7 @@ func TestRedisNextBatchID(t *testing.T) {
 	}
 	// An id logged past the counter (a single instance counting its own)
 	// moves it too.
-	mustLogPlan(t, w, job, e, 100, []Range{inRange(0, 0, 10)})
+	mustLogPlan(t, w, job, e, 100, []record.Range{inRange(0, 0, 10)})
 	if id := mustBatchID(t, w, job); id != 101 {
 		t.Fatalf("NextBatchID after plan 100 = %d, want 101", id)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // TestRedisResetOffsets resets a job with a folded batch on two partitions
@@ -18,13 +19,15 @@ func TestRedisResetOffsets(t *testing.T) {
 	ctx := t.Context()
 	job := redisJob(t, w)
 	epoch, ranges := jobSetup(t, w, job, 2, 100)
-	one := func(r Range) []Total { return []Total{{Key: "k", Events: r.To - r.From, Amount: 2 * (r.To - r.From)}} }
+	one := func(r record.Range) []Total {
+		return []Total{{Key: "k", Events: r.To - r.From, Amount: 2 * (r.To - r.From)}}
+	}
 	for _, r := range ranges {
 		mustWrite(t, w, job, epoch, r, one(r), nil)
 	}
 	mustFold(t, w, job, epoch, 1, ranges, 2)
-	pending := Range{Topic: "in", Partition: 0, From: 100, To: 150}
-	if err := w.LogPlan(ctx, job, epoch, 2, []Range{pending}); err != nil {
+	pending := record.Range{Topic: "in", Partition: 0, From: 100, To: 150}
+	if err := w.LogPlan(ctx, job, epoch, 2, []record.Range{pending}); err != nil {
 		t.Fatal(err)
 	}
 	mustWrite(t, w, job, epoch, pending, one(pending), nil)
@@ -76,10 +79,10 @@ func TestRedisResetOffsets(t *testing.T) {
 	}
 
 	// The old run is fenced on the reset partitions.
-	if _, err := w.Fold(ctx, job, epoch, 2, []Range{pending}); !errors.Is(err, offsets.ErrFenced) {
+	if _, err := w.Fold(ctx, job, epoch, 2, []record.Range{pending}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("old run's Fold after reset = %v, want ErrFenced", err)
 	}
-	if err := w.LogPlan(ctx, job, epoch, 3, []Range{{Topic: "in", Partition: 1, From: 0, To: 10}}); !errors.Is(err, offsets.ErrFenced) {
+	if err := w.LogPlan(ctx, job, epoch, 3, []record.Range{{Topic: "in", Partition: 1, From: 0, To: 10}}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("old run's LogPlan after reset = %v, want ErrFenced", err)
 	}
 
@@ -95,7 +98,7 @@ func TestRedisResetOffsets(t *testing.T) {
 	if err != nil || id <= 2 {
 		t.Fatalf("NextBatchID = %d, %v; want > 2", id, err)
 	}
-	next := []Range{{Topic: "in", Partition: 0, From: 20, To: 150}, {Topic: "in", Partition: 1, From: 0, To: 100}, {Topic: "in", Partition: 2, From: 5, To: 6}}
+	next := []record.Range{{Topic: "in", Partition: 0, From: 20, To: 150}, {Topic: "in", Partition: 1, From: 0, To: 100}, {Topic: "in", Partition: 2, From: 5, To: 6}}
 	if err := w.LogPlan(ctx, job, runEpoch, id, next); err != nil {
 		t.Fatalf("LogPlan after reset: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // The rows of a user-defined job (WriteRowsContribution, FoldRows): the
@@ -19,14 +20,14 @@ var (
 	rowsReplace = Upsert{Table: "last_seen", Keys: []string{"region", "k"}, Values: []string{"at"}, Merge: MergeReplace}
 )
 
-func mustWriteRows(t *testing.T, w *Redis, job string, epoch int64, r Range, u Upsert, rows [][]any, dls []DeadLetter) {
+func mustWriteRows(t *testing.T, w *Redis, job string, epoch int64, r record.Range, u Upsert, rows [][]any, dls []record.DeadLetter) {
 	t.Helper()
 	if err := w.WriteRowsContribution(t.Context(), job, epoch, r, u, rows, dls); err != nil {
 		t.Fatalf("WriteRowsContribution %v: %v", r, err)
 	}
 }
 
-func mustFoldRows(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []Range, u Upsert, want int) {
+func mustFoldRows(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []record.Range, u Upsert, want int) {
 	t.Helper()
 	n, err := w.FoldRows(t.Context(), job, epoch, batch, ranges, u)
 	if err != nil {
@@ -95,11 +96,11 @@ func TestRedisRowsFold(t *testing.T) {
 	// Existing keys of the built-in job are not touched.
 	before := snapshot(t, w, job)
 	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"x", 1, int64(10)}, {"y", 1, 5}, {"x", 1, -3}},
-		[]DeadLetter{{Topic: "in", Partition: 0, Offset: 4, Reason: "no key", Payload: []byte("{}")}})
+		[]record.DeadLetter{{Topic: "in", Partition: 0, Offset: 4, Reason: "no key", Payload: []byte("{}")}})
 	// A replay with the same records writes the same contribution again:
 	// the first is replaced, not added to.
 	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"x", 1, int64(10)}, {"y", 1, 5}, {"x", 1, -3}},
-		[]DeadLetter{{Topic: "in", Partition: 0, Offset: 4, Reason: "no key", Payload: []byte("{}")}})
+		[]record.DeadLetter{{Topic: "in", Partition: 0, Offset: 4, Reason: "no key", Payload: []byte("{}")}})
 	mustWriteRows(t, w, job, epoch, ranges[1], rowsAdd, [][]any{{"x", uint8(1), int32(100)}, {"z", 2, 0}}, nil)
 	wantRows(t, w, job, "per_key", "n", nil) // nothing visible before the fold
 	if n, _ := w.DeadLetterCount(ctx, job); n != 0 {
@@ -129,7 +130,7 @@ func TestRedisRowsFold(t *testing.T) {
 	sameSnapshot(t, "a replayed write and fold", before, snapshot(t, w, job))
 
 	// The next batch adds to what is there.
-	next := []Range{{Topic: "in", Partition: 0, From: 10, To: 20}}
+	next := []record.Range{{Topic: "in", Partition: 0, From: 10, To: 20}}
 	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestRedisRowsReplace(t *testing.T) {
 	wantRows(t, w, job, "last_seen", "at", map[string]string{
 		"2:eu2:k1": "2026-11-30T12:01:00Z", "2:us2:k1": "text", "2:eu2:k2": "2.5",
 	})
-	next := []Range{{Topic: "in", Partition: 0, From: 10, To: 12}}
+	next := []record.Range{{Topic: "in", Partition: 0, From: 10, To: 12}}
 	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // The Redis cases run against a real server named by MICROBATCH_TEST_REDIS
@@ -90,7 +91,7 @@ func sameSnapshot(t *testing.T, what string, before, after map[string]any) {
 
 // jobSetup claims job, starts topic "in" partitions 0..parts-1 at offset 0
 // and logs batch 1 with ranges [0, to) for each.
-func jobSetup(t *testing.T, w *Redis, job string, parts int, to int64) (epoch int64, ranges []Range) {
+func jobSetup(t *testing.T, w *Redis, job string, parts int, to int64) (epoch int64, ranges []record.Range) {
 	t.Helper()
 	ctx := t.Context()
 	epoch, err := w.Claim(ctx, job)
@@ -100,7 +101,7 @@ func jobSetup(t *testing.T, w *Redis, job string, parts int, to int64) (epoch in
 	start := make(map[int32]int64)
 	for p := range parts {
 		start[int32(p)] = 0
-		ranges = append(ranges, Range{Topic: "in", Partition: int32(p), From: 0, To: to})
+		ranges = append(ranges, record.Range{Topic: "in", Partition: int32(p), From: 0, To: to})
 	}
 	if err := w.InitOffsets(ctx, job, "in", start); err != nil {
 		t.Fatalf("InitOffsets: %v", err)
@@ -111,14 +112,14 @@ func jobSetup(t *testing.T, w *Redis, job string, parts int, to int64) (epoch in
 	return epoch, ranges
 }
 
-func mustWrite(t *testing.T, w *Redis, job string, epoch int64, r Range, totals []Total, dls []DeadLetter) {
+func mustWrite(t *testing.T, w *Redis, job string, epoch int64, r record.Range, totals []Total, dls []record.DeadLetter) {
 	t.Helper()
 	if err := w.WriteContribution(t.Context(), job, epoch, r, totals, dls); err != nil {
 		t.Fatalf("WriteContribution %v: %v", r, err)
 	}
 }
 
-func mustFold(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []Range, want int) {
+func mustFold(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []record.Range, want int) {
 	t.Helper()
 	n, err := w.Fold(t.Context(), job, epoch, batch, ranges)
 	if err != nil {
@@ -355,7 +356,7 @@ func TestRedisPlanRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := []Range{{Topic: "in", Partition: 0, From: 10, To: 20}, {Topic: "in", Partition: 3, From: 1 << 50, To: 1<<50 + 7}}
+	plan := []record.Range{{Topic: "in", Partition: 0, From: 10, To: 20}, {Topic: "in", Partition: 3, From: 1 << 50, To: 1<<50 + 7}}
 	if err := w.LogPlan(ctx, job, epoch, 7, plan); err != nil {
 		t.Fatalf("LogPlan: %v", err)
 	}
@@ -368,7 +369,7 @@ func TestRedisPlanRoundTrip(t *testing.T) {
 		t.Fatalf("logging the same plan again: %v", err)
 	}
 	// Another plan for a logged batch: refused.
-	other := []Range{{Topic: "in", Partition: 1, From: 10, To: 25}}
+	other := []record.Range{{Topic: "in", Partition: 1, From: 10, To: 25}}
 	if err := w.LogPlan(ctx, job, epoch, 7, other); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("logging another plan for batch 7 = %v, want ErrConflict", err)
 	}
@@ -381,7 +382,7 @@ func TestRedisPlanRoundTrip(t *testing.T) {
 		t.Fatalf("LastPlan after logging 7 and 6 = %d, %v; want 7", id, err)
 	}
 	// Invalid ranges never reach Redis.
-	for _, bad := range [][]Range{
+	for _, bad := range [][]record.Range{
 		nil,
 		{{Topic: "in", Partition: 0, From: 5, To: 5}},
 		{{Topic: "in:x", Partition: 0, From: 0, To: 5}},
@@ -496,7 +497,7 @@ func TestRedisFoldConflictIsAtomic(t *testing.T) {
 	epoch, ranges := jobSetup(t, w, job, 3, 10)
 	for _, r := range ranges {
 		mustWrite(t, w, job, epoch, r, []Total{{Key: "k", Events: 1, Amount: 10}},
-			[]DeadLetter{{Topic: r.Topic, Partition: r.Partition, Offset: r.From, Reason: "bad"}})
+			[]record.DeadLetter{{Topic: r.Topic, Partition: r.Partition, Offset: r.From, Reason: "bad"}})
 	}
 	// Partition 2's offset was moved elsewhere (by hand, or by a bug).
 	if err := w.Client().HSet(ctx, redisOffsetsKey(job), "in/2", 4).Err(); err != nil {
@@ -513,7 +514,7 @@ func TestRedisFoldConflictIsAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = snapshot(t, w, job)
-	other := append(ranges[:2:2], Range{Topic: "in", Partition: 2, From: 0, To: 9})
+	other := append(ranges[:2:2], record.Range{Topic: "in", Partition: 2, From: 0, To: 9})
 	if _, err := w.Fold(ctx, job, epoch, 1, other); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("Fold of an unplanned range = %v, want ErrConflict", err)
 	}
@@ -522,7 +523,7 @@ func TestRedisFoldConflictIsAtomic(t *testing.T) {
 		t.Fatalf("Fold of an unlogged batch = %v, want ErrConflict", err)
 	}
 	// …a partition nothing was logged for…
-	never := append(ranges[:3:3], Range{Topic: "in", Partition: 5, From: 0, To: 10})
+	never := append(ranges[:3:3], record.Range{Topic: "in", Partition: 5, From: 0, To: 10})
 	if _, err := w.Fold(ctx, job, epoch, 1, never); !errors.Is(err, ErrRedisMissing) {
 		t.Fatalf("Fold of a partition without a logged range = %v, want ErrRedisMissing", err)
 	}
@@ -692,11 +693,11 @@ func TestRedisDeadLettersMoveWithTheFold(t *testing.T) {
 	epoch, ranges := jobSetup(t, w, job, 1, 10)
 	r := ranges[0]
 	payload := []byte{0, 1, 2, 0xff, '"', '\n'}
-	dls := []DeadLetter{
+	dls := []record.DeadLetter{
 		{Topic: "in", Partition: 0, Offset: 3, Reason: "bad json", Payload: payload},
 		{Topic: "in", Partition: 0, Offset: 9, Reason: strings.Repeat("é", MaxReasonBytes), Payload: nil},
 	}
-	if err := w.WriteContribution(ctx, job, epoch, r, nil, append(dls, DeadLetter{Topic: "in", Partition: 0, Offset: 10})); err == nil {
+	if err := w.WriteContribution(ctx, job, epoch, r, nil, append(dls, record.DeadLetter{Topic: "in", Partition: 0, Offset: 10})); err == nil {
 		t.Fatal("a dead letter outside the range was accepted")
 	}
 	mustWrite(t, w, job, epoch, r, []Total{{Key: "k", Events: 8, Amount: 80}}, dls)
@@ -736,9 +737,9 @@ func TestRedisDeadLetterReasonsNotUTF8(t *testing.T) {
 		1: {"decode: invalid key \"page-\xff\"", `decode: invalid key "page-\xff"`},
 		2: {long, strings.Repeat("é", 509) + `x\xff`},
 	}
-	var dls []DeadLetter
+	var dls []record.DeadLetter
 	for off, c := range cases {
-		dls = append(dls, DeadLetter{Topic: "in", Partition: 0, Offset: off, Reason: c[0], Payload: []byte(c[0])})
+		dls = append(dls, record.DeadLetter{Topic: "in", Partition: 0, Offset: off, Reason: c[0], Payload: []byte(c[0])})
 	}
 	mustWrite(t, w, job, epoch, r, nil, dls)
 	mustFold(t, w, job, epoch, 1, ranges, 1)
@@ -773,7 +774,7 @@ func TestRedisCrashRecovery(t *testing.T) {
 	epoch1, ranges := jobSetup(t, first, job, 2, 100)
 	// The batch's result is a function of its records, so a replay writes
 	// the same contributions.
-	contrib := func(r Range) []Total {
+	contrib := func(r record.Range) []Total {
 		var ts []Total
 		for off := r.From; off < r.To; off++ {
 			ts = append(ts, Total{Key: fmt.Sprintf("k%d", off%7), Events: 1, Amount: off})
@@ -897,7 +898,7 @@ func TestIsRedisRetryable(t *testing.T) {
 	if _, err := w.Claim(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	_, fenceErr := w.Fold(ctx, job, 0, 1, []Range{{Topic: "in", From: 0, To: 1}})
+	_, fenceErr := w.Fold(ctx, job, 0, 1, []record.Range{{Topic: "in", From: 0, To: 1}})
 	scriptErr := w.Client().Eval(ctx, "return redis.call('NOSUCHCOMMAND')", nil).Err()
 	cases := []struct {
 		name string

@@ -35,6 +35,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // Tables written by the built-in job besides mb_offsets.
@@ -364,32 +365,22 @@ func (w *SQL) upsert(ctx context.Context, ex sqlx.ExecerContext, u Upsert, rows 
 	return nil
 }
 
-// DeadLetter is a record that could not be processed.
-type DeadLetter struct {
-	Job       string
-	Topic     string
-	Partition int32
-	Offset    int64
-	Reason    string
-	Payload   []byte
-}
-
 // deadLetterChunkBytes bounds one INSERT's payload so it stays far below
 // max_allowed_packet (16 MiB by default on MariaDB).
 const deadLetterChunkBytes = 4 << 20
 
 // DeadLetters inserts dls. A record already dead-lettered (same job, topic,
 // partition, offset) is left as it is, so replays are harmless.
-func (t *SQLTx) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+func (t *SQLTx) DeadLetters(ctx context.Context, dls []record.DeadLetter) error {
 	return t.w.deadLetters(ctx, t.tx, dls)
 }
 
 // DeadLetters inserts dls outside any transaction (see SQL.Upsert).
-func (w *SQL) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+func (w *SQL) DeadLetters(ctx context.Context, dls []record.DeadLetter) error {
 	return w.deadLetters(ctx, w.db, dls)
 }
 
-func (w *SQL) deadLetters(ctx context.Context, ex sqlx.ExecerContext, dls []DeadLetter) error {
+func (w *SQL) deadLetters(ctx context.Context, ex sqlx.ExecerContext, dls []record.DeadLetter) error {
 	now := time.Now().UTC()
 	for len(dls) > 0 {
 		n, size := 0, 0

@@ -15,6 +15,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // The SQL writer cases run on a temporary SQLite file always, and on
@@ -354,7 +355,7 @@ func TestSQLDeadLetters(t *testing.T) {
 	longReason := "x" + strings.Repeat("é", 600)
 	forEachSink(t, func(t *testing.T, w *SQL) {
 		job := uniqueJob(t)
-		first := []DeadLetter{
+		first := []record.DeadLetter{
 			{Job: job, Topic: "events", Partition: 0, Offset: 1, Reason: "not a JSON object", Payload: []byte("hello")},
 			{Job: job, Topic: "events", Partition: 0, Offset: 2, Reason: "record is 1000000 bytes", Payload: big},
 			{Job: job, Topic: "events", Partition: 3, Offset: 1, Reason: longReason, Payload: nil},
@@ -363,7 +364,7 @@ func TestSQLDeadLetters(t *testing.T) {
 		inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), first) })
 		// A replay of the same records (different reason and payload) and a
 		// new one: the stored ones stay as they are.
-		second := []DeadLetter{
+		second := []record.DeadLetter{
 			{Job: job, Topic: "events", Partition: 0, Offset: 2, Reason: "replayed", Payload: []byte("other")},
 			{Job: job, Topic: "events", Partition: 0, Offset: 1, Reason: "replayed", Payload: []byte("other")},
 			{Job: job, Topic: "events", Partition: 0, Offset: 3, Reason: "new", Payload: []byte("new")},
@@ -420,9 +421,9 @@ func TestSQLDeadLetterReasonsNotUTF8(t *testing.T) {
 	}
 	forEachSink(t, func(t *testing.T, w *SQL) {
 		job := uniqueJob(t)
-		var dls []DeadLetter
+		var dls []record.DeadLetter
 		for _, c := range cases {
-			dls = append(dls, DeadLetter{Job: job, Topic: "events", Partition: 0, Offset: c.off, Reason: c.reason, Payload: []byte(c.reason)})
+			dls = append(dls, record.DeadLetter{Job: job, Topic: "events", Partition: 0, Offset: c.off, Reason: c.reason, Payload: []byte(c.reason)})
 		}
 		inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), dls) })
 		got := readDeadLetters(t, w, job)
@@ -456,9 +457,9 @@ func TestSQLDeadLettersChunked(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				job := uniqueJob(t)
-				dls := make([]DeadLetter, tc.n)
+				dls := make([]record.DeadLetter, tc.n)
 				for i := range dls {
-					dls[i] = DeadLetter{Job: job, Topic: "events", Partition: int32(i % 3), Offset: int64(i),
+					dls[i] = record.DeadLetter{Job: job, Topic: "events", Partition: int32(i % 3), Offset: int64(i),
 						Reason: "bad", Payload: bytes.Repeat([]byte{byte(i)}, tc.payload)}
 				}
 				inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), dls) })
@@ -524,7 +525,7 @@ func TestSQLRollbackLeavesNothing(t *testing.T) {
 		if err := tx.Upsert(t.Context(), Totals, totalsRows(job, "a", 1, 1, "b", 2, 2)); err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.DeadLetters(t.Context(), []DeadLetter{{Job: job, Topic: "events", Offset: 100, Reason: "r", Payload: []byte("p")}}); err != nil {
+		if err := tx.DeadLetters(t.Context(), []record.DeadLetter{{Job: job, Topic: "events", Offset: 100, Reason: "r", Payload: []byte("p")}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Advance(t.Context(), offsets.Advance{Job: job, Topic: "events", Partition: 0, From: 100, To: 110, Epoch: 1, BatchID: 1}); err != nil {
@@ -693,7 +694,7 @@ func TestSQLDeadLetterPayloadCap(t *testing.T) {
 	forEachSink(t, func(t *testing.T, w *SQL) {
 		job := uniqueJob(t)
 		inTx(t, w, func(tx *SQLTx) error {
-			return tx.DeadLetters(t.Context(), []DeadLetter{
+			return tx.DeadLetters(t.Context(), []record.DeadLetter{
 				{Job: job, Topic: "events", Partition: 1, Offset: 7, Reason: "record too large", Payload: huge},
 				{Job: job, Topic: "events", Partition: 1, Offset: 8, Reason: "not JSON", Payload: []byte("x")},
 			})

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // WALTable remembers, per job and sink subtask, the last checkpoint whose
@@ -156,8 +157,8 @@ func walValue(v any) (any, error) {
 }
 
 type walData struct {
-	Upserts     []walUpsert  `json:"upserts,omitempty"`
-	DeadLetters []DeadLetter `json:"dead_letters,omitempty"`
+	Upserts     []walUpsert         `json:"upserts,omitempty"`
+	DeadLetters []record.DeadLetter `json:"dead_letters,omitempty"`
 }
 
 // NewWAL returns subtask's write-ahead writer for job on w.
@@ -185,7 +186,7 @@ func (l *WAL) Upsert(_ context.Context, u Upsert, rows [][]any) error {
 }
 
 // DeadLetters buffers dead letters for the open checkpoint.
-func (l *WAL) DeadLetters(_ context.Context, dls []DeadLetter) error {
+func (l *WAL) DeadLetters(_ context.Context, dls []record.DeadLetter) error {
 	if !l.open {
 		return errors.New("wal sink: no open transaction")
 	}

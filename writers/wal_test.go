@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -45,7 +46,7 @@ func TestWAL(t *testing.T) {
 		if err := l.Upsert(t.Context(), writers.Totals, [][]any{{"j", "k", int64(1), amount}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.DeadLetters(t.Context(), []writers.DeadLetter{{Job: "j", Topic: "t", Offset: txn, Reason: "bad", Payload: []byte{0, 1}}}); err != nil {
+		if err := l.DeadLetters(t.Context(), []record.DeadLetter{{Job: "j", Topic: "t", Offset: txn, Reason: "bad", Payload: []byte{0, 1}}}); err != nil {
 			t.Fatal(err)
 		}
 		p, err := l.PreCommit(ctx)
@@ -163,7 +164,7 @@ func TestWALKeepsBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 			badReason := "decode: key \"page-\xff\" is " + strings.Repeat("é", 600) // 1218 bytes
-			if err := l.DeadLetters(ctx, []writers.DeadLetter{{Job: job, Topic: "t", Offset: 1, Reason: badReason, Payload: []byte("page-\xff")}}); err != nil {
+			if err := l.DeadLetters(ctx, []record.DeadLetter{{Job: job, Topic: "t", Offset: 1, Reason: badReason, Payload: []byte("page-\xff")}}); err != nil {
 				t.Fatal(err)
 			}
 			p, err := l.PreCommit(ctx)

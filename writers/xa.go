@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 )
 
 // XA is the MySQL/MariaDB sink of checkpoint mode: rows and dead letters
@@ -277,7 +278,7 @@ func (x *XA) Upsert(ctx context.Context, u Upsert, rows [][]any) error {
 }
 
 // DeadLetters inserts dls (as SQL.DeadLetters) in the open transaction.
-func (x *XA) DeadLetters(ctx context.Context, dls []DeadLetter) error {
+func (x *XA) DeadLetters(ctx context.Context, dls []record.DeadLetter) error {
 	s, err := x.openSlot()
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/record"
 )
 
 // The XA cases run against the real MariaDB/MySQL server (skipped without
@@ -185,7 +186,7 @@ func TestXACommit(t *testing.T) {
 	twoPhaseOK(t, "Recover", x.Recover(ctx, nil))
 	twoPhaseOK(t, "Begin", x.Begin(ctx, 1))
 	twoPhaseOK(t, "Upsert", x.Upsert(ctx, Totals, totalsRows(job, "a", 1, 10, "b", 2, 20)))
-	twoPhaseOK(t, "DeadLetters", x.DeadLetters(ctx, []DeadLetter{{Job: job, Topic: "t", Partition: 3, Offset: 7, Reason: "bad", Payload: []byte("{")}}))
+	twoPhaseOK(t, "DeadLetters", x.DeadLetters(ctx, []record.DeadLetter{{Job: job, Topic: "t", Partition: 3, Offset: 7, Reason: "bad", Payload: []byte("{")}}))
 	p, err := x.PreCommit(ctx)
 	twoPhaseOK(t, "PreCommit", err)
 	if p.Sink != "xa" || p.Subtask != 0 || p.Txn != 1 || p.ID != "mb-1-0" {

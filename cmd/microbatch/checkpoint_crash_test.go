@@ -40,6 +40,7 @@ import (
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -656,7 +657,7 @@ func readTopicCommitted(t *testing.T, brokers, topic string) map[int32][]rawReco
 		wg   sync.WaitGroup
 	)
 	for _, p := range src.Partitions() {
-		r := batch.Range{Topic: topic, Partition: p, From: bounds[p].Start, To: bounds[p].End}
+		r := record.Range{Topic: topic, Partition: p, From: bounds[p].Start, To: bounds[p].End}
 		if r.Len() == 0 {
 			continue
 		}

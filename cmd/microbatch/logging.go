@@ -13,6 +13,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/redact"
+	"github.com/microbatch/microbatch/record"
 )
 
 // Log formats of --log-format.
@@ -58,7 +59,7 @@ func newOutput(w *os.File, format string, level slog.Level, quiet bool) *output 
 // batchStart logs, at debug level, a batch's plan: per partition the
 // offset range it reads, [from, to), which is what a replay after a crash
 // reads again.
-func (o *output) batchStart(b batch.Info, ranges []batch.Range) {
+func (o *output) batchStart(b batch.Info, ranges []record.Range) {
 	var offs int64
 	plan := make([]string, len(ranges))
 	for i, r := range ranges {

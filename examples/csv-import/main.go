@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -189,7 +190,7 @@ type chunk struct {
 	lines int
 	end   position
 	rows  [][]any // customer_id, orders, amount_cents
-	bad   []writers.DeadLetter
+	bad   []record.DeadLetter
 }
 
 // readChunk reads up to n lines from r, which stands at pos, and sums
@@ -216,7 +217,7 @@ func readChunk(r *bufio.Reader, pos position, n int, job, source string) (chunk,
 		}
 		customer, cents, perr := parseLine(text)
 		if perr != nil {
-			c.bad = append(c.bad, writers.DeadLetter{Job: job, Topic: source, Partition: 0, Offset: c.end.Line,
+			c.bad = append(c.bad, record.DeadLetter{Job: job, Topic: source, Partition: 0, Offset: c.end.Line,
 				Reason: perr.Error(), Payload: []byte(text)})
 			continue
 		}

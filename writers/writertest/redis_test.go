@@ -10,6 +10,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/writertest"
 )
@@ -151,11 +152,11 @@ func (w *redisWriter) Begin(ctx context.Context, b writertest.Batch) (writertest
 	if err != nil {
 		return nil, err
 	}
-	t.r = writers.Range{Topic: redisTopic, Partition: 0, From: from, To: to}
+	t.r = record.Range{Topic: redisTopic, Partition: 0, From: from, To: to}
 	if t.id, err = w.w.NextBatchID(ctx, w.s.job); err != nil {
 		return nil, err
 	}
-	if err := w.w.LogPlan(ctx, w.s.job, w.epoch, t.id, []writers.Range{t.r}); err != nil {
+	if err := w.w.LogPlan(ctx, w.s.job, w.epoch, t.id, []record.Range{t.r}); err != nil {
 		return nil, err
 	}
 	totals := make([]writers.Total, len(b.Rows))
@@ -171,8 +172,8 @@ func (w *redisWriter) Begin(ctx context.Context, b writertest.Batch) (writertest
 type redisTxn struct {
 	w  *redisWriter
 	b  writertest.Batch
-	id int64         // offsets: the logged batch id
-	r  writers.Range // offsets: the logged range
+	id int64        // offsets: the logged batch id
+	r  record.Range // offsets: the logged range
 }
 
 func (t *redisTxn) PreCommit(context.Context) (writertest.Pending, error) {
@@ -183,7 +184,7 @@ func (t *redisTxn) Commit(ctx context.Context) error {
 	if t.w.s.source {
 		return t.w.w.CommitSource(ctx, t.advance(), t.write(ctx))
 	}
-	_, err := t.w.w.Fold(ctx, t.w.s.job, t.w.epoch, t.id, []writers.Range{t.r})
+	_, err := t.w.w.Fold(ctx, t.w.s.job, t.w.epoch, t.id, []record.Range{t.r})
 	return err
 }
 
