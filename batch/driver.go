@@ -226,96 +226,21 @@ type CommitResult struct {
 // fails for good or the source can't be read.
 func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 	clock := d.clock()
-	next := maps.Clone(d.Next)
-	sum.Next = next
+	r := &run{d: d, next: maps.Clone(d.Next), batchID: d.LastBatch}
+	r.sum.Next = r.next
 	began := clock.Now()
-	defer func() { sum.Elapsed = clock.Now().Sub(began) }()
-	batchID := d.LastBatch
-	var idleSince time.Time
-	for {
-		if ctx.Err() != nil {
-			return sum, nil
-		}
+	defer func() { sum = r.sum; sum.Elapsed = clock.Now().Sub(began) }()
+	for ctx.Err() == nil {
 		tick := clock.Now()
-		var bounds map[int32]Bounds
-		bounds, err = d.Source.Bounds(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return sum, nil
-			}
-			return sum, fmt.Errorf("reading partition offsets: %w", err)
+		ranges, done, err := r.step(ctx, tick)
+		if done || err != nil {
+			return r.sum, err
 		}
-		ranges, err := Plan(d.Topic, next, bounds, d.MaxRecords)
-		if err != nil {
-			return sum, err
-		}
-		sum.Lag = Lag(next, bounds)
-		if len(ranges) == 0 {
-			caughtUp := true
-			if d.JobLag != nil && d.UntilIdle > 0 {
-				if sum.Lag, err = d.JobLag(ctx, bounds); err != nil {
-					if ctx.Err() != nil {
-						return sum, nil
-					}
-					return sum, fmt.Errorf("reading the job's positions: %w", err)
-				}
-				caughtUp = sum.Lag == 0
-			}
-			switch {
-			case !caughtUp:
-				idleSince = time.Time{}
-			case idleSince.IsZero():
-				idleSince = tick
-			}
-			if d.UntilIdle > 0 && caughtUp && tick.Sub(idleSince) >= d.UntilIdle {
-				return sum, nil
-			}
-		} else {
-			idleSince = time.Time{}
-			if batchID, err = d.nextBatchID(ctx, batchID); err != nil {
-				return sum, err
-			}
-			if d.Prepare != nil {
-				if err := d.Prepare(context.WithoutCancel(ctx), Info{ID: batchID, Epoch: d.Epoch}, ranges); err != nil {
-					err = fmt.Errorf("preparing batch %d: %w", batchID, err)
-					if !d.drops(err) {
-						return sum, err
-					}
-					// Refused for the plan as a whole: none of its
-					// partitions is ours for sure any more.
-					for _, r := range ranges {
-						delete(next, r.Partition)
-						sum.Fenced++
-						if d.OnDrop != nil {
-							d.OnDrop(r.Partition, err)
-						}
-					}
-					continue
-				}
-			}
-			if d.OnStart != nil {
-				d.OnStart(Info{ID: batchID, Epoch: d.Epoch}, ranges)
-			}
-			p, rolledBack, err := d.runBatch(ctx, Info{ID: batchID, Epoch: d.Epoch}, ranges, next)
-			sum.Records += p.Records // committed partitions only, even on error
-			sum.DeadLetters += p.DeadLetters
-			sum.Fenced += p.Fenced
-			if errors.Is(err, ErrStopped) && ctx.Err() != nil {
-				// A stop, not a failure: what committed counts, the
-				// rest rolled back and is read again by the next run.
-				sum.RolledBack = rolledBack
-				return sum, nil
-			}
-			if err != nil {
-				return sum, err
-			}
-			sum.Batches++
-			p.Lag = Lag(next, bounds)
-			p.Positions = Positions(next, bounds)
-			sum.Lag = p.Lag
-			if d.OnProgress != nil {
-				d.OnProgress(p)
-			}
+		if r.replan {
+			// The plan was refused as a whole: plan again at once for
+			// the partitions still ours.
+			r.replan = false
+			continue
 		}
 		// A batch that overran the interval is followed at once by the next.
 		// With no interval, an idle source is still polled at a bounded rate.
@@ -326,11 +251,137 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 		if wait > 0 {
 			select {
 			case <-ctx.Done():
-				return sum, nil
+				return r.sum, nil
 			case <-clock.After(wait):
 			}
 		}
 	}
+	return r.sum, nil
+}
+
+// run is the state of one Driver.Run: where each partition is, the last
+// batch id, and since when the job has been idle.
+type run struct {
+	d         *Driver
+	next      map[int32]int64
+	sum       Summary
+	batchID   int64
+	idleSince time.Time
+	replan    bool // the last plan was refused as a whole
+}
+
+// step plans the next batch at tick and runs it, or notes the idleness. It
+// returns the planned ranges (none when idle), and done when the run is
+// over without error: idle for UntilIdle, or stopped mid-batch.
+func (r *run) step(ctx context.Context, tick time.Time) (ranges []record.Range, done bool, err error) {
+	d := r.d
+	bounds, err := d.Source.Bounds(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, true, nil // a stop, not a failure
+		}
+		return nil, false, fmt.Errorf("reading partition offsets: %w", err)
+	}
+	if ranges, err = Plan(d.Topic, r.next, bounds, d.MaxRecords); err != nil {
+		return nil, false, err
+	}
+	r.sum.Lag = Lag(r.next, bounds)
+	if len(ranges) == 0 {
+		done, err = r.idle(ctx, tick, bounds)
+		return nil, done, err
+	}
+	r.idleSince = time.Time{}
+	done, err = r.batch(ctx, ranges, bounds)
+	return ranges, done, err
+}
+
+// idle notes a plan that found nothing, and says whether the run has been
+// idle — the whole job caught up, when JobLag is set — for UntilIdle.
+func (r *run) idle(ctx context.Context, tick time.Time, bounds map[int32]Bounds) (done bool, err error) {
+	d := r.d
+	caughtUp := true
+	if d.JobLag != nil && d.UntilIdle > 0 {
+		if r.sum.Lag, err = d.JobLag(ctx, bounds); err != nil {
+			if ctx.Err() != nil {
+				return true, nil // a stop, not a failure
+			}
+			return false, fmt.Errorf("reading the job's positions: %w", err)
+		}
+		caughtUp = r.sum.Lag == 0
+	}
+	switch {
+	case !caughtUp:
+		r.idleSince = time.Time{}
+	case r.idleSince.IsZero():
+		r.idleSince = tick
+	}
+	return d.UntilIdle > 0 && caughtUp && tick.Sub(r.idleSince) >= d.UntilIdle, nil
+}
+
+// batch prepares, runs and accounts one batch of ranges. It returns done
+// when a stop rolled the batch's waiting tasks back.
+func (r *run) batch(ctx context.Context, ranges []record.Range, bounds map[int32]Bounds) (done bool, err error) {
+	d := r.d
+	if r.batchID, err = d.nextBatchID(ctx, r.batchID); err != nil {
+		return false, err
+	}
+	b := Info{ID: r.batchID, Epoch: d.Epoch}
+	if d.Prepare != nil {
+		if err := d.Prepare(context.WithoutCancel(ctx), b, ranges); err != nil {
+			err = fmt.Errorf("preparing batch %d: %w", b.ID, err)
+			if !d.drops(err) {
+				return false, err
+			}
+			// Refused for the plan as a whole: none of its partitions is
+			// ours for sure any more.
+			for _, rg := range ranges {
+				r.drop(rg.Partition, err)
+			}
+			r.sum.Fenced += len(ranges)
+			r.replan = true
+			return false, nil
+		}
+	}
+	if d.OnStart != nil {
+		d.OnStart(b, ranges)
+	}
+	p, rolledBack, err := d.runBatch(ctx, b, ranges, r.next)
+	r.sum.Records += p.Records // committed partitions only, even on error
+	r.sum.DeadLetters += p.DeadLetters
+	r.sum.Fenced += p.Fenced
+	if errors.Is(err, ErrStopped) && ctx.Err() != nil {
+		// A stop, not a failure: what committed counts, the rest rolled
+		// back and is read again by the next run.
+		r.sum.RolledBack = rolledBack
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	r.sum.Batches++
+	p.Lag = Lag(r.next, bounds)
+	p.Positions = Positions(r.next, bounds)
+	r.sum.Lag = p.Lag
+	if d.OnProgress != nil {
+		d.OnProgress(p)
+	}
+	return false, nil
+}
+
+// drop forgets a partition that is not ours any more.
+func (r *run) drop(partition int32, err error) {
+	delete(r.next, partition)
+	if r.d.OnDrop != nil {
+		r.d.OnDrop(partition, err)
+	}
+}
+
+// tasks is what the tasks of one batch reported, range by range.
+type tasks struct {
+	results   []TaskResult
+	committed []bool
+	dropped   []error // not ours any more (Drop said so)
+	stopped   []error // gave up waiting for records on the stop
 }
 
 // runBatch runs one task per range, at most Parallelism at a time. Tasks
@@ -341,40 +392,10 @@ func (d *Driver) Run(ctx context.Context) (sum Summary, err error) {
 // It also returns how many tasks rolled back on the stop.
 func (d *Driver) runBatch(ctx context.Context, b Info, ranges []record.Range, next map[int32]int64) (_ Progress, rolledBack int, _ error) {
 	start := d.clock().Now()
-	results := make([]TaskResult, len(ranges))
-	committed := make([]bool, len(ranges))
-	dropped := make([]error, len(ranges))
-	stopped := make([]error, len(ranges))
-	g, gctx := errgroup.WithContext(WithStop(context.WithoutCancel(ctx), ctx.Done()))
-	if d.Parallelism > 0 {
-		g.SetLimit(d.Parallelism)
-	}
-	for i, r := range ranges {
-		g.Go(func() error {
-			res, err := d.Task(gctx, b, r)
-			results[i] = res
-			if err != nil {
-				err = fmt.Errorf("batch %d, %s: %w", b.ID, r, err)
-				if d.drops(err) {
-					// Not ours any more: the others go on.
-					dropped[i] = err
-					return nil
-				}
-				if errors.Is(err, ErrStopped) && ctx.Err() != nil {
-					// Rolled back on the stop; let the others finish.
-					stopped[i] = err
-					return nil
-				}
-				return err
-			}
-			committed[i] = true
-			return nil
-		})
-	}
-	err := g.Wait()
+	t, err := d.runTasks(ctx, b, ranges)
 	p := Progress{BatchID: b.ID, Partitions: len(ranges), Epoch: b.Epoch}
 	var stop error
-	for _, e := range stopped {
+	for _, e := range t.stopped {
 		if e != nil {
 			rolledBack++
 			stop = cmp.Or(stop, e)
@@ -384,55 +405,9 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []record.Range, ne
 		err = stop
 	}
 	if d.Commit != nil {
-		// Tasks only computed: the batch is durable when Commit says so,
-		// and then for every partition at once.
-		if err == nil {
-			var cr CommitResult
-			cr, err = d.Commit(context.WithoutCancel(ctx), b, ranges)
-			p.MaxCommit = cr.Duration
-			if cr.Attempts > 1 {
-				p.Retries += cr.Attempts - 1
-			}
-			if err != nil {
-				err = fmt.Errorf("batch %d: %w", b.ID, err)
-				if d.drops(err) {
-					// One transaction for all: all of them were refused.
-					for i := range dropped {
-						dropped[i] = err
-					}
-					err = nil
-				}
-			}
-		}
-		if err != nil || dropped[0] != nil {
-			clear(committed)
-		}
+		err = d.commitBatch(ctx, b, ranges, t, &p, err)
 	}
-	for i, r := range ranges {
-		if dropped[i] != nil {
-			delete(next, r.Partition)
-			p.Fenced++
-			if d.OnDrop != nil {
-				d.OnDrop(r.Partition, dropped[i])
-			}
-		}
-	}
-	for i, r := range ranges {
-		// A task that failed rolled back: its records count for nothing,
-		// and its partition's offset stays where it was.
-		if !committed[i] {
-			continue
-		}
-		next[r.Partition] = r.To
-		res := results[i]
-		p.Records += res.Records
-		p.DeadLetters += res.DeadLetters
-		p.Offsets += r.Len()
-		p.MaxCommit = max(p.MaxCommit, res.Commit)
-		if res.Attempts > 1 {
-			p.Retries += res.Attempts - 1
-		}
-	}
+	d.account(t, ranges, next, &p)
 	if err != nil {
 		return p, rolledBack, err
 	}
@@ -441,6 +416,101 @@ func (d *Driver) runBatch(ctx context.Context, b Info, ranges []record.Range, ne
 		p.RecordsPerSec = float64(p.Records+p.DeadLetters) / s
 	}
 	return p, 0, nil
+}
+
+// runTasks runs the batch's tasks and returns what each reported, and the
+// first error that is neither a drop nor a stop.
+func (d *Driver) runTasks(ctx context.Context, b Info, ranges []record.Range) (tasks, error) {
+	t := tasks{
+		results:   make([]TaskResult, len(ranges)),
+		committed: make([]bool, len(ranges)),
+		dropped:   make([]error, len(ranges)),
+		stopped:   make([]error, len(ranges)),
+	}
+	g, gctx := errgroup.WithContext(WithStop(context.WithoutCancel(ctx), ctx.Done()))
+	if d.Parallelism > 0 {
+		g.SetLimit(d.Parallelism)
+	}
+	for i, r := range ranges {
+		g.Go(func() error {
+			res, err := d.Task(gctx, b, r)
+			t.results[i] = res
+			if err != nil {
+				err = fmt.Errorf("batch %d, %s: %w", b.ID, r, err)
+				if d.drops(err) {
+					// Not ours any more: the others go on.
+					t.dropped[i] = err
+					return nil
+				}
+				if errors.Is(err, ErrStopped) && ctx.Err() != nil {
+					// Rolled back on the stop; let the others finish.
+					t.stopped[i] = err
+					return nil
+				}
+				return err
+			}
+			t.committed[i] = true
+			return nil
+		})
+	}
+	return t, g.Wait()
+}
+
+// commitBatch makes a batch whose tasks only computed durable with the
+// batch-level Commit, for every partition at once — unless the tasks
+// failed (err). It returns the batch's error.
+func (d *Driver) commitBatch(ctx context.Context, b Info, ranges []record.Range, t tasks, p *Progress, err error) error {
+	if err == nil {
+		var cr CommitResult
+		cr, err = d.Commit(context.WithoutCancel(ctx), b, ranges)
+		p.MaxCommit = cr.Duration
+		if cr.Attempts > 1 {
+			p.Retries += cr.Attempts - 1
+		}
+		if err != nil {
+			err = fmt.Errorf("batch %d: %w", b.ID, err)
+			if d.drops(err) {
+				// One transaction for all: all of them were refused.
+				for i := range t.dropped {
+					t.dropped[i] = err
+				}
+				err = nil
+			}
+		}
+	}
+	if err != nil || t.dropped[0] != nil {
+		clear(t.committed)
+	}
+	return err
+}
+
+// account drops the partitions that are not ours any more and moves the
+// committed ones on, adding their counts to p. A task that failed rolled
+// back: its records count for nothing, and its partition's offset stays.
+func (d *Driver) account(t tasks, ranges []record.Range, next map[int32]int64, p *Progress) {
+	for i, r := range ranges {
+		if t.dropped[i] != nil {
+			delete(next, r.Partition)
+			p.Fenced++
+			if d.OnDrop != nil {
+				d.OnDrop(r.Partition, t.dropped[i])
+			}
+		}
+	}
+	for i, r := range ranges {
+		if !t.committed[i] {
+			continue
+		}
+		next[r.Partition] = r.To
+		res := t.results[i]
+		p.Records += res.Records
+		p.DeadLetters += res.DeadLetters
+		p.Offsets += r.Len()
+		p.MaxCommit = max(p.MaxCommit, res.Commit)
+		if res.Attempts > 1 {
+			p.Retries += res.Attempts - 1
+		}
+	}
 }
 
 func (d *Driver) drops(err error) bool { return d.Drop != nil && d.Drop(err) }

@@ -175,32 +175,12 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 	// Until Read returns normally the reader's position is unknown; a later
 	// Read of this partition then re-seeks.
 	pr.next = -1
-	rec := &Record{Partition: r.Partition}
-	deliver := func(m *sarama.ConsumerMessage) error {
-		rec.Offset, rec.Key, rec.Value, rec.Timestamp = m.Offset, m.Key, m.Value, m.Timestamp
-		return fn(rec)
-	}
-	seen := r.From - 1 // last offset delivered
-	// Every offset of [r.From, probed) was delivered or holds nothing a
-	// read-committed consumer is given (the settle probes saw so).
-	probed := r.From
-	// A probe saw a record at owed that the consumer is yet to deliver
-	// while seen < owed: asking again before it did would only fetch the
-	// same MiB again (every quiet period, while the consumer is slow).
-	owed := seen
+	rd := &rangeRead{s: s, r: r, pr: pr, fn: fn, rec: &Record{Partition: r.Partition}, seen: r.From - 1, probed: r.From}
+	rd.owed = rd.seen
 	if m := pr.pending; m != nil {
-		if m.Offset >= r.To {
-			pr.next = r.To
-			return nil
-		}
 		pr.pending = nil
-		if err := deliver(m); err != nil {
+		if done, err := rd.deliver(m); done || err != nil {
 			return err
-		}
-		seen = m.Offset
-		if m.Offset == r.To-1 {
-			pr.next = r.To
-			return nil
 		}
 	}
 	wait := tailQuiet
@@ -229,60 +209,98 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 			if m.Offset < r.From {
 				continue
 			}
-			if m.Offset >= r.To {
-				pr.pending = m
-				pr.next = r.To
-				return nil
-			}
-			if err := deliver(m); err != nil {
+			if done, err := rd.deliver(m); done || err != nil {
 				return err
-			}
-			seen = m.Offset
-			if m.Offset == r.To-1 {
-				pr.next = r.To
-				return nil
 			}
 			quiet.Reset(wait)
 		case <-quiet.C:
-			// Nothing arrived for a while. Either the consumer is slow, or
-			// the rest of the range is markers and aborted records: the
-			// broker's log says which. Guessing here would lose records.
-			if seen < owed {
-				quiet.Reset(wait)
-				continue
+			next, done, err := rd.quiet(stop, wait)
+			if done || err != nil {
+				return err
 			}
-			from := max(seen+1, probed)
-			visible, next, err := s.visibleIn(r.Partition, from, r.To)
-			if err == nil {
-				if !visible && next >= r.To {
-					pr.next = r.To
-					return nil
-				}
-				probed = next
-			}
-			switch {
-			case err == nil && visible:
-				// The records are there: the consumer is slow, and
-				// will deliver them.
-				owed = next
-				quiet.Reset(wait)
-			case err == nil && next > from:
-				// Invisible all the way, but the fetch ended before r.To:
-				// go on from there at once.
-				quiet.Reset(0)
-			default:
-				// The broker has nothing past from (yet), or did not
-				// answer: this is waiting for records that may never
-				// come, which a stop ends.
-				select {
-				case <-stop:
-					return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, from, r.To-1, ErrStopped)
-				default:
-				}
-				quiet.Reset(wait)
-			}
+			quiet.Reset(next)
 		}
 	}
+}
+
+// rangeRead is one Read of a range: what it delivered and what the settle
+// probes proved.
+type rangeRead struct {
+	s   *KafkaSource
+	r   record.Range
+	pr  *partitionReader
+	fn  func(*Record) error
+	rec *Record
+	// seen is the last offset delivered.
+	seen int64
+	// Every offset of [r.From, probed) was delivered or holds nothing a
+	// read-committed consumer is given (the settle probes saw so).
+	probed int64
+	// A probe saw a record at owed that the consumer is yet to deliver
+	// while seen < owed: asking again before it did would only fetch the
+	// same MiB again (every quiet period, while the consumer is slow).
+	owed int64
+}
+
+// deliver hands m to the callback, or keeps it for the next Read when it
+// lies past the range. done means the range is read.
+func (rd *rangeRead) deliver(m *sarama.ConsumerMessage) (done bool, err error) {
+	if m.Offset >= rd.r.To {
+		rd.pr.pending = m
+		rd.pr.next = rd.r.To
+		return true, nil
+	}
+	rd.rec.Offset, rd.rec.Key, rd.rec.Value, rd.rec.Timestamp = m.Offset, m.Key, m.Value, m.Timestamp
+	if err := rd.fn(rd.rec); err != nil {
+		return false, err
+	}
+	rd.seen = m.Offset
+	if m.Offset == rd.r.To-1 {
+		rd.pr.next = rd.r.To
+		return true, nil
+	}
+	return false, nil
+}
+
+// quiet handles a quiet period: nothing arrived for a while. Either the
+// consumer is slow, or the rest of the range is markers and aborted
+// records: the broker's log says which. Guessing here would lose records.
+// It returns when to look again, or done when the range turned out read,
+// or ErrStopped when it is waiting for records that may never come and a
+// stop was requested.
+func (rd *rangeRead) quiet(stop <-chan struct{}, wait time.Duration) (next time.Duration, done bool, err error) {
+	if rd.seen < rd.owed {
+		return wait, false, nil
+	}
+	r := rd.r
+	from := max(rd.seen+1, rd.probed)
+	visible, upTo, err := rd.s.visibleIn(r.Partition, from, r.To)
+	if err == nil {
+		if !visible && upTo >= r.To {
+			rd.pr.next = r.To
+			return 0, true, nil
+		}
+		rd.probed = upTo
+	}
+	switch {
+	case err == nil && visible:
+		// The records are there: the consumer is slow, and will deliver
+		// them.
+		rd.owed = upTo
+		return wait, false, nil
+	case err == nil && upTo > from:
+		// Invisible all the way, but the fetch ended before r.To: go on
+		// from there at once.
+		return 0, false, nil
+	}
+	// The broker has nothing past from (yet), or did not answer: this is
+	// waiting for records that may never come, which a stop ends.
+	select {
+	case <-stop:
+		return 0, false, fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, from, r.To-1, ErrStopped)
+	default:
+	}
+	return wait, false, nil
 }
 
 // visibleIn fetches up to tailFetchBytes of the partition from offset from,
