@@ -1,17 +1,5 @@
 package main
 
-// The config file given by --config: one YAML file serves every command.
-// Its keys are the flag names of all the commands that take --config, read
-// from the command tree: a command applies the keys it has a flag for and
-// ignores the ones only other commands have (`offsets show` reads a file
-// written for `run` and skips its interval), and a key no command knows is
-// an error. A value must fit its flag: one scalar for a string, number,
-// duration or boolean; a scalar or a list of scalars for a list setting
-// (the slice flags, and the comma-separated string flags marked with
-// markList, such as brokers). Nothing is dropped silently: viper would read
-// a list or a map given for a string as "" and the command would go on with
-// an empty value (for `run`, the embedded demo broker).
-
 import (
 	"bytes"
 	"errors"
@@ -93,6 +81,18 @@ func fileKeys(root *cobra.Command) map[string]bool {
 // `job: 0123` stays "0123" and a 30-digit expect-amount keeps its digits),
 // a list as a []string for a slice flag and joined with commas for a
 // comma-separated string flag. Keys of other commands are left out.
+//
+// The config file given by --config: one YAML file serves every command.
+// Its keys are the flag names of all the commands that take --config, read
+// from the command tree: a command applies the keys it has a flag for and
+// ignores the ones only other commands have (`offsets show` reads a file
+// written for `run` and skips its interval), and a key no command knows is
+// an error. A value must fit its flag: one scalar for a string, number,
+// duration or boolean; a scalar or a list of scalars for a list setting
+// (the slice flags, and the comma-separated string flags marked with
+// markList, such as brokers). Nothing is dropped silently: viper would read
+// a list or a map given for a string as "" and the command would go on with
+// an empty value (for `run`, the embedded demo broker).
 func readConfigFile(cmd *cobra.Command, file string) (map[string]any, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
