@@ -19,161 +19,194 @@ import (
 // idleness are exact and nothing depends on the speed of the machine, and
 // synctest.Test fails if a goroutine started by Run is left blocked.
 
+// coverCase is a log and a stored position for TestDriverCoversEverythingOnce.
+type coverCase struct {
+	name        string
+	start, next map[int32]int64
+	end         map[int32]int64
+	grow        map[int32]int64 // added to the end on each of the first growFor Bounds calls
+	growFor     int
+	maxRecords  int64
+	parallelism int
+	lastBatch   int64
+}
+
+var coverCases = []coverCase{
+	{
+		name: "static backlog, capped", maxRecords: 7,
+		start: map[int32]int64{0: 0, 1: 0, 2: 0},
+		next:  map[int32]int64{0: 0, 1: 0, 2: 0},
+		end:   map[int32]int64{0: 50, 1: 3, 2: 0},
+	},
+	{
+		name: "growing log, capped", maxRecords: 10, growFor: 12, parallelism: 2, lastBatch: 41,
+		start: map[int32]int64{0: 0, 1: 100, 2: 5, 3: 0},
+		next:  map[int32]int64{0: 0, 1: 100, 2: 20, 3: 0},
+		end:   map[int32]int64{0: 0, 1: 150, 2: 20, 3: 0},
+		grow:  map[int32]int64{0: 13, 1: 1, 2: 4, 3: 0},
+	},
+	{
+		name: "growing log, uncapped", growFor: 5,
+		start: map[int32]int64{0: 0, 1: 0},
+		next:  map[int32]int64{0: 0, 1: 0},
+		end:   map[int32]int64{0: 0, 1: 10},
+		grow:  map[int32]int64{0: 100, 1: 3},
+	},
+	{
+		name: "cap of one record", maxRecords: 1, parallelism: 1,
+		start: map[int32]int64{0: 0, 1: 0},
+		next:  map[int32]int64{0: 2, 1: 0},
+		end:   map[int32]int64{0: 9, 1: 4},
+	},
+}
+
+// coverRun is what a run of a coverCase left: its summary, the tasks it
+// ran, what OnStart and OnProgress saw, and the log's final ends.
+type coverRun struct {
+	sum         Summary
+	calls       []taskCall
+	starts      []Info
+	startRanges [][]record.Range
+	progress    []Progress
+	final       map[int32]int64
+}
+
 func TestDriverCoversEverythingOnce(t *testing.T) {
-	tests := []struct {
-		name        string
-		start, next map[int32]int64
-		end         map[int32]int64
-		grow        map[int32]int64 // added to the end on each of the first growFor Bounds calls
-		growFor     int
-		maxRecords  int64
-		parallelism int
-		lastBatch   int64
-	}{
-		{
-			name: "static backlog, capped", maxRecords: 7,
-			start: map[int32]int64{0: 0, 1: 0, 2: 0},
-			next:  map[int32]int64{0: 0, 1: 0, 2: 0},
-			end:   map[int32]int64{0: 50, 1: 3, 2: 0},
-		},
-		{
-			name: "growing log, capped", maxRecords: 10, growFor: 12, parallelism: 2, lastBatch: 41,
-			start: map[int32]int64{0: 0, 1: 100, 2: 5, 3: 0},
-			next:  map[int32]int64{0: 0, 1: 100, 2: 20, 3: 0},
-			end:   map[int32]int64{0: 0, 1: 150, 2: 20, 3: 0},
-			grow:  map[int32]int64{0: 13, 1: 1, 2: 4, 3: 0},
-		},
-		{
-			name: "growing log, uncapped", growFor: 5,
-			start: map[int32]int64{0: 0, 1: 0},
-			next:  map[int32]int64{0: 0, 1: 0},
-			end:   map[int32]int64{0: 0, 1: 10},
-			grow:  map[int32]int64{0: 100, 1: 3},
-		},
-		{
-			name: "cap of one record", maxRecords: 1, parallelism: 1,
-			start: map[int32]int64{0: 0, 1: 0},
-			next:  map[int32]int64{0: 2, 1: 0},
-			end:   map[int32]int64{0: 9, 1: 4},
-		},
-	}
-	for _, tc := range tests {
+	for _, tc := range coverCases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				src := newFakeSource(tc.start, tc.end)
-				src.grow = func(call int, end map[int32]int64) {
-					if call <= tc.growFor {
-						for p, n := range tc.grow {
-							end[p] += n
-						}
-					}
-				}
-				var log taskLog
-				var starts []Info
-				var startRanges [][]record.Range
-				var progress []Progress
-				d := &Driver{
-					Source: src, Task: readingTask(&log, src, 3*time.Millisecond), Topic: "events",
-					Next: maps.Clone(tc.next), LastBatch: tc.lastBatch, Epoch: 7,
-					Interval: 50 * time.Millisecond, MaxRecords: tc.maxRecords, Parallelism: tc.parallelism,
-					UntilIdle: time.Second,
-					OnStart: func(b Info, rs []record.Range) {
-						starts = append(starts, b)
-						startRanges = append(startRanges, slices.Clone(rs))
-					},
-					OnProgress: func(p Progress) { progress = append(progress, p) },
-				}
-				sum, err := d.Run(t.Context())
-				if err != nil {
-					t.Fatalf("Run: %v", err)
-				}
-				if n := log.running.Load(); n != 0 {
-					t.Fatalf("%d tasks still running after Run returned", n)
-				}
-				if src.badRds.Load() != 0 {
-					t.Fatalf("tasks read ranges outside the source's bounds")
-				}
-				final := src.ends()
-				var wantOffsets int64
-				for p, n := range tc.next {
-					wantOffsets += final[p] - n
-				}
-
-				// Batches are numbered on from LastBatch, carry the epoch, and
-				// OnStart saw exactly the ranges the tasks got.
-				if int64(len(starts)) != sum.Batches || len(progress) != len(starts) {
-					t.Fatalf("%d OnStart, %d OnProgress, Summary.Batches %d", len(starts), len(progress), sum.Batches)
-				}
-				calls := log.calls()
-				byBatch := make(map[int64][]record.Range)
-				for _, c := range calls {
-					if c.batch.Epoch != 7 {
-						t.Errorf("task got epoch %d, want 7", c.batch.Epoch)
-					}
-					byBatch[c.batch.ID] = append(byBatch[c.batch.ID], c.r)
-				}
-				for i, b := range starts {
-					if b.ID != tc.lastBatch+int64(i)+1 {
-						t.Fatalf("batch %d has id %d, want %d", i, b.ID, tc.lastBatch+int64(i)+1)
-					}
-					got := byBatch[b.ID]
-					slices.SortFunc(got, func(x, y record.Range) int { return int(x.Partition - y.Partition) })
-					if !slices.Equal(got, startRanges[i]) {
-						t.Errorf("batch %d: tasks got %v, OnStart %v", b.ID, got, startRanges[i])
-					}
-					if len(startRanges[i]) == 0 {
-						t.Errorf("batch %d has no ranges", b.ID)
-					}
-					p := progress[i]
-					var offs int64
-					for _, r := range startRanges[i] {
-						offs += r.Len()
-					}
-					if p.BatchID != b.ID || p.Partitions != len(startRanges[i]) || p.Offsets != offs || p.Records != offs {
-						t.Errorf("progress %+v for batch %d with ranges %v", p, b.ID, startRanges[i])
-					}
-				}
-				if len(calls) != len(byBatchRanges(startRanges)) {
-					t.Errorf("%d tasks ran, %d ranges were planned", len(calls), len(byBatchRanges(startRanges)))
-				}
-
-				// Per partition: contiguous, starting at the stored offset,
-				// ending at the final end, each range capped.
-				perPart := make(map[int32][]record.Range)
-				for _, rs := range startRanges {
-					for _, r := range rs {
-						perPart[r.Partition] = append(perPart[r.Partition], r)
-					}
-				}
-				for p, n := range tc.next {
-					at := n
-					for _, r := range perPart[p] {
-						if r.From != at {
-							t.Fatalf("partition %d: range %s does not start where the previous ended (%d); all: %v", p, r, at, perPart[p])
-						}
-						if r.Len() <= 0 || (tc.maxRecords > 0 && r.Len() > tc.maxRecords) {
-							t.Fatalf("partition %d: range %s has bad length (cap %d)", p, r, tc.maxRecords)
-						}
-						at = r.To
-					}
-					if at != final[p] {
-						t.Errorf("partition %d: covered up to %d, log ends at %d", p, at, final[p])
-					}
-					if sum.Next[p] != final[p] {
-						t.Errorf("Summary.Next[%d] = %d, want %d", p, sum.Next[p], final[p])
-					}
-				}
-				if sum.Records != wantOffsets {
-					t.Errorf("Summary.Records = %d, want %d", sum.Records, wantOffsets)
-				}
-				if sum.Lag != 0 {
-					t.Errorf("Summary.Lag = %d after draining", sum.Lag)
-				}
-				if wantOffsets == 0 {
-					t.Fatal("test case has nothing to read")
-				}
+				run := runCoverCase(t, tc)
+				checkBatchesMatchTasks(t, tc, run)
+				checkCoverage(t, tc, run)
 			})
 		})
+	}
+}
+
+// runCoverCase runs a driver over tc's (growing) log until it is idle and
+// checks the run ended cleanly: no error, no task left running, no read
+// outside the source's bounds.
+func runCoverCase(t *testing.T, tc coverCase) coverRun {
+	t.Helper()
+	src := newFakeSource(tc.start, tc.end)
+	src.grow = func(call int, end map[int32]int64) {
+		if call <= tc.growFor {
+			for p, n := range tc.grow {
+				end[p] += n
+			}
+		}
+	}
+	var log taskLog
+	var run coverRun
+	d := &Driver{
+		Source: src, Task: readingTask(&log, src, 3*time.Millisecond), Topic: "events",
+		Next: maps.Clone(tc.next), LastBatch: tc.lastBatch, Epoch: 7,
+		Interval: 50 * time.Millisecond, MaxRecords: tc.maxRecords, Parallelism: tc.parallelism,
+		UntilIdle: time.Second,
+		OnStart: func(b Info, rs []record.Range) {
+			run.starts = append(run.starts, b)
+			run.startRanges = append(run.startRanges, slices.Clone(rs))
+		},
+		OnProgress: func(p Progress) { run.progress = append(run.progress, p) },
+	}
+	sum, err := d.Run(t.Context())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := log.running.Load(); n != 0 {
+		t.Fatalf("%d tasks still running after Run returned", n)
+	}
+	if src.badRds.Load() != 0 {
+		t.Fatalf("tasks read ranges outside the source's bounds")
+	}
+	run.sum, run.calls, run.final = sum, log.calls(), src.ends()
+	return run
+}
+
+// checkBatchesMatchTasks: batches are numbered on from LastBatch, carry
+// the epoch, OnStart saw exactly the ranges the tasks got, and each
+// batch's progress report counts its ranges.
+func checkBatchesMatchTasks(t *testing.T, tc coverCase, run coverRun) {
+	t.Helper()
+	starts, startRanges, progress := run.starts, run.startRanges, run.progress
+	if int64(len(starts)) != run.sum.Batches || len(progress) != len(starts) {
+		t.Fatalf("%d OnStart, %d OnProgress, Summary.Batches %d", len(starts), len(progress), run.sum.Batches)
+	}
+	byBatch := make(map[int64][]record.Range)
+	for _, c := range run.calls {
+		if c.batch.Epoch != 7 {
+			t.Errorf("task got epoch %d, want 7", c.batch.Epoch)
+		}
+		byBatch[c.batch.ID] = append(byBatch[c.batch.ID], c.r)
+	}
+	for i, b := range starts {
+		if b.ID != tc.lastBatch+int64(i)+1 {
+			t.Fatalf("batch %d has id %d, want %d", i, b.ID, tc.lastBatch+int64(i)+1)
+		}
+		got := byBatch[b.ID]
+		slices.SortFunc(got, func(x, y record.Range) int { return int(x.Partition - y.Partition) })
+		if !slices.Equal(got, startRanges[i]) {
+			t.Errorf("batch %d: tasks got %v, OnStart %v", b.ID, got, startRanges[i])
+		}
+		if len(startRanges[i]) == 0 {
+			t.Errorf("batch %d has no ranges", b.ID)
+		}
+		p := progress[i]
+		var offs int64
+		for _, r := range startRanges[i] {
+			offs += r.Len()
+		}
+		if p.BatchID != b.ID || p.Partitions != len(startRanges[i]) || p.Offsets != offs || p.Records != offs {
+			t.Errorf("progress %+v for batch %d with ranges %v", p, b.ID, startRanges[i])
+		}
+	}
+	if len(run.calls) != len(byBatchRanges(startRanges)) {
+		t.Errorf("%d tasks ran, %d ranges were planned", len(run.calls), len(byBatchRanges(startRanges)))
+	}
+}
+
+// checkCoverage: per partition, the batches' ranges are contiguous, start
+// at the stored offset, end at the log's final end, and each is capped;
+// the summary counts every offset once and no lag.
+func checkCoverage(t *testing.T, tc coverCase, run coverRun) {
+	t.Helper()
+	sum, final := run.sum, run.final
+	var wantOffsets int64
+	for p, n := range tc.next {
+		wantOffsets += final[p] - n
+	}
+	perPart := make(map[int32][]record.Range)
+	for _, rs := range run.startRanges {
+		for _, r := range rs {
+			perPart[r.Partition] = append(perPart[r.Partition], r)
+		}
+	}
+	for p, n := range tc.next {
+		at := n
+		for _, r := range perPart[p] {
+			if r.From != at {
+				t.Fatalf("partition %d: range %s does not start where the previous ended (%d); all: %v", p, r, at, perPart[p])
+			}
+			if r.Len() <= 0 || (tc.maxRecords > 0 && r.Len() > tc.maxRecords) {
+				t.Fatalf("partition %d: range %s has bad length (cap %d)", p, r, tc.maxRecords)
+			}
+			at = r.To
+		}
+		if at != final[p] {
+			t.Errorf("partition %d: covered up to %d, log ends at %d", p, at, final[p])
+		}
+		if sum.Next[p] != final[p] {
+			t.Errorf("Summary.Next[%d] = %d, want %d", p, sum.Next[p], final[p])
+		}
+	}
+	if sum.Records != wantOffsets {
+		t.Errorf("Summary.Records = %d, want %d", sum.Records, wantOffsets)
+	}
+	if sum.Lag != 0 {
+		t.Errorf("Summary.Lag = %d after draining", sum.Lag)
+	}
+	if wantOffsets == 0 {
+		t.Fatal("test case has nothing to read")
 	}
 }
 
