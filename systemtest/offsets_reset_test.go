@@ -1,4 +1,4 @@
-package main_test
+package systemtest
 
 import (
 	"encoding/json"
@@ -22,21 +22,21 @@ func TestOffsets(t *testing.T) {
 	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		b := startBroker(t)
-		testOffsets(t, b.addr, "sqlite://"+t.TempDir()+"/offsets.db", "txn")
+		b := StartBroker(t)
+		testOffsets(t, b.Addr, "sqlite://"+t.TempDir()+"/offsets.db", "txn")
 	})
 	t.Run("at-least-once", func(t *testing.T) {
 		// The controls keep their offsets in the Kafka consumer group.
 		t.Parallel()
-		b := startBroker(t)
-		testOffsets(t, b.addr, "sqlite://"+t.TempDir()+"/offsets.db", "at-least-once")
+		b := StartBroker(t)
+		testOffsets(t, b.Addr, "sqlite://"+t.TempDir()+"/offsets.db", "at-least-once")
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		sink := testutil.NeedServer(t, testutil.EnvRedis)
 		brokers := os.Getenv(testutil.EnvKafka)
 		if brokers == "" || testing.Short() {
-			brokers = startBroker(t).addr
+			brokers = StartBroker(t).Addr
 		}
 		testOffsets(t, brokers, sink, "idempotent")
 	})
@@ -55,19 +55,19 @@ type showJSON struct {
 
 func testOffsets(t *testing.T, brokers, sink, strategy string) {
 	dir := t.TempDir()
-	topic, job := uniqueName(t, "t"), uniqueName(t, "j")
+	topic, job := UniqueName(t, "t"), UniqueName(t, "j")
 	common := []string{"--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink, "--strategy", strategy}
-	cmd := func(args ...string) result {
+	cmd := func(args ...string) Result {
 		t.Helper()
-		return runBin(t, dir, nil, time.Minute, append(args, common...)...)
+		return Run(t, dir, nil, time.Minute, append(args, common...)...)
 	}
 	mustOK := func(args ...string) string {
 		t.Helper()
 		r := cmd(args...)
-		if r.code != 0 {
+		if r.Code != 0 {
 			t.Fatalf("microbatch %s: %s", strings.Join(args, " "), r)
 		}
-		return r.stdout
+		return r.Stdout
 	}
 	show := func() showJSON {
 		t.Helper()
@@ -88,12 +88,12 @@ func testOffsets(t *testing.T, brokers, sink, strategy string) {
 		t.Helper()
 		args := []string{"verify", "--job", job, "--sink", sink, "--strategy", strategy,
 			"--expect-events", fmt.Sprint(events), "--expect-amount", fmt.Sprint(amount)}
-		if r := runBin(t, dir, nil, time.Minute, args...); r.code != 0 {
+		if r := Run(t, dir, nil, time.Minute, args...); r.Code != 0 {
 			t.Fatalf("microbatch %s: %s", strings.Join(args, " "), r)
 		}
 	}
 
-	events, amount := produceCLI(t, brokers, topic, 7, 0, 2000)
+	events, amount := Produce(t, brokers, topic, 7, 0, 2000)
 	runIdle()
 	s := show()
 	var ends []int64
@@ -131,7 +131,7 @@ func testOffsets(t *testing.T, brokers, sink, strategy string) {
 	time.Sleep(20 * time.Millisecond)
 	mark := time.Now().UTC()
 	time.Sleep(20 * time.Millisecond)
-	more, moreAmount := produceCLI(t, brokers, topic, 7, 2000, 500)
+	more, moreAmount := Produce(t, brokers, topic, 7, 2000, 500)
 	mustOK("offsets", "reset", "--to", mark.Format(time.RFC3339Nano))
 	s = show()
 	for i, p := range s.Partitions {
@@ -159,12 +159,12 @@ func testOffsets(t *testing.T, brokers, sink, strategy string) {
 	if p := s.Partitions[2]; *p.NextOffset != 3 {
 		t.Fatalf("partition 2 after reset to offset 3: at %d", *p.NextOffset)
 	}
-	if r := cmd("offsets", "reset", "--to", "99999999"); r.code != 2 || !strings.Contains(r.stderr, "outside partition") {
+	if r := cmd("offsets", "reset", "--to", "99999999"); r.Code != 2 || !strings.Contains(r.Stderr, "outside partition") {
 		t.Fatalf("reset to an offset past the end: %s\nwant exit 2 naming the partition's log", r)
 	}
 
 	// Refused while a run is in the group; nothing changes.
-	p := startGroupProc(t, "run", dir, cmdEnv(), append([]string{"run", "--interval", "200ms"}, common...))
+	p := startGroupProc(t, "run", dir, Env(), append([]string{"run", "--interval", "200ms"}, common...))
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(p.text(), "job started") {
 		p.requireRunning(t)
@@ -184,7 +184,7 @@ func testOffsets(t *testing.T, brokers, sink, strategy string) {
 	}
 	before := show()
 	r := cmd("offsets", "reset", "--to", "earliest")
-	if r.code == 0 || !strings.Contains(r.stderr, "live members: microbatch-"+job+" (member ") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+	if r.Code == 0 || !strings.Contains(r.Stderr, "live members: microbatch-"+job+" (member ") || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
 		t.Fatalf("reset while running: %s\nwant a non-zero exit and one line naming the live member", r)
 	}
 	if after := show(); !reflect.DeepEqual(after, before) {

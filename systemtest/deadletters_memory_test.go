@@ -1,4 +1,4 @@
-package main_test
+package systemtest
 
 // A batch whose dead letters outweigh the memory a run may use: every
 // strategy must store them all, whole, with the batch, and stay within
@@ -82,8 +82,8 @@ func badPayload(i int) (payload []byte, sums payloadSums) {
 // batch's dead-letter bytes, and the sink must hold every dead letter whole
 // and the valid events' exact totals.
 func TestDeadLettersBoundedMemory(t *testing.T) {
-	b := startBroker(t, "--partitions", "1")
-	in := produceBadBatch(t, b.addr)
+	b := StartBroker(t, "--partitions", "1")
+	in := produceBadBatch(t, b.Addr)
 	mariaDB := func(t *testing.T) string { return testutil.NeedServer(t, testutil.EnvMySQL) }
 	redis := func(t *testing.T) string { return testutil.NeedServer(t, testutil.EnvRedis) }
 	sqlite := func(t *testing.T) string { return "sqlite://" + t.TempDir() + "/sink.db" }
@@ -112,8 +112,8 @@ func TestDeadLettersBoundedMemory(t *testing.T) {
 				args = append(args, "--state-dir", dir+"/state")
 			}
 			args = append(args, c.args...)
-			r, rss := runMeasured(t, dir, cmdEnv("GOMEMLIMIT="+dlmemGoMemLimit), 5*time.Minute, args...)
-			if r.code != 0 {
+			r, rss := runMeasured(t, dir, Env("GOMEMLIMIT="+dlmemGoMemLimit), 5*time.Minute, args...)
+			if r.Code != 0 {
 				t.Fatalf("run: %s", r)
 			}
 			t.Logf("peak RSS %.1f MiB for %.1f MiB of dead letters", float64(rss)/(1<<20), float64(dlmemBad*dlmemBadBytes)/(1<<20))
@@ -128,7 +128,7 @@ func TestDeadLettersBoundedMemory(t *testing.T) {
 
 // produceBadBatch produces the bad batch into a new one-partition topic.
 func produceBadBatch(t *testing.T, brokers string) dlmemInput {
-	in := dlmemInput{brokers: brokers, topic: uniqueName(t, "dlmem"), bad: map[int64]payloadSums{}}
+	in := dlmemInput{brokers: brokers, topic: UniqueName(t, "dlmem"), bad: map[int64]payloadSums{}}
 	if err := kafkautil.EnsureTopic([]string{brokers}, in.topic, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +183,11 @@ func produceBadBatch(t *testing.T, brokers string) dlmemInput {
 // test's, which holds the produced batch) in the child's ru_maxrss. The
 // mark only grows, and a run stays alive --until-idle after its last batch,
 // so the readings catch it.
-func runMeasured(t *testing.T, dir string, env []string, timeout time.Duration, args ...string) (result, int64) {
+func runMeasured(t *testing.T, dir string, env []string, timeout time.Duration, args ...string) (Result, int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd := exec.CommandContext(ctx, Binary(t), args...)
 	cmd.Dir, cmd.Env = dir, env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -216,7 +216,7 @@ func runMeasured(t *testing.T, dir string, env []string, timeout time.Duration, 
 	err := cmd.Wait()
 	close(stop)
 	<-stopped
-	r := result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+	r := Result{Code: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String()}
 	if ctx.Err() != nil {
 		t.Fatalf("microbatch %s did not finish within %s\n%s", strings.Join(args, " "), timeout, r)
 	}
