@@ -167,7 +167,6 @@ func readUncommitted(t *testing.T, brokers, topic string) []kafkaRecord {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const maxTailMarkers = 16 // more than the transactions that can be open on a partition at once
 	var (
 		mu   sync.Mutex
 		out  []kafkaRecord
@@ -190,54 +189,14 @@ func readUncommitted(t *testing.T, brokers, topic string) []kafkaRecord {
 		go func() {
 			defer wg.Done()
 			defer pc.Close()
-			var mine []kafkaRecord
-			last := int64(-1)
-			quiet := time.NewTimer(time.Second)
-			defer quiet.Stop()
-			// A bound on a stall, not on the whole read: on a busy
-			// machine tens of thousands of records take a while.
-			stall := time.NewTimer(time.Minute)
-			defer stall.Stop()
-			fail := func(format string, args ...any) {
-				mu.Lock()
-				errs = append(errs, fmt.Sprintf(format, args...))
-				mu.Unlock()
-			}
-		loop:
-			for last < hwm-1 {
-				select {
-				case m, ok := <-pc.Messages():
-					if !ok {
-						fail("%s/%d: consumer closed at %d of %d", topic, p, last, hwm)
-						return
-					}
-					var o event.Output
-					if err := json.Unmarshal(m.Value, &o); err != nil {
-						fail("%s/%d@%d: %q: %v", topic, p, m.Offset, m.Value, err)
-						return
-					}
-					mine = append(mine, kafkaRecord{p, m.Offset, o})
-					last = m.Offset
-					quiet.Reset(time.Second)
-					stall.Reset(time.Minute)
-				case e, ok := <-pc.Errors():
-					if ok {
-						fail("%s/%d: %v", topic, p, e)
-						return
-					}
-				case <-quiet.C:
-					if hwm-1-last <= maxTailMarkers {
-						break loop
-					}
-					quiet.Reset(time.Second)
-				case <-stall.C:
-					fail("%s/%d: no record for a minute after offset %d of %d", topic, p, last, hwm)
-					return
-				}
-			}
+			mine, err := readPartitionUncommitted(pc, topic, p, hwm)
 			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err.Error())
+				return
+			}
 			out = append(out, mine...)
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -245,6 +204,53 @@ func readUncommitted(t *testing.T, brokers, topic string) []kafkaRecord {
 		t.Fatalf("reading %s read-uncommitted: %s", topic, strings.Join(errs, "; "))
 	}
 	return out
+}
+
+// maxTailMarkers is how many offsets at the end of a partition
+// readUncommitted takes for transaction markers: more than the
+// transactions that can be open on a partition at once.
+const maxTailMarkers = 16
+
+// readPartitionUncommitted reads partition p of topic from pc up to hwm,
+// the high-water mark, or up to the markers at its end once nothing
+// arrives for a second.
+func readPartitionUncommitted(pc sarama.PartitionConsumer, topic string, p int32, hwm int64) ([]kafkaRecord, error) {
+	var mine []kafkaRecord
+	last := int64(-1)
+	quiet := time.NewTimer(time.Second)
+	defer quiet.Stop()
+	// A bound on a stall, not on the whole read: on a busy
+	// machine tens of thousands of records take a while.
+	stall := time.NewTimer(time.Minute)
+	defer stall.Stop()
+	for last < hwm-1 {
+		select {
+		case m, ok := <-pc.Messages():
+			if !ok {
+				return nil, fmt.Errorf("%s/%d: consumer closed at %d of %d", topic, p, last, hwm)
+			}
+			var o event.Output
+			if err := json.Unmarshal(m.Value, &o); err != nil {
+				return nil, fmt.Errorf("%s/%d@%d: %q: %v", topic, p, m.Offset, m.Value, err)
+			}
+			mine = append(mine, kafkaRecord{p, m.Offset, o})
+			last = m.Offset
+			quiet.Reset(time.Second)
+			stall.Reset(time.Minute)
+		case e, ok := <-pc.Errors():
+			if ok {
+				return nil, fmt.Errorf("%s/%d: %v", topic, p, e)
+			}
+		case <-quiet.C:
+			if hwm-1-last <= maxTailMarkers {
+				return mine, nil
+			}
+			quiet.Reset(time.Second)
+		case <-stall.C:
+			return nil, fmt.Errorf("%s/%d: no record for a minute after offset %d of %d", topic, p, last, hwm)
+		}
+	}
+	return mine, nil
 }
 
 // liveReader is a read-committed consumer of the output that runs while

@@ -71,135 +71,165 @@ func stopRunAt(t *testing.T, bin string, args []string, logPath string, plan sto
 		t.Fatal(err)
 	}
 	defer f.Close()
-	stderr := newLogPipe(t)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = Env()
-	cmd.Stdout = f
-	cmd.Stderr = stderr.w
-	if err := cmd.Start(); err != nil {
-		stderr.closeWrite()
-		t.Fatal(err)
-	}
-	waited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(waited)
-		stderr.closeWrite() // the reader gets EOF
-	}()
-	var (
-		mu      sync.Mutex
-		log     strings.Builder
-		markers int // marker lines read
-	)
-	marked := make(chan struct{}, 1)
-	go stderr.read(func(line string) {
-		f.WriteString(line + "\n")
-		mu.Lock()
-		log.WriteString(line + "\n")
-		if plan.marker != "" && strings.Contains(line, plan.marker) {
-			markers++
-			select {
-			case marked <- struct{}{}:
-			default:
-			}
-		}
-		mu.Unlock()
-	})
-	eof := stderr.done
+	r := startPlannedRun(t, bin, args, f, logPath, plan)
 	// On every way out, a failed test's too, the run is gone.
-	defer func() {
-		select {
-		case <-eof:
-		default:
-			_ = cmd.Process.Kill()
-			<-eof
-		}
-		<-waited
-	}()
-	exitedEarly := func() {
-		<-eof
-		<-waited
-		log, _ := os.ReadFile(logPath)
-		t.Fatalf("run exited by itself (%v) before it was signalled; log %s:\n%s", cmd.ProcessState, logPath, log)
-	}
-	// nextMarker waits for a marker line after the seen-th.
-	nextMarker := func(seen int) {
-		deadline := time.After(markerWait)
-		for {
-			mu.Lock()
-			n := markers
-			mu.Unlock()
-			if n > seen {
-				return
-			}
-			select {
-			case <-marked:
-			case <-eof:
-				exitedEarly()
-			case <-deadline:
-				mu.Lock()
-				text := log.String()
-				mu.Unlock()
-				t.Fatalf("no line %s within %s (after %s and %d such lines); log %s:\n%s", plan.marker, markerWait, plan.delay, seen, logPath, text)
-			}
-		}
-	}
-	signal := func(sig syscall.Signal) {
-		if err := cmd.Process.Signal(sig); err != nil {
-			t.Fatalf("sending %v to the run: %v", sig, err)
-		}
-	}
+	defer r.reap()
 
 	select {
-	case <-eof:
-		exitedEarly()
+	case <-r.eof:
+		r.exitedEarly()
 	case <-time.After(plan.delay):
 	}
 	for {
 		if plan.marker != "" {
-			mu.Lock()
-			seen := markers
-			mu.Unlock()
-			nextMarker(seen)
+			r.nextMarker(r.markersSeen())
 			time.Sleep(plan.lag)
 		}
 		if plan.inside == nil {
 			break
 		}
 		tries++
-		signal(syscall.SIGSTOP)
-		for deadline := time.Now().Add(stopWait); !procStopped(cmd.Process.Pid); time.Sleep(5 * time.Millisecond) {
-			select {
-			case <-eof:
-				exitedEarly()
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the run did not stop within %s of SIGSTOP", stopWait)
-			}
-		}
-		if err := stderr.sync(stopWait); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		text := log.String()
-		mu.Unlock()
-		if plan.inside(text) || tries >= plan.tries {
+		if plan.inside(r.stopAndRead()) || tries >= plan.tries {
 			break
 		}
-		signal(syscall.SIGCONT)
+		r.signal(syscall.SIGCONT)
 	}
-	signal(sig)
+	r.signal(sig)
 	if plan.inside != nil && sig != syscall.SIGKILL {
-		signal(syscall.SIGCONT) // a stopped process acts on other signals once continued
+		r.signal(syscall.SIGCONT) // a stopped process acts on other signals once continued
 	}
 	select {
-	case <-eof:
+	case <-r.eof:
 	case <-time.After(time.Minute):
 		t.Fatalf("run still running a minute after %v", sig)
 	}
-	<-waited
-	return cmd.ProcessState, tries
+	<-r.waited
+	return r.cmd.ProcessState, tries
+}
+
+// plannedRun is one run of stopRunAt: the process, and its log as read so
+// far, with the marker lines counted.
+type plannedRun struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	plan    stopPlan
+	logPath string
+	stderr  *logPipe
+	eof     chan struct{} // the stderr reader is at EOF
+	waited  chan struct{} // cmd.Wait returned
+
+	mu      sync.Mutex
+	log     strings.Builder
+	markers int           // marker lines read
+	marked  chan struct{} // a marker line was read (buffered 1)
+}
+
+// startPlannedRun starts bin with args, its stdout and stderr to f, and
+// reads its stderr line by line.
+func startPlannedRun(t *testing.T, bin string, args []string, f *os.File, logPath string, plan stopPlan) *plannedRun {
+	t.Helper()
+	r := &plannedRun{t: t, plan: plan, logPath: logPath, stderr: newLogPipe(t),
+		waited: make(chan struct{}), marked: make(chan struct{}, 1)}
+	r.cmd = exec.Command(bin, args...)
+	r.cmd.Env = Env()
+	r.cmd.Stdout = f
+	r.cmd.Stderr = r.stderr.w
+	if err := r.cmd.Start(); err != nil {
+		r.stderr.closeWrite()
+		t.Fatal(err)
+	}
+	go func() {
+		_ = r.cmd.Wait()
+		close(r.waited)
+		r.stderr.closeWrite() // the reader gets EOF
+	}()
+	go r.stderr.read(func(line string) {
+		f.WriteString(line + "\n")
+		r.mu.Lock()
+		r.log.WriteString(line + "\n")
+		if plan.marker != "" && strings.Contains(line, plan.marker) {
+			r.markers++
+			select {
+			case r.marked <- struct{}{}:
+			default:
+			}
+		}
+		r.mu.Unlock()
+	})
+	r.eof = r.stderr.done
+	return r
+}
+
+// reap kills the run if it is still running and waits until it is gone
+// and its log read.
+func (r *plannedRun) reap() {
+	select {
+	case <-r.eof:
+	default:
+		_ = r.cmd.Process.Kill()
+		<-r.eof
+	}
+	<-r.waited
+}
+
+func (r *plannedRun) text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.log.String()
+}
+
+func (r *plannedRun) markersSeen() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.markers
+}
+
+// exitedEarly fails the test: the run exited before it was signalled.
+func (r *plannedRun) exitedEarly() {
+	<-r.eof
+	<-r.waited
+	log, _ := os.ReadFile(r.logPath)
+	r.t.Fatalf("run exited by itself (%v) before it was signalled; log %s:\n%s", r.cmd.ProcessState, r.logPath, log)
+}
+
+// nextMarker waits for a marker line after the seen-th.
+func (r *plannedRun) nextMarker(seen int) {
+	deadline := time.After(markerWait)
+	for r.markersSeen() <= seen {
+		select {
+		case <-r.marked:
+		case <-r.eof:
+			r.exitedEarly()
+		case <-deadline:
+			r.t.Fatalf("no line %s within %s (after %s and %d such lines); log %s:\n%s", r.plan.marker, markerWait, r.plan.delay, seen, r.logPath, r.text())
+		}
+	}
+}
+
+func (r *plannedRun) signal(sig syscall.Signal) {
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		r.t.Fatalf("sending %v to the run: %v", sig, err)
+	}
+}
+
+// stopAndRead stops the run (SIGSTOP), waits until every thread of it is
+// stopped and everything it wrote is read, and returns its whole log.
+func (r *plannedRun) stopAndRead() string {
+	r.signal(syscall.SIGSTOP)
+	for deadline := time.Now().Add(stopWait); !procStopped(r.cmd.Process.Pid); time.Sleep(5 * time.Millisecond) {
+		select {
+		case <-r.eof:
+			r.exitedEarly()
+		default:
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the run did not stop within %s of SIGSTOP", stopWait)
+		}
+	}
+	if err := r.stderr.sync(stopWait); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.text()
 }
 
 // batchLog is what a run's log says about its batches.
