@@ -99,35 +99,68 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 	out := UniqueName(t, "ckpt-out")
 	h := newCkptHarness(t, brokers, UniqueName(t, "ckpt-job"), "kafka://"+brokers+"/"+out)
 
-	// Where checkpoints put the input.
-	chkOf := func(id int64) *offsets.Checkpoint {
-		b, err := os.ReadFile(filepath.Join(h.stateDir, h.job, fmt.Sprintf("chk-%012d.json", id)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c offsets.Checkpoint
-		if err := json.Unmarshal(b, &c); err != nil {
-			t.Fatal(err)
-		}
-		return &c
+	h.startFeeder() // records in (nearly) every checkpoint
+	latest, prev, txns := crashBeforeCommit(t, h)
+	h.stopFeeder()
+	n := latest.ID
+	before, pending := inputBetween(t, brokers, h.topic, prev, latest)
+	t.Logf("checkpoint %d lists %d pending transactions; %d records before checkpoint %d's offsets, %d between its and checkpoint %d's",
+		n, len(txns), len(before), n-1, len(pending), n)
+	if len(pending) == 0 || len(txns) == 0 {
+		t.Fatalf("checkpoint %d holds no records (pending %v): the crash proves nothing", n, txns)
 	}
+	checkPrecommittedInvisible(t, brokers, out, n, before, pending)
+
+	// Restarts killed early, most during the recovery that commits
+	// checkpoint n's transactions: a recovery cut short must be redone,
+	// committing (again) what it may already have committed.
+	h.inspect = kafkaInspect(t, brokers, out)
+	inRecovery := 0
+	for range 3 {
+		if k := h.killAfter("early", stopPlan{delay: ckptEarlyDelay + time.Duration(h.rng.Int64N(int64(ckptEarlyDelay)*7))}); !k.log.started {
+			inRecovery++
+		}
+	}
+	t.Logf("%d of 3 restarts killed before their recovery finished", inRecovery)
+	// The restart commits checkpoint n's transactions and goes on from n
+	// (or from a later checkpoint, if one of the killed restarts got
+	// that far).
+	final := h.drain()
+	if st := parseCheckpointLog(final); st.from < n {
+		t.Errorf("the restart resumed from checkpoint %d, before %d", st.from, n)
+	}
+	committed := readCommitted(t, brokers, out)
+	c := checkOutputs(t, "read-committed output", outputsOf(committed), ckptExpected(h.produced))
+	inLog := pendingInLog(t, brokers, out, pending)
+	var rewritten int
+	for id := range pending {
+		if inLog[id] != 1 {
+			rewritten++
+		}
+	}
+	t.Logf("after the restart: %d records of %d produced, %d duplicates, %d losses; of the %d pre-committed records %d are in the log other than once",
+		c.records, h.produced, c.duplicates, c.losses, len(pending), rewritten)
+	if rewritten != 0 {
+		t.Errorf("%d of checkpoint %d's pre-committed records are not in the log exactly once: recovery rewrote or lost them instead of committing them", rewritten, n)
+	}
+	h.verify()
+}
+
+// crashBeforeCommit runs the job until it is killed after the run's third
+// checkpoint was saved, and returns that checkpoint (n), the one before it
+// and the pending transactions n lists. A checkpoint into which no record
+// arrived (the feeder is slow on a busy machine) proves nothing: then the
+// job is run again — its recovery commits that checkpoint — and killed at
+// its own third, ckptPointTries times at most.
+func crashBeforeCommit(t *testing.T, h *ckptHarness) (latest, prev *offsets.Checkpoint, pending []writers.Pending) {
+	t.Helper()
 	store, err := offsets.NewFileCheckpoints(h.stateDir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	h.startFeeder() // records in (nearly) every checkpoint
-	// Killed after the run's third checkpoint was saved. A checkpoint into
-	// which no record arrived (the feeder is slow on a busy machine)
-	// proves nothing: then the job is run again — its recovery commits
-	// that checkpoint — and killed at its own third, ckptPointTries times
-	// at most.
-	var (
-		latest, prev *offsets.Checkpoint
-		data         struct {
-			Pending []writers.Pending `json:"pending"`
-		}
-	)
+	var data struct {
+		Pending []writers.Pending `json:"pending"`
+	}
 	for try := 1; ; try++ {
 		r := Run(t, h.logDir, Env("MICROBATCH_CRASH_AT="+strategies.CrashAfterCheckpointBeforeCommit+":3"), 3*time.Minute, h.args()...)
 		if r.Code != -1 {
@@ -144,27 +177,46 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 		if err := json.Unmarshal(latest.Data, &data); err != nil {
 			t.Fatal(err)
 		}
-		prev = chkOf(latest.ID - 1)
+		prev = readCheckpointFile(t, h, latest.ID-1)
 		records := sum(latest.Offsets) - sum(prev.Offsets)
 		if records > 0 && len(data.Pending) > 0 {
-			break
+			return latest, prev, data.Pending
 		}
 		if try == ckptPointTries {
 			t.Fatalf("checkpoint %d holds no records (pending %v) at all %d tries: the crash proves nothing", latest.ID, data.Pending, try)
 		}
 		t.Logf("checkpoint %d holds %d records (pending %v): again", latest.ID, records, data.Pending)
 	}
-	h.stopFeeder()
-	n := latest.ID
+}
+
+// readCheckpointFile reads checkpoint id of h's job from its state dir:
+// where that checkpoint put the input.
+func readCheckpointFile(t *testing.T, h *ckptHarness, id int64) *offsets.Checkpoint {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(h.stateDir, h.job, fmt.Sprintf("chk-%012d.json", id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c offsets.Checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// inputBetween returns the ids of the input records before prev's offsets
+// and of those between prev's and latest's.
+func inputBetween(t *testing.T, brokers, topic string, prev, latest *offsets.Checkpoint) (before, pending map[int64]bool) {
+	t.Helper()
 	// The input's ids by position.
 	idAt := map[int32]map[int64]int64{}
-	for _, rec := range readInput(t, brokers, h.topic) {
+	for _, rec := range readInput(t, brokers, topic) {
 		if idAt[rec.part] == nil {
 			idAt[rec.part] = map[int64]int64{}
 		}
 		idAt[rec.part][rec.off] = rec.id
 	}
-	before, pending := map[int64]bool{}, map[int64]bool{}
+	before, pending = map[int64]bool{}, map[int64]bool{}
 	for p, ids := range idAt {
 		for off, id := range ids {
 			switch {
@@ -175,13 +227,14 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("checkpoint %d lists %d pending transactions; %d records before checkpoint %d's offsets, %d between its and checkpoint %d's",
-		n, len(data.Pending), len(before), n-1, len(pending), n)
-	if len(pending) == 0 || len(data.Pending) == 0 {
-		t.Fatalf("checkpoint %d holds no records (pending %v): the crash proves nothing", n, data.Pending)
-	}
+	return before, pending
+}
 
-	// Before the restart: committed = before, exactly; pending in the log, invisible.
+// checkPrecommittedInvisible checks the output before the restart:
+// committed = before, exactly; pending (checkpoint n's records) in the
+// log, invisible.
+func checkPrecommittedInvisible(t *testing.T, brokers, out string, n int64, before, pending map[int64]bool) {
+	t.Helper()
 	visible := map[int64]int{}
 	for _, rec := range readCommitted(t, brokers, out) {
 		visible[rec.out.ID]++
@@ -206,13 +259,7 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 		t.Errorf("before the restart the read-committed output holds %d ids: %d not before checkpoint %d's offsets (%d of them pre-committed in checkpoint %d), %d twice",
 			len(visible), extra, n-1, early, n, twice)
 	}
-	inLog := map[int64]int{}
-	for _, rec := range readUncommitted(t, brokers, out) {
-		if pending[rec.out.ID] {
-			inLog[rec.out.ID]++
-		}
-	}
-	if len(inLog) != len(pending) {
+	if inLog := pendingInLog(t, brokers, out, pending); len(inLog) != len(pending) {
 		t.Errorf("before the restart the log holds %d of checkpoint %d's %d pre-committed records", len(inLog), n, len(pending))
 	}
 	lso, hwm := kafkaOffsets(t, brokers, out)
@@ -221,43 +268,17 @@ func TestCheckpointRecoveryCommitsPrecommitted(t *testing.T) {
 	if fmt.Sprint(lso) == fmt.Sprint(hwm) {
 		t.Errorf("before the restart no transaction is open in the output: checkpoint %d's were not left pre-committed", n)
 	}
+}
 
-	// Restarts killed early, most during the recovery that commits
-	// checkpoint n's transactions: a recovery cut short must be redone,
-	// committing (again) what it may already have committed.
-	h.inspect = kafkaInspect(t, brokers, out)
-	inRecovery := 0
-	for range 3 {
-		if k := h.killAfter("early", stopPlan{delay: ckptEarlyDelay + time.Duration(h.rng.Int64N(int64(ckptEarlyDelay)*7))}); !k.log.started {
-			inRecovery++
-		}
-	}
-	t.Logf("%d of 3 restarts killed before their recovery finished", inRecovery)
-	// The restart commits checkpoint n's transactions and goes on from n
-	// (or from a later checkpoint, if one of the killed restarts got
-	// that far).
-	final := h.drain()
-	if st := parseCheckpointLog(final); st.from < n {
-		t.Errorf("the restart resumed from checkpoint %d, before %d", st.from, n)
-	}
-	committed := readCommitted(t, brokers, out)
-	c := checkOutputs(t, "read-committed output", outputsOf(committed), ckptExpected(h.produced))
-	inLog = map[int64]int{}
+// pendingInLog counts how often each id of pending is in out's log, read
+// uncommitted.
+func pendingInLog(t *testing.T, brokers, out string, pending map[int64]bool) map[int64]int {
+	t.Helper()
+	inLog := map[int64]int{}
 	for _, rec := range readUncommitted(t, brokers, out) {
 		if pending[rec.out.ID] {
 			inLog[rec.out.ID]++
 		}
 	}
-	var rewritten int
-	for id := range pending {
-		if inLog[id] != 1 {
-			rewritten++
-		}
-	}
-	t.Logf("after the restart: %d records of %d produced, %d duplicates, %d losses; of the %d pre-committed records %d are in the log other than once",
-		c.records, h.produced, c.duplicates, c.losses, len(pending), rewritten)
-	if rewritten != 0 {
-		t.Errorf("%d of checkpoint %d's pre-committed records are not in the log exactly once: recovery rewrote or lost them instead of committing them", rewritten, n)
-	}
-	h.verify()
+	return inLog
 }
