@@ -85,9 +85,48 @@ func TestCrashRecovery(t *testing.T) {
 }
 
 func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
-	bin := Binary(t)
-	topic := UniqueName(t, "crash")
-	job := UniqueName(t, "crash-job")
+	c := newCrashRun(t, strategy, brokers, sink)
+	for c.kills < crashMinKills {
+		c.kill()
+	}
+
+	// Let it drain.
+	final := Run(t, c.logDir, nil, 5*time.Minute, append(c.args, "--until-idle", "2s")...)
+	if final.Code != 0 {
+		t.Fatalf("final run: %s", final)
+	}
+	c.checkSink()
+
+	// A crash test whose kills all miss the batches proves nothing, and a
+	// detector that never fires would hide that.
+	if c.mid == 0 {
+		t.Fatalf("no kill landed inside a batch: the test did not exercise recovery (logs in %s)", c.logDir)
+	}
+	if c.mid*4 < c.kills {
+		t.Errorf("only %d of %d kills landed inside a batch, want at least 25%%", c.mid, c.kills)
+	}
+}
+
+// crashRun is one job of testCrashRecovery: its input, its run's
+// arguments and what its kills hit so far.
+type crashRun struct {
+	t                       *testing.T
+	bin                     string
+	strategy, brokers, sink string
+	topic, job              string
+	args                    []string
+	logDir                  string
+	rng                     *rand.Rand
+	produced, expAmount     int64
+	kills, mid, aligned     int
+	alignedMid, toppedUp    int
+}
+
+// newCrashRun produces the job's initial input and picks the kill timing
+// seed (MICROBATCH_CRASH_SEED replays one).
+func newCrashRun(t *testing.T, strategy, brokers, sink string) *crashRun {
+	c := &crashRun{t: t, bin: Binary(t), strategy: strategy, brokers: brokers, sink: sink,
+		topic: UniqueName(t, "crash"), job: UniqueName(t, "crash-job")}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("MICROBATCH_CRASH_SEED"); s != "" {
 		var err error
@@ -96,75 +135,85 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		}
 	}
 	t.Logf("kill timing seed %d (MICROBATCH_CRASH_SEED=%d replays it)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	c.rng = rand.New(rand.NewPCG(seed, seed^0x5eed))
 
-	produced, expAmount := Produce(t, brokers, topic, crashSeed, 0, crashInitial)
-	logDir := t.TempDir()
+	c.produced, c.expAmount = Produce(t, brokers, c.topic, crashSeed, 0, crashInitial)
+	c.logDir = t.TempDir()
 	// A static group member: each restart takes the killed process's
 	// partitions back at once instead of waiting out its session.
-	args := []string{"run", "--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink, "--strategy", strategy,
+	c.args = []string{"run", "--brokers", brokers, "--topic", c.topic, "--job", c.job, "--sink", sink, "--strategy", strategy,
 		"--interval", crashInterval.String(), "--max-batch-records", strconv.Itoa(crashMaxBatch), "--log-level", "debug",
-		"--instance-id", job}
+		"--instance-id", c.job}
+	return c
+}
 
-	var kills, mid, aligned, alignedMid, toppedUp int
-	for kills < crashMinKills {
-		delay := crashMinDelay + time.Duration(rng.Int64N(int64(crashMaxDelay-crashMinDelay)+1))
-		align := kills%4 != 0
-		// Give the run more work than it can finish before the kill.
-		maxBatches := int64(delay/crashInterval) + 3 + crashAlignTries
-		need := maxBatches * crashMaxBatch * crashPartitions
-		if lag := sum(testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic)) - sum(storedNext(t, strategy, sink, brokers, job, topic)); lag < need {
-			ev, am := Produce(t, brokers, topic, crashSeed, produced, need-lag)
-			produced += ev
-			expAmount += am
-			toppedUp++
-		}
-		kills++
-		logPath := filepath.Join(logDir, fmt.Sprintf("run-%02d.log", kills))
-		plan := stopPlan{delay: delay}
-		if align {
-			plan.marker, plan.lag = batchStartedMarker, time.Duration(rng.Int64N(int64(crashMaxAlignLag)+1))
-			plan.inside = func(log string) bool { return parseBatchLog(log).open }
-			plan.tries = crashAlignTries
-		}
-		ps, tries := stopRunAt(t, bin, args, logPath, plan, syscall.SIGKILL)
-		if ws, ok := ps.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("run ended with %v, not by our SIGKILL", ps)
-		}
-		log, err := os.ReadFile(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := parseBatchLog(string(log))
-		if st.open {
-			mid++
-			if align {
-				alignedMid++
-			}
-		}
-		if align {
-			aligned++
-		}
-		how := "random"
-		if align {
-			how = fmt.Sprintf("aligned, try %d", tries)
-		}
-		t.Logf("kill %2d after %4dms (%s): batches started %d, committed %d, last %d open=%v",
-			kills, delay.Milliseconds(), how, st.started, st.committed, st.last, st.open)
+// kill runs the job once and SIGKILLs it: after a random delay, and for
+// three kills of four then at the next batch start if that batch is still
+// open when the run is stopped there.
+func (c *crashRun) kill() {
+	t := c.t
+	delay := crashMinDelay + time.Duration(c.rng.Int64N(int64(crashMaxDelay-crashMinDelay)+1))
+	align := c.kills%4 != 0
+	c.topUp(delay)
+	c.kills++
+	logPath := filepath.Join(c.logDir, fmt.Sprintf("run-%02d.log", c.kills))
+	plan := stopPlan{delay: delay}
+	if align {
+		plan.marker, plan.lag = batchStartedMarker, time.Duration(c.rng.Int64N(int64(crashMaxAlignLag)+1))
+		plan.inside = func(log string) bool { return parseBatchLog(log).open }
+		plan.tries = crashAlignTries
 	}
-
-	// Let it drain.
-	final := Run(t, logDir, nil, 5*time.Minute, append(args, "--until-idle", "2s")...)
-	if final.Code != 0 {
-		t.Fatalf("final run: %s", final)
+	ps, tries := stopRunAt(t, c.bin, c.args, logPath, plan, syscall.SIGKILL)
+	if ws, ok := ps.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("run ended with %v, not by our SIGKILL", ps)
 	}
+	log, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := parseBatchLog(string(log))
+	if st.open {
+		c.mid++
+		if align {
+			c.alignedMid++
+		}
+	}
+	if align {
+		c.aligned++
+	}
+	how := "random"
+	if align {
+		how = fmt.Sprintf("aligned, try %d", tries)
+	}
+	t.Logf("kill %2d after %4dms (%s): batches started %d, committed %d, last %d open=%v",
+		c.kills, delay.Milliseconds(), how, st.started, st.committed, st.last, st.open)
+}
 
+// topUp gives the run more work than it can finish before a kill after
+// delay.
+func (c *crashRun) topUp(delay time.Duration) {
+	t := c.t
+	maxBatches := int64(delay/crashInterval) + 3 + crashAlignTries
+	need := maxBatches * crashMaxBatch * crashPartitions
+	if lag := sum(testutil.EndOffsets(t, kafkautil.SplitBrokers(c.brokers), c.topic)) - sum(storedNext(t, c.strategy, c.sink, c.brokers, c.job, c.topic)); lag < need {
+		ev, am := Produce(t, c.brokers, c.topic, crashSeed, c.produced, need-lag)
+		c.produced += ev
+		c.expAmount += am
+		c.toppedUp++
+	}
+}
+
+// checkSink compares the drained sink with the input: totals as the
+// strategy's guarantee promises, stored offsets at the partition ends,
+// and microbatch verify agreeing.
+func (c *crashRun) checkSink() {
+	t, strategy, sink, job, produced, expAmount := c.t, c.strategy, c.sink, c.job, c.produced, c.expAmount
 	got, _, err := strategies.ReadTotals(context.Background(), sink, job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d kills, %d landed inside a batch (%d of %d random, %d of %d aligned); topped up %d times",
-		kills, mid, mid-alignedMid, kills-aligned, alignedMid, aligned, toppedUp)
+		c.kills, c.mid, c.mid-c.alignedMid, c.kills-c.aligned, c.alignedMid, c.aligned, c.toppedUp)
 	t.Logf("produced %d events (amount %d); sink holds %d events (amount %d), %d keys, %d dead letters; duplicates %d, losses %d",
 		produced, expAmount, got.Events, got.Amount, got.Keys, got.DeadLetters, max(got.Events-produced, 0), max(produced-got.Events, 0))
 	switch strategies.GuaranteeOf(strategy) {
@@ -184,22 +233,13 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 			t.Errorf("at-most-once duplicated %d events", got.Events-produced)
 		}
 	}
-	end, stored := testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic), storedNext(t, strategy, sink, brokers, job, topic)
+	end, stored := testutil.EndOffsets(t, kafkautil.SplitBrokers(c.brokers), c.topic), storedNext(t, strategy, sink, c.brokers, job, c.topic)
 	if fmt.Sprint(end) != fmt.Sprint(stored) {
 		t.Errorf("stored offsets %v, partition ends %v", stored, end)
 	}
-	v := Run(t, logDir, nil, time.Minute, "verify", "--sink", sink, "--job", job, "--strategy", strategy,
+	v := Run(t, c.logDir, nil, time.Minute, "verify", "--sink", sink, "--job", job, "--strategy", strategy,
 		"--expect-events", strconv.FormatInt(produced, 10), "--expect-amount", strconv.FormatInt(expAmount, 10))
 	if v.Code != 0 || !strings.Contains(v.Stdout, "OK") {
 		t.Errorf("microbatch verify: %s", v)
-	}
-
-	// A crash test whose kills all miss the batches proves nothing, and a
-	// detector that never fires would hide that.
-	if mid == 0 {
-		t.Fatalf("no kill landed inside a batch: the test did not exercise recovery (logs in %s)", logDir)
-	}
-	if mid*4 < kills {
-		t.Errorf("only %d of %d kills landed inside a batch, want at least 25%%", mid, kills)
 	}
 }
