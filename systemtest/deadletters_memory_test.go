@@ -238,12 +238,6 @@ var vmHWM = regexp.MustCompile(`(?m)^VmHWM:\s+(\d+) kB$`)
 func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 	t.Helper()
 	ctx := t.Context()
-	type dl struct {
-		topic, reason string
-		part          int32
-		payload       []byte // raw, or base64 if b64
-		b64           bool
-	}
 	got := map[int64]bool{}
 	check := func(off int64, d dl) {
 		want, ok := in.bad[off]
@@ -267,76 +261,11 @@ func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 	}
 	switch {
 	case strings.HasPrefix(dsn, "file://"):
-		err := writers.ReadFileSink(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
-			if !bytes.HasPrefix(line, []byte(`{"dead_letter":`)) {
-				return nil
-			}
-			meta, b64, ok := cutPayload(line, "}}")
-			var o struct {
-				DL struct {
-					Topic     string `json:"topic"`
-					Partition int32  `json:"partition"`
-					Offset    int64  `json:"offset"`
-					Reason    string `json:"reason"`
-				} `json:"dead_letter"`
-			}
-			if !ok || json.Unmarshal(meta, &o) != nil {
-				return fmt.Errorf("dead letter line %.200q…", line)
-			}
-			check(o.DL.Offset, dl{topic: o.DL.Topic, part: o.DL.Partition, reason: o.DL.Reason, payload: b64, b64: true})
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		readFileDeadLetters(t, dsn, job, check)
 	case strings.HasPrefix(dsn, "redis"):
-		r, err := writers.OpenRedis(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		key := "mb:{" + job + "}:dead:" + in.topic + ":0"
-		// One field at a time: the hash is larger than the test needs to hold.
-		offs, err := r.Client().HKeys(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range offs {
-			off, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				t.Fatalf("%s has field %q", key, f)
-			}
-			v, err := r.Client().HGet(ctx, key, f).Bytes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			meta, b64, ok := cutPayload(v, "}")
-			var d struct {
-				Reason string `json:"reason"`
-			}
-			if !ok || json.Unmarshal(meta, &d) != nil {
-				t.Fatalf("dead letter %s: %.200q…", f, v)
-			}
-			check(off, dl{topic: in.topic, reason: d.Reason, payload: b64, b64: true})
-		}
+		readRedisDeadLetters(t, dsn, job, in.topic, check)
 	default:
-		w := sinktest.OpenSQL(t, dsn)
-		rows, err := w.DB().QueryContext(ctx, `SELECT topic, part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var d dl
-			var off int64
-			if err := rows.Scan(&d.topic, &d.part, &off, &d.reason, &d.payload); err != nil {
-				t.Fatal(err)
-			}
-			check(off, d)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
+		readSQLDeadLetters(t, dsn, job, check)
 	}
 	if len(got) != len(in.bad) {
 		t.Errorf("%d of the %d bad records are stored as dead letters", len(got), len(in.bad))
@@ -348,6 +277,101 @@ func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 	if tot.Events != in.events || !tot.AmountIs(in.amount) {
 		t.Errorf("totals events=%d amount=%d, want %d and %d", tot.Events, tot.Amount, in.events, in.amount)
 	}
+}
+
+// dl is a dead letter as a sink stored it.
+type dl struct {
+	topic, reason string
+	part          int32
+	payload       []byte // raw, or base64 if b64
+	b64           bool
+}
+
+// readFileDeadLetters calls check with every dead letter of job in the
+// file sink dsn.
+func readFileDeadLetters(t *testing.T, dsn, job string, check func(off int64, d dl)) {
+	t.Helper()
+	err := writers.ReadFileSink(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
+		if !bytes.HasPrefix(line, []byte(`{"dead_letter":`)) {
+			return nil
+		}
+		meta, b64, ok := cutPayload(line, "}}")
+		var o struct {
+			DL struct {
+				Topic     string `json:"topic"`
+				Partition int32  `json:"partition"`
+				Offset    int64  `json:"offset"`
+				Reason    string `json:"reason"`
+			} `json:"dead_letter"`
+		}
+		if !ok || json.Unmarshal(meta, &o) != nil {
+			return fmt.Errorf("dead letter line %.200q…", line)
+		}
+		check(o.DL.Offset, dl{topic: o.DL.Topic, part: o.DL.Partition, reason: o.DL.Reason, payload: b64, b64: true})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readRedisDeadLetters calls check with every dead letter of job from
+// partition 0 of topic in the Redis sink dsn.
+func readRedisDeadLetters(t *testing.T, dsn, job, topic string, check func(off int64, d dl)) {
+	t.Helper()
+	ctx := t.Context()
+	r, err := writers.OpenRedis(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	key := "mb:{" + job + "}:dead:" + topic + ":0"
+	// One field at a time: the hash is larger than the test needs to hold.
+	offs, err := r.Client().HKeys(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range offs {
+		off, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("%s has field %q", key, f)
+		}
+		v, err := r.Client().HGet(ctx, key, f).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, b64, ok := cutPayload(v, "}")
+		var d struct {
+			Reason string `json:"reason"`
+		}
+		if !ok || json.Unmarshal(meta, &d) != nil {
+			t.Fatalf("dead letter %s: %.200q…", f, v)
+		}
+		check(off, dl{topic: topic, reason: d.Reason, payload: b64, b64: true})
+	}
+}
+
+// readSQLDeadLetters calls check with every dead letter of job in the SQL
+// sink dsn.
+func readSQLDeadLetters(t *testing.T, dsn, job string, check func(off int64, d dl)) {
+	t.Helper()
+	w := sinktest.OpenSQL(t, dsn)
+	rows, err := w.DB().QueryContext(t.Context(), `SELECT topic, part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var d dl
+		var off int64
+		if err := rows.Scan(&d.topic, &d.part, &off, &d.reason, &d.payload); err != nil {
+			t.Fatal(err)
+		}
+		check(off, d)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
 }
 
 // cutPayload splits a dead letter's JSON whose last field is
