@@ -96,7 +96,20 @@ func testGroupScaleOut(t *testing.T, strategy, brokers, sink string) {
 
 	got := checkGroupSink(t, gs, brokers, topic, job, strategy, logDir, produced, expAmount)
 
-	// The run really rebalanced, and p2's partitions went to others.
+	gens, batches := checkRebalanced(t, victim, p1, p2, p3, p4)
+	t.Logf("%s: %d events (amount %d) produced, %d at the start; sink holds %d events, %d keys, %d dead letters; "+
+		"generations %v; %d batches committed; fenced p3=%d p4=%d p1=%d; drained in %s; %s in all",
+		strategy, produced, expAmount, groupInitial, got.Events, got.Keys, got.DeadLetters,
+		gens, batches, fenced[0], fenced[1], fenced[2], drained.Round(time.Millisecond),
+		time.Since(began).Round(time.Millisecond))
+}
+
+// checkRebalanced checks from the logs of the scale-out's processes p1,
+// p2 (killed), p3 and p4 that the run really rebalanced and p2's
+// partitions (victim) went to others. It returns the generations seen and
+// the batches committed.
+func checkRebalanced(t *testing.T, victim assignment, p1, p2, p3, p4 *groupProc) (generations []int, batches int) {
+	t.Helper()
 	all := []*groupProc{p1, p2, p3, p4}
 	gens := map[int]bool{}
 	for _, p := range all {
@@ -112,13 +125,8 @@ func testGroupScaleOut(t *testing.T, strategy, brokers, sink string) {
 			t.Errorf("partition %d of the killed p2 was never assigned to another process", part)
 		}
 	}
-	batches := 0
 	for _, p := range all {
 		batches += p.commitsAfter(-1)
 	}
-	t.Logf("%s: %d events (amount %d) produced, %d at the start; sink holds %d events, %d keys, %d dead letters; "+
-		"generations %v; %d batches committed; fenced p3=%d p4=%d p1=%d; drained in %s; %s in all",
-		strategy, produced, expAmount, groupInitial, got.Events, got.Keys, got.DeadLetters,
-		slices.Sorted(maps.Keys(gens)), batches, fenced[0], fenced[1], fenced[2], drained.Round(time.Millisecond),
-		time.Since(began).Round(time.Millisecond))
+	return slices.Sorted(maps.Keys(gens)), batches
 }
