@@ -564,8 +564,6 @@ func kafkaInspect(t *testing.T, brokers, topic string) func() (bool, string) {
 	}
 }
 
-// --- SQL --------------------------------------------------------------------
-
 // xaInspect: XA RECOVER lists the job's prepared branches.
 func xaInspect(t *testing.T, w *writers.SQL, job string) func() (bool, string) {
 	return func() (bool, string) {

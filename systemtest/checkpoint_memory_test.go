@@ -11,14 +11,12 @@ import (
 	"github.com/microbatch/microbatch/strategies"
 )
 
-// --- negative control and configuration -------------------------------------
-
 // TestCheckpointMemoryBackendDuplicates is the negative control: with
 // --state-backend memory a killed run's checkpoints die with it, so the
 // restart begins again at the start of the input while the committed
 // files of the killed run stay. The output must show exactly those
 // records twice; if it is clean, the kill missed or the backend kept
-// state, and the crash tests above would prove nothing.
+// state, and the checkpoint crash tests would prove nothing.
 func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
 	t.Parallel()
 	b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))

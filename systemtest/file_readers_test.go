@@ -13,8 +13,6 @@ import (
 	"github.com/microbatch/microbatch/writers"
 )
 
-// --- files ------------------------------------------------------------------
-
 // fileInspect: a transaction with records is a file in .pending (created
 // by its first write; until the pre-commit flushes it, the records may
 // still be in the writer's buffer, so the file can be empty on disk). It

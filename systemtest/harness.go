@@ -1,5 +1,9 @@
 package systemtest
 
+// Running the binary: built once per test process, commands run to their
+// end, dev brokers as subprocesses, unique names, input produced by
+// `microbatch produce`. cmd/microbatch's CLI tests use these too.
+
 import (
 	"bufio"
 	"bytes"

@@ -17,8 +17,6 @@ import (
 	"github.com/microbatch/microbatch/record"
 )
 
-// --- Kafka ------------------------------------------------------------------
-
 // kafkaOffsets returns each partition's last stable offset (read-committed
 // end) and high-water mark.
 func kafkaOffsets(t *testing.T, brokers, topic string) (lso, hwm map[int32]int64) {
