@@ -1,5 +1,8 @@
 package systemtest
 
+// Readers of the file sink: committed and pending files, a watcher that
+// checks every committed file as it appears, the outputs of a job.
+
 import (
 	"encoding/json"
 	"fmt"

@@ -1,5 +1,9 @@
 package systemtest
 
+// Long-lived `microbatch run` processes whose logs the tests read while
+// they run (groupProc), and what those logs say: assignments, batches,
+// commits, fencing.
+
 import (
 	"fmt"
 	"os"

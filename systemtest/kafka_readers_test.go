@@ -1,5 +1,9 @@
 package systemtest
 
+// Readers of Kafka topics: the output read committed and uncommitted,
+// last stable offsets and high-water marks, a live read-committed
+// consumer, and the input by position.
+
 import (
 	"encoding/json"
 	"fmt"

@@ -1,5 +1,8 @@
 package systemtest
 
+// A child's stderr read line by line, with a sync that proves everything
+// a stopped child wrote has been read.
+
 import (
 	"bufio"
 	"errors"

@@ -1,5 +1,9 @@
 package systemtest
 
+// What the sinks hold: stored offsets and totals read from MariaDB,
+// SQLite and Redis, per-key checks against a replay of the input, and
+// the counts `microbatch verify` prints.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,9 @@
 package systemtest
 
+// The process runner with kills placed by construction: stopRunAt runs
+// one `microbatch run` and signals it after a delay, on a log line, or only
+// once the stopped run's log shows it is where the kill must land.
+
 import (
 	"os"
 	"os/exec"
