@@ -176,7 +176,7 @@ func produceBadBatch(t *testing.T, brokers string) dlmemInput {
 	return in
 }
 
-// runMeasured is runBin that also returns the command's peak RSS in bytes:
+// runMeasured is Run that also returns the command's peak RSS in bytes:
 // the high-water mark the kernel keeps for the process (VmHWM), read until
 // it exits. Not the child's rusage: a child started by os/exec shares the
 // test process's memory until its exec, and Linux counts that peak (the

@@ -54,6 +54,6 @@ func TestCLIDebugLogsPlan(t *testing.T) {
 		planned += sum
 	}
 	if planned != events || len(next) != 4 {
-		t.Fatalf("the logged plans cover %d offsets of %d partitions, want %d of 4 (produceCLI creates 4)\nstderr:\n%s", planned, len(next), events, r.Stderr)
+		t.Fatalf("the logged plans cover %d offsets of %d partitions, want %d of 4 (systemtest.Produce creates 4)\nstderr:\n%s", planned, len(next), events, r.Stderr)
 	}
 }
