@@ -10,6 +10,7 @@ import (
 
 	"github.com/microbatch/microbatch/benchmarks"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestBenchTiny runs `microbatch bench` on a tiny configuration — its own
@@ -20,18 +21,18 @@ import (
 // MICROBATCH_TEST_MYSQL is set, SQLite otherwise.
 func TestBenchTiny(t *testing.T) {
 	t.Parallel()
-	binary(t)
+	systemtest.Binary(t)
 	sink := os.Getenv(testutil.EnvMySQL)
 	if sink == "" {
 		sink = "sqlite://" + filepath.Join(t.TempDir(), "sink.db")
 	}
 	out := filepath.Join(t.TempDir(), "results")
 	start := time.Now()
-	r := runBin(t, t.TempDir(), nil, 5*time.Minute, "bench", "--strategies", "txn,at-least-once", "--events", "5000",
+	r := systemtest.Run(t, t.TempDir(), nil, 5*time.Minute, "bench", "--strategies", "txn,at-least-once", "--events", "5000",
 		"--crashes", "1", "--interval", "200ms", "--latency-rate", "2000", "--latency-duration", "2s",
 		"--baseline-events", "1000", "--mysql", sink, "--out", out)
 	t.Logf("bench took %s", time.Since(start).Round(time.Millisecond))
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("microbatch bench: %s", r)
 	}
 	for _, f := range []string{"results.md", "results.json", "chart.svg"} {
@@ -92,7 +93,7 @@ func TestBenchTiny(t *testing.T) {
 			t.Errorf("results.md lacks %q", want)
 		}
 	}
-	if !strings.Contains(r.stdout, "| txn |") || !strings.Contains(r.stderr, "ETA") {
+	if !strings.Contains(r.Stdout, "| txn |") || !strings.Contains(r.Stderr, "ETA") {
 		t.Errorf("want the table on stdout and progress with an ETA on stderr\n%s", r)
 	}
 }
@@ -100,7 +101,7 @@ func TestBenchTiny(t *testing.T) {
 // TestBenchConfigErrors: bad bench settings exit 2 with one line, before
 // anything starts.
 func TestBenchConfigErrors(t *testing.T) {
-	binary(t)
+	systemtest.Binary(t)
 	for _, c := range []struct {
 		name string
 		args []string
@@ -114,7 +115,7 @@ func TestBenchConfigErrors(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			r := runBin(t, dir, nil, time.Minute, append([]string{"bench", "--out", filepath.Join(dir, "out")}, c.args...)...)
+			r := systemtest.Run(t, dir, nil, time.Minute, append([]string{"bench", "--out", filepath.Join(dir, "out")}, c.args...)...)
 			checkConfigError(t, r, c.want...)
 			if _, err := os.Stat(filepath.Join(dir, "out")); err == nil {
 				t.Errorf("a bench refused for its configuration created its output directory")

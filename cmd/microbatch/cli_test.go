@@ -19,6 +19,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/sinktest"
+	"github.com/microbatch/microbatch/systemtest"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -38,14 +39,14 @@ func writeFile(t *testing.T, dir, name, content string) string {
 
 // checkConfigError asserts exit code 2 with a single "microbatch: …" line
 // on stderr that contains every one of want.
-func checkConfigError(t *testing.T, r result, want ...string) {
+func checkConfigError(t *testing.T, r systemtest.Result, want ...string) {
 	t.Helper()
-	msg := strings.TrimRight(r.stderr, "\n")
+	msg := strings.TrimRight(r.Stderr, "\n")
 	switch {
-	case r.code != 2:
-		t.Errorf("exit code %d, want 2\n%s", r.code, r)
+	case r.Code != 2:
+		t.Errorf("exit code %d, want 2\n%s", r.Code, r)
 	case strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "microbatch: "):
-		t.Errorf("want one line \"microbatch: …\" on stderr, got:\n%s", r.stderr)
+		t.Errorf("want one line \"microbatch: …\" on stderr, got:\n%s", r.Stderr)
 	}
 	for _, w := range want {
 		if !strings.Contains(msg, w) {
@@ -57,7 +58,7 @@ func checkConfigError(t *testing.T, r result, want ...string) {
 // TestCLIConfigErrors: every kind of bad setting exits 2 with one line
 // that names the problem, before anything is started.
 func TestCLIConfigErrors(t *testing.T) {
-	binary(t)
+	systemtest.Binary(t)
 	for _, c := range []struct {
 		name   string
 		args   []string
@@ -94,7 +95,7 @@ func TestCLIConfigErrors(t *testing.T) {
 			if c.config != "" {
 				args = append(args, "--config", writeFile(t, dir, "mb.yaml", c.config))
 			}
-			r := runBin(t, dir, cmdEnv(c.env...), time.Minute, args...)
+			r := systemtest.Run(t, dir, systemtest.Env(c.env...), time.Minute, args...)
 			checkConfigError(t, r, c.want...)
 			if _, err := os.Stat(filepath.Join(dir, "microbatch-demo-broker")); err == nil {
 				t.Errorf("a run refused for its configuration started the demo broker (./microbatch-demo-broker exists)")
@@ -107,7 +108,7 @@ func TestCLIConfigErrors(t *testing.T) {
 // The topics are invalid names, so the run stops at validation with an
 // error that quotes the topic it would have read.
 func TestCLISettingsPrecedence(t *testing.T) {
-	binary(t)
+	systemtest.Binary(t)
 	const (
 		fromFlag = "flag topic!"
 		fromEnv  = "env topic!"
@@ -137,7 +138,7 @@ func TestCLISettingsPrecedence(t *testing.T) {
 			if c.file {
 				args = append(args, "--config", writeFile(t, dir, "mb.yaml", "topic: \""+fromFile+"\"\n"))
 			}
-			r := runBin(t, dir, cmdEnv(env...), time.Minute, args...)
+			r := systemtest.Run(t, dir, systemtest.Env(env...), time.Minute, args...)
 			checkConfigError(t, r, strconv.Quote(c.want))
 		})
 	}
@@ -146,7 +147,7 @@ func TestCLISettingsPrecedence(t *testing.T) {
 // TestCLIVerify: exit 0 when the sink matches, 1 with the difference named
 // when it doesn't.
 func TestCLIVerify(t *testing.T) {
-	binary(t)
+	systemtest.Binary(t)
 	dir := t.TempDir()
 	sink := "sqlite://" + dir + "/sink.db"
 	w := sinktest.OpenSQL(t, sink)
@@ -182,14 +183,14 @@ func TestCLIVerify(t *testing.T) {
 		{"at-most-once with duplicates", "at-most-once", "vjob", 4, 40, 1, "FAIL: the sink breaks the at-most-once promise"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", c.job, "--strategy", c.strategy,
+			r := systemtest.Run(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", c.job, "--strategy", c.strategy,
 				"--expect-events", strconv.FormatInt(c.events, 10), "--expect-amount", strconv.FormatInt(c.amount, 10))
-			if r.code != c.code || !strings.Contains(r.stdout, c.verdict) {
+			if r.Code != c.code || !strings.Contains(r.Stdout, c.verdict) {
 				t.Errorf("want exit %d and %q\n%s", c.code, c.verdict, r)
 			}
 			dups, losses := max(5-c.events, 0), max(c.events-5, 0) // the sink holds 5 events
 			shown := regexp.MustCompile(fmt.Sprintf(`duplicates\s+%d\n\s+losses\s+%d\n`, dups, losses))
-			if c.job == "vjob" && !shown.MatchString(r.stdout) {
+			if c.job == "vjob" && !shown.MatchString(r.Stdout) {
 				t.Errorf("want duplicates %d and losses %d shown\n%s", dups, losses, r)
 			}
 		})
@@ -200,38 +201,38 @@ func TestCLIVerify(t *testing.T) {
 // run configured only through MICROBATCH_* variables (with a config file
 // pointing elsewhere, which they override) consumes them; verify agrees.
 func TestCLIProduceRunVerify(t *testing.T) {
-	b := startBroker(t)
+	b := systemtest.StartBroker(t)
 	const (
 		count = 20_000
 		keys  = 50
 		seed  = 9
 	)
-	topic := uniqueName(t, "cli")
+	topic := systemtest.UniqueName(t, "cli")
 	dir := t.TempDir()
-	r := runBin(t, dir, nil, time.Minute, "produce", "--brokers", b.addr, "--topic", topic,
+	r := systemtest.Run(t, dir, nil, time.Minute, "produce", "--brokers", b.Addr, "--topic", topic,
 		"--count", strconv.Itoa(count), "--keys", strconv.Itoa(keys), "--seed", strconv.Itoa(seed))
 	want := event.ExpectedTotals(seed, keys, count)
 	line := "expected events=" + strconv.FormatInt(want.Events, 10) + " amount=" + strconv.FormatInt(want.Amount, 10)
-	if r.code != 0 || !strings.Contains(r.stdout, line) {
+	if r.Code != 0 || !strings.Contains(r.Stdout, line) {
 		t.Fatalf("produce: want exit 0 and %q\n%s", line, r)
 	}
 
 	sink := "sqlite://" + dir + "/sink.db"
-	job := uniqueName(t, "clijob")
+	job := systemtest.UniqueName(t, "clijob")
 	cfg := writeFile(t, dir, "mb.yaml", "topic: not-this-one\njob: nor-this-one\n")
-	r = runBin(t, dir, cmdEnv(
-		"MICROBATCH_BROKERS="+b.addr, "MICROBATCH_TOPIC="+topic, "MICROBATCH_JOB="+job, "MICROBATCH_SINK="+sink,
+	r = systemtest.Run(t, dir, systemtest.Env(
+		"MICROBATCH_BROKERS="+b.Addr, "MICROBATCH_TOPIC="+topic, "MICROBATCH_JOB="+job, "MICROBATCH_SINK="+sink,
 		"MICROBATCH_INTERVAL=100ms", "MICROBATCH_UNTIL_IDLE=1s", "MICROBATCH_CONFIG="+cfg,
 	), 2*time.Minute, "run")
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("run: %s", r)
 	}
-	if !regexp.MustCompile(`msg="run finished".* records=` + strconv.Itoa(count) + ` `).MatchString(r.stderr) {
+	if !regexp.MustCompile(`msg="run finished".* records=` + strconv.Itoa(count) + ` `).MatchString(r.Stderr) {
 		t.Errorf("run did not report %d records\n%s", count, r)
 	}
-	r = runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", job,
+	r = systemtest.Run(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", job,
 		"--expect-events", strconv.FormatInt(want.Events, 10), "--expect-amount", strconv.FormatInt(want.Amount, 10))
-	if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "OK: exactly once") {
 		t.Errorf("verify: %s", r)
 	}
 }
@@ -239,18 +240,18 @@ func TestCLIProduceRunVerify(t *testing.T) {
 // TestCLIBroker: the dev broker prints its address, serves Kafka there and
 // stops cleanly on SIGTERM.
 func TestCLIBroker(t *testing.T) {
-	b := startBroker(t, "--topic", "seeded", "--partitions", "3")
-	client, err := sarama.NewClient([]string{b.addr}, kafkautil.Config("microbatch-cli-test"))
+	b := systemtest.StartBroker(t, "--topic", "seeded", "--partitions", "3")
+	client, err := sarama.NewClient([]string{b.Addr}, kafkautil.Config("microbatch-cli-test"))
 	if err != nil {
-		t.Fatalf("connecting to the broker at %s: %v", b.addr, err)
+		t.Fatalf("connecting to the broker at %s: %v", b.Addr, err)
 	}
 	parts, err := client.Partitions("seeded")
 	client.Close()
 	if err != nil || len(parts) != 3 {
 		t.Errorf("topic seeded: partitions %v (err %v), want 3", parts, err)
 	}
-	r := b.stop(t)
-	if r.code != 0 || !strings.Contains(r.stdout, "dev broker stopped") {
+	r := b.Stop(t)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "dev broker stopped") {
 		t.Errorf("broker after SIGTERM: want exit 0 and \"dev broker stopped\"\n%s", r)
 	}
 }
@@ -260,12 +261,12 @@ func TestCLIBroker(t *testing.T) {
 // and sink.
 func TestCLIDemo(t *testing.T) {
 	t.Parallel()
-	binary(t)
+	systemtest.Binary(t)
 	dir := t.TempDir()
 	for _, events := range []int{20_000, 30_000} {
-		r := runBin(t, dir, nil, 5*time.Minute, "run", "--demo-events", strconv.Itoa(events), "--demo-rate", "0", "--until-idle", "1s")
+		r := systemtest.Run(t, dir, nil, 5*time.Minute, "run", "--demo-events", strconv.Itoa(events), "--demo-rate", "0", "--until-idle", "1s")
 		want := regexp.MustCompile(`events\s+` + strconv.Itoa(events) + `\s+` + strconv.Itoa(events) + `\n`)
-		if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") || !want.MatchString(r.stdout) {
+		if r.Code != 0 || !strings.Contains(r.Stdout, "OK: exactly once") || !want.MatchString(r.Stdout) {
 			t.Fatalf("demo run with %d events: want exit 0, %d events and \"OK: exactly once\"\n%s", events, events, r)
 		}
 	}
@@ -275,11 +276,11 @@ func TestCLIDemo(t *testing.T) {
 // a report of where the job stands, and a second run finishes exactly.
 func TestCLIDemoInterrupt(t *testing.T) {
 	t.Parallel()
-	bin := binary(t)
+	bin := systemtest.Binary(t)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "run", "--demo-events", "200000", "--demo-rate", "20000", "--interval", "200ms")
 	cmd.Dir = dir
-	cmd.Env = cmdEnv()
+	cmd.Env = systemtest.Env()
 	var stdout strings.Builder
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()
@@ -303,8 +304,8 @@ func TestCLIDemoInterrupt(t *testing.T) {
 	if cmd.ProcessState.ExitCode() != 0 || !strings.Contains(stdout.String(), "run again to continue") {
 		t.Fatalf("interrupted demo: exit %v, stdout:\n%s", err, stdout.String())
 	}
-	r := runBin(t, dir, nil, 5*time.Minute, "run", "--demo-events", "200000", "--demo-rate", "0", "--until-idle", "1s")
-	if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") {
+	r := systemtest.Run(t, dir, nil, 5*time.Minute, "run", "--demo-events", "200000", "--demo-rate", "0", "--until-idle", "1s")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "OK: exactly once") {
 		t.Fatalf("demo after the interrupt: %s", r)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // kafkaForTest is Apache Kafka when the servers run (MICROBATCH_TEST_KAFKA),
@@ -25,13 +26,13 @@ func kafkaForTest(t *testing.T) string {
 	if b := os.Getenv(testutil.EnvKafka); b != "" && !testing.Short() {
 		return b
 	}
-	return startBroker(t).addr
+	return systemtest.StartBroker(t).Addr
 }
 
 // checkNoDemo fails if a run in dir started the embedded demo broker.
-func checkNoDemo(t *testing.T, dir string, r result) {
+func checkNoDemo(t *testing.T, dir string, r systemtest.Result) {
 	t.Helper()
-	if strings.Contains(r.stderr, "embedded demo broker") {
+	if strings.Contains(r.Stderr, "embedded demo broker") {
 		t.Errorf("the run started the embedded demo broker\n%s", r)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "microbatch-demo-broker")); err == nil {
@@ -56,21 +57,21 @@ func TestCLIConfigBrokersList(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			topic, job := uniqueName(t, "t"), uniqueName(t, "j")
-			events, amount := produceCLI(t, strings.Join(brokers, ","), topic, 5, 0, 2000)
+			topic, job := systemtest.UniqueName(t, "t"), systemtest.UniqueName(t, "j")
+			events, amount := systemtest.Produce(t, strings.Join(brokers, ","), topic, 5, 0, 2000)
 			cfg := writeFile(t, dir, "microbatch.yaml", c.brokers+fmt.Sprintf(
 				"topic: %s\njob: %s\nsink: sqlite://%s/sink.db\ninterval: 100ms\nuntil-idle: 1s\n", topic, job, dir))
-			r := runBin(t, dir, nil, 3*time.Minute, "run", "--config", cfg)
-			if r.code != 0 {
+			r := systemtest.Run(t, dir, nil, 3*time.Minute, "run", "--config", cfg)
+			if r.Code != 0 {
 				t.Fatalf("run: %s", r)
 			}
 			checkNoDemo(t, dir, r)
-			if !regexp.MustCompile(`msg="run finished".* records=2000 `).MatchString(r.stderr) {
+			if !regexp.MustCompile(`msg="run finished".* records=2000 `).MatchString(r.Stderr) {
 				t.Errorf("run did not report 2000 records\n%s", r)
 			}
-			r = runBin(t, dir, nil, time.Minute, "verify", "--config", cfg,
+			r = systemtest.Run(t, dir, nil, time.Minute, "verify", "--config", cfg,
 				"--expect-events", fmt.Sprint(events), "--expect-amount", fmt.Sprint(amount))
-			if r.code != 0 || !strings.Contains(r.stdout, "OK: exactly once") {
+			if r.Code != 0 || !strings.Contains(r.Stdout, "OK: exactly once") {
 				t.Errorf("verify of the sink the file names: %s", r)
 			}
 		})
@@ -83,7 +84,7 @@ func TestCLIConfigBrokersList(t *testing.T) {
 // starts (no demo broker).
 func TestCLIConfigValues(t *testing.T) {
 	t.Parallel()
-	binary(t)
+	systemtest.Binary(t)
 	for _, c := range []struct {
 		name   string
 		args   []string
@@ -121,7 +122,7 @@ func TestCLIConfigValues(t *testing.T) {
 			if c.inFile {
 				want = append(want, "config file "+file)
 			}
-			r := runBin(t, dir, cmdEnv(c.env...), time.Minute, args...)
+			r := systemtest.Run(t, dir, systemtest.Env(c.env...), time.Minute, args...)
 			checkConfigError(t, r, want...)
 			checkNoDemo(t, dir, r)
 		})
@@ -137,7 +138,7 @@ func TestCLIOneConfigFile(t *testing.T) {
 	t.Parallel()
 	brokers := kafkaForTest(t)
 	dir := t.TempDir()
-	topic, job := uniqueName(t, "t"), uniqueName(t, "j")
+	topic, job := systemtest.UniqueName(t, "t"), systemtest.UniqueName(t, "j")
 	cfg := writeFile(t, dir, "microbatch.yaml", fmt.Sprintf(`# one file for every command
 brokers: %s
 topic: %s
@@ -150,32 +151,32 @@ until-idle: 1s
 max-batch-records: 5000
 partitions: 2
 `, brokers, topic, job, dir))
-	mustOK := func(args ...string) result {
+	mustOK := func(args ...string) systemtest.Result {
 		t.Helper()
-		r := runBin(t, dir, nil, 3*time.Minute, append(args, "--config", cfg)...)
-		if r.code != 0 {
+		r := systemtest.Run(t, dir, nil, 3*time.Minute, append(args, "--config", cfg)...)
+		if r.Code != 0 {
 			t.Fatalf("microbatch %s --config microbatch.yaml: %s", strings.Join(args, " "), r)
 		}
 		return r
 	}
 
 	r := mustOK("produce", "--count", "3000", "--keys", "50")
-	m := expectedRE.FindStringSubmatch(r.stdout)
+	m := systemtest.ExpectedRE.FindStringSubmatch(r.Stdout)
 	if m == nil {
 		t.Fatalf("produce printed no expected totals:\n%s", r)
 	}
-	if !strings.Contains(mustOK("run", "--dry-run").stdout, "settings OK, Kafka and the sink reached") {
+	if !strings.Contains(mustOK("run", "--dry-run").Stdout, "settings OK, Kafka and the sink reached") {
 		t.Errorf("run --dry-run did not reach Kafka and the sink")
 	}
 	checkNoDemo(t, dir, mustOK("run"))
-	if r := mustOK("verify", "--expect-events", m[1], "--expect-amount", m[2]); !strings.Contains(r.stdout, "OK: exactly once") {
+	if r := mustOK("verify", "--expect-events", m[1], "--expect-amount", m[2]); !strings.Contains(r.Stdout, "OK: exactly once") {
 		t.Errorf("verify: %s", r)
 	}
 	var show struct {
 		Partitions []struct{} `json:"partitions"`
 		Lag        int64      `json:"lag"`
 	}
-	if err := json.Unmarshal([]byte(mustOK("offsets", "show", "--json").stdout), &show); err != nil {
+	if err := json.Unmarshal([]byte(mustOK("offsets", "show", "--json").Stdout), &show); err != nil {
 		t.Fatalf("offsets show --json: %v", err)
 	}
 	if len(show.Partitions) != 2 || show.Lag != 0 {
@@ -186,14 +187,14 @@ partitions: 2
 	// count, not "reset partition 2": every partition is reset.
 	resetLines := regexp.MustCompile(`(?m)^  (\d+): `)
 	for _, env := range [][]string{nil, {"MICROBATCH_PARTITIONS=1"}} {
-		r := runBin(t, dir, cmdEnv(env...), time.Minute, "offsets", "reset", "--to", "earliest", "--config", cfg)
-		if got := resetLines.FindAllStringSubmatch(r.stdout, -1); r.code != 0 || len(got) != 2 {
+		r := systemtest.Run(t, dir, systemtest.Env(env...), time.Minute, "offsets", "reset", "--to", "earliest", "--config", cfg)
+		if got := resetLines.FindAllStringSubmatch(r.Stdout, -1); r.Code != 0 || len(got) != 2 {
 			t.Errorf("offsets reset --to earliest (env %v) with the shared file: want both partitions reset\n%s", env, r)
 		}
 	}
 	// On the command line, --partitions picks partitions.
 	r = mustOK("offsets", "reset", "--to", "latest", "--partitions", "1")
-	if got := resetLines.FindAllStringSubmatch(r.stdout, -1); len(got) != 1 || got[0][1] != "1" {
+	if got := resetLines.FindAllStringSubmatch(r.Stdout, -1); len(got) != 1 || got[0][1] != "1" {
 		t.Errorf("offsets reset --partitions 1: want partition 1 alone\n%s", r)
 	}
 }
@@ -207,14 +208,14 @@ func settingsCommands(t *testing.T) [][]string {
 	var out [][]string
 	var walk func(path []string)
 	walk = func(path []string) {
-		r := runBin(t, t.TempDir(), nil, time.Minute, append(path, "--help")...)
-		if r.code != 0 {
+		r := systemtest.Run(t, t.TempDir(), nil, time.Minute, append(path, "--help")...)
+		if r.Code != 0 {
 			t.Fatalf("microbatch %s --help: %s", strings.Join(path, " "), r)
 		}
-		if regexp.MustCompile(`(?m)^\s+--config `).MatchString(r.stdout) {
+		if regexp.MustCompile(`(?m)^\s+--config `).MatchString(r.Stdout) {
 			out = append(out, path)
 		}
-		_, subs, ok := strings.Cut(r.stdout, "Available Commands:\n")
+		_, subs, ok := strings.Cut(r.Stdout, "Available Commands:\n")
 		if !ok {
 			return
 		}
@@ -246,7 +247,7 @@ func TestCLIConfigUnknownKey(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			cfg := writeFile(t, dir, "mb.yaml", "interval: 1s\ncount: 5\nlisten: 127.0.0.1:0\njson: true\nexpect-events: 1\nstrategies: [txn]\ntopik: events\n")
-			r := runBin(t, dir, nil, time.Minute, append(append([]string(nil), path...), "--config", cfg)...)
+			r := systemtest.Run(t, dir, nil, time.Minute, append(append([]string(nil), path...), "--config", cfg)...)
 			checkConfigError(t, r, `unknown key "topik"`, `did you mean "topic"`, "config file "+cfg)
 			checkNoDemo(t, dir, r)
 		})

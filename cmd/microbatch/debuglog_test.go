@@ -6,19 +6,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestCLIDebugLogsPlan: --log-level debug logs each batch's plan, per
 // partition the offset range it reads, as the README says.
 func TestCLIDebugLogsPlan(t *testing.T) {
 	t.Parallel()
-	b := startBroker(t)
-	topic := uniqueName(t, "plan")
-	events, _ := produceCLI(t, b.addr, topic, 3, 0, 3_000)
+	b := systemtest.StartBroker(t)
+	topic := systemtest.UniqueName(t, "plan")
+	events, _ := systemtest.Produce(t, b.Addr, topic, 3, 0, 3_000)
 	dir := t.TempDir()
-	r := runBin(t, dir, nil, 5*time.Minute, "run", "--brokers", b.addr, "--topic", topic, "--job", uniqueName(t, "plan-job"),
+	r := systemtest.Run(t, dir, nil, 5*time.Minute, "run", "--brokers", b.Addr, "--topic", topic, "--job", systemtest.UniqueName(t, "plan-job"),
 		"--sink", "sqlite://"+dir+"/sink.db", "--log-level", "debug", "--interval", "100ms", "--until-idle", "1s")
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("run: %s", r)
 	}
 	// Every offset of every partition is in exactly one planned range, and
@@ -27,7 +29,7 @@ func TestCLIDebugLogsPlan(t *testing.T) {
 	rng := regexp.MustCompile(`^(\d+):\[(\d+),(\d+)\)$`)
 	next := map[string]int64{}
 	var planned int64
-	for _, m := range line.FindAllStringSubmatch(r.stderr, -1) {
+	for _, m := range line.FindAllStringSubmatch(r.Stderr, -1) {
 		parts := strings.Fields(m[3])
 		if strconv.Itoa(len(parts)) != m[1] {
 			t.Fatalf("plan %q of %s partitions", m[3], m[1])
@@ -52,6 +54,6 @@ func TestCLIDebugLogsPlan(t *testing.T) {
 		planned += sum
 	}
 	if planned != events || len(next) != 4 {
-		t.Fatalf("the logged plans cover %d offsets of %d partitions, want %d of 4 (produceCLI creates 4)\nstderr:\n%s", planned, len(next), events, r.stderr)
+		t.Fatalf("the logged plans cover %d offsets of %d partitions, want %d of 4 (systemtest.Produce creates 4)\nstderr:\n%s", planned, len(next), events, r.Stderr)
 	}
 }

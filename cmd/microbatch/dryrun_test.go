@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/strategies"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestCLIDryRunCreatesNothing: a dry run writes nothing, so a SQLite sink
@@ -16,15 +17,15 @@ import (
 // the run could not create the file in, fails as the run would.
 func TestCLIDryRunCreatesNothing(t *testing.T) {
 	t.Parallel()
-	b := startBroker(t)
-	topic := uniqueName(t, "dry")
-	produceCLI(t, b.addr, topic, 1, 0, 200)
+	b := systemtest.StartBroker(t)
+	topic := systemtest.UniqueName(t, "dry")
+	systemtest.Produce(t, b.Addr, topic, 1, 0, 200)
 	for _, s := range []string{strategies.StrategyTxn, strategies.StrategySingle, strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce} {
 		t.Run(s, func(t *testing.T) {
 			dir := t.TempDir()
-			r := runBin(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.addr, "--topic", topic, "--job", "dry",
+			r := systemtest.Run(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.Addr, "--topic", topic, "--job", "dry",
 				"--strategy", s, "--sink", "sqlite://sink.db")
-			if r.code != 0 || !strings.Contains(r.stdout, "does not exist yet") || !strings.Contains(r.stdout, "[0, ") {
+			if r.Code != 0 || !strings.Contains(r.Stdout, "does not exist yet") || !strings.Contains(r.Stdout, "[0, ") {
 				t.Errorf("dry run: want exit 0, a note that the file does not exist yet and a first batch from 0\n%s", r)
 			}
 			entries, err := os.ReadDir(dir)
@@ -38,9 +39,9 @@ func TestCLIDryRunCreatesNothing(t *testing.T) {
 	}
 	t.Run("missing directory", func(t *testing.T) {
 		dir := t.TempDir()
-		r := runBin(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.addr, "--topic", topic, "--job", "dry",
+		r := systemtest.Run(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.Addr, "--topic", topic, "--job", "dry",
 			"--sink", "sqlite://"+filepath.Join("nodir", "sink.db"))
-		if r.code != 1 || !strings.Contains(r.stderr, "directory nodir does not exist") {
+		if r.Code != 1 || !strings.Contains(r.Stderr, "directory nodir does not exist") {
 			t.Errorf("dry run into a missing directory: want exit 1 naming it\n%s", r)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "nodir")); err == nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestCLIServerErrors: each way of not reaching what a job needs gives one
@@ -16,9 +17,9 @@ func TestCLIServerErrors(t *testing.T) {
 	t.Parallel()
 
 	mysql := testutil.NeedServer(t, testutil.EnvMySQL)
-	b := startBroker(t)
-	topic := uniqueName(t, "errs")
-	produceCLI(t, b.addr, topic, 1, 0, 100)
+	b := systemtest.StartBroker(t)
+	topic := systemtest.UniqueName(t, "errs")
+	systemtest.Produce(t, b.Addr, topic, 1, 0, 100)
 	dir := t.TempDir()
 	sqlite := "sqlite://" + dir + "/sink.db"
 	wrongPass := strings.Replace(mysql, "@", "x@", 1) // the password with an x appended
@@ -35,26 +36,26 @@ func TestCLIServerErrors(t *testing.T) {
 	}{
 		{name: "broker unreachable", args: []string{"--brokers", "127.0.0.1:1", "--sink", sqlite, "--connect-timeout", "2s"},
 			code: 3, want: []string{"unreachable after 2s", "127.0.0.1:1", "connect-timeout"}, minWait: 2 * time.Second},
-		{name: "database unreachable", args: []string{"--brokers", b.addr, "--topic", topic, "--sink", "mysql://mb:secretpw@127.0.0.1:1/db", "--connect-timeout", "1s"},
+		{name: "database unreachable", args: []string{"--brokers", b.Addr, "--topic", topic, "--sink", "mysql://mb:secretpw@127.0.0.1:1/db", "--connect-timeout", "1s"},
 			code: 3, want: []string{"unreachable", "mysql://mb:xxxxx@127.0.0.1:1/db"}, minWait: time.Second, password: "secretpw"},
-		{name: "redis unreachable", args: []string{"--brokers", b.addr, "--topic", topic, "--strategy", "idempotent", "--sink", "redis://:secretpw@127.0.0.1:1/0", "--connect-timeout", "1s"},
+		{name: "redis unreachable", args: []string{"--brokers", b.Addr, "--topic", topic, "--strategy", "idempotent", "--sink", "redis://:secretpw@127.0.0.1:1/0", "--connect-timeout", "1s"},
 			code: 3, want: []string{"unreachable", "127.0.0.1:1"}, password: "secretpw"},
-		{name: "missing topic", args: []string{"--brokers", b.addr, "--topic", "no-such-topic", "--sink", sqlite},
+		{name: "missing topic", args: []string{"--brokers", b.Addr, "--topic", "no-such-topic", "--sink", sqlite},
 			code: 4, want: []string{`no such topic "no-such-topic"`, "create the topic"}},
-		{name: "wrong database password", args: []string{"--brokers", b.addr, "--topic", topic, "--sink", wrongPass},
+		{name: "wrong database password", args: []string{"--brokers", b.Addr, "--topic", topic, "--sink", wrongPass},
 			code: 5, want: []string{"access denied", "Access denied for user"}, password: passwordOf(wrongPass)},
-		{name: "sink does not match strategy", args: []string{"--brokers", b.addr, "--topic", topic, "--strategy", "idempotent", "--sink", sqlite},
+		{name: "sink does not match strategy", args: []string{"--brokers", b.Addr, "--topic", topic, "--strategy", "idempotent", "--sink", sqlite},
 			code: 2, want: []string{"idempotent", "Redis"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			r := runBin(t, dir, nil, time.Minute, append([]string{"run", "--until-idle", "1s"}, tc.args...)...)
+			r := systemtest.Run(t, dir, nil, time.Minute, append([]string{"run", "--until-idle", "1s"}, tc.args...)...)
 			took := time.Since(start)
-			if r.code != tc.code {
-				t.Fatalf("exit %d, want %d; %s", r.code, tc.code, r)
+			if r.Code != tc.code {
+				t.Fatalf("exit %d, want %d; %s", r.Code, tc.code, r)
 			}
-			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
 			last := lines[len(lines)-1]
 			if !strings.HasPrefix(last, "microbatch: ") {
 				t.Errorf("last line %q is not the one-line error", last)
@@ -64,10 +65,10 @@ func TestCLIServerErrors(t *testing.T) {
 					t.Errorf("error %q does not say %q", last, w)
 				}
 			}
-			if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
-				t.Errorf("a stack trace: %s", r.stderr)
+			if strings.Contains(r.Stderr, "goroutine ") || strings.Contains(r.Stderr, "panic") {
+				t.Errorf("a stack trace: %s", r.Stderr)
 			}
-			if tc.password != "" && (strings.Contains(r.stderr, tc.password) || strings.Contains(r.stdout, tc.password)) {
+			if tc.password != "" && (strings.Contains(r.Stderr, tc.password) || strings.Contains(r.Stdout, tc.password)) {
 				t.Errorf("the password appears in the output: %s", r)
 			}
 			if took < tc.minWait {
@@ -77,13 +78,13 @@ func TestCLIServerErrors(t *testing.T) {
 	}
 
 	t.Run("dry run", func(t *testing.T) {
-		r := runBin(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.addr, "--topic", topic, "--sink", sqlite, "--job", "dry")
-		if r.code != 0 {
-			t.Fatalf("exit %d; %s", r.code, r)
+		r := systemtest.Run(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.Addr, "--topic", topic, "--sink", sqlite, "--job", "dry")
+		if r.Code != 0 {
+			t.Fatalf("exit %d; %s", r.Code, r)
 		}
 		for _, w := range []string{"settings OK", "txn (exactly-once)", "no live members", "partition", "[0, "} {
-			if !strings.Contains(r.stdout, w) {
-				t.Errorf("dry run output lacks %q:\n%s", w, r.stdout)
+			if !strings.Contains(r.Stdout, w) {
+				t.Errorf("dry run output lacks %q:\n%s", w, r.Stdout)
 			}
 		}
 		// --metrics-addr is checked too: an address in use is a config
@@ -93,15 +94,15 @@ func TestCLIServerErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer busy.Close()
-		inUse := runBin(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.addr, "--topic", topic, "--sink", sqlite, "--job", "dry",
+		inUse := systemtest.Run(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.Addr, "--topic", topic, "--sink", sqlite, "--job", "dry",
 			"--metrics-addr", busy.Addr().String())
-		if inUse.code != 2 || !strings.Contains(inUse.stderr, "metrics-addr") {
+		if inUse.Code != 2 || !strings.Contains(inUse.Stderr, "metrics-addr") {
 			t.Errorf("dry run with --metrics-addr in use: want exit 2 naming metrics-addr; %s", inUse)
 		}
 		// Nothing written: a real run afterwards starts from the beginning
 		// and reads all 100 events.
-		run := runBin(t, dir, nil, time.Minute, "run", "--brokers", b.addr, "--topic", topic, "--sink", sqlite, "--job", "dry", "--until-idle", "1s")
-		if run.code != 0 || !strings.Contains(run.stderr, "records=100 ") {
+		run := systemtest.Run(t, dir, nil, time.Minute, "run", "--brokers", b.Addr, "--topic", topic, "--sink", sqlite, "--job", "dry", "--until-idle", "1s")
+		if run.Code != 0 || !strings.Contains(run.Stderr, "records=100 ") {
 			t.Errorf("run after the dry run: %s", run)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // marker is the password the every-command tests give where a server
@@ -34,7 +35,7 @@ type failingServers struct {
 func newFailingServers(t *testing.T) failingServers {
 	t.Helper()
 	sec := needSecureServers(t)
-	f := failingServers{dir: t.TempDir(), kafka: testutil.NeedServer(t, testutil.EnvKafka), topic: uniqueName(t, "codes"),
+	f := failingServers{dir: t.TempDir(), kafka: testutil.NeedServer(t, testutil.EnvKafka), topic: systemtest.UniqueName(t, "codes"),
 		saslSSL: sec.kafka, saslUser: sec.user, saslPassword: sec.password, ca: sec.ca,
 		mysql: testutil.NeedServer(t, testutil.EnvMySQL)}
 	u, err := url.Parse(f.mysql)
@@ -56,7 +57,7 @@ func newFailingServers(t *testing.T) failingServers {
 	if err := kafkautil.EnsureTopic([]string{f.kafka}, f.topic, 2); err != nil {
 		t.Fatal(err)
 	}
-	binary(t) // built before the runs
+	systemtest.Binary(t) // built before the runs
 	return f
 }
 
@@ -99,7 +100,7 @@ func TestExitCodesEveryCommand(t *testing.T) {
 		// The broker closes a plaintext client at its TLS port during the
 		// SASL handshake, as it closes a wrong password.
 		{name: "PlaintextClientAtSASLSSLPort", kafka: f.saslKafka(f.saslPassword, false), code: 5, wait: long},
-		{name: "UnknownTopic", kafka: f.plainKafka(), topic: uniqueName(t, "missing"), code: 4, wait: long},
+		{name: "UnknownTopic", kafka: f.plainKafka(), topic: systemtest.UniqueName(t, "missing"), code: 4, wait: long},
 		{name: "KafkaUnreachable", kafka: []string{"--brokers", "127.0.0.1:1"}, code: 3, wait: short},
 		{name: "MySQLUnreachable", kafka: f.plainKafka(), sink: f.mysqlDown, code: 3, wait: short},
 		{name: "RedisUnreachable", kafka: f.plainKafka(), sink: f.redisDown, code: 3, wait: short},
@@ -162,7 +163,7 @@ func TestExitCodesEveryCommand(t *testing.T) {
 	}
 	for _, fl := range failures {
 		for _, c := range commands {
-			job := uniqueName(t, "codes")
+			job := systemtest.UniqueName(t, "codes")
 			args := c.args(fl, job)
 			if args == nil {
 				continue
@@ -172,9 +173,9 @@ func TestExitCodesEveryCommand(t *testing.T) {
 			}
 			t.Run(fl.name+"/"+strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 				t.Parallel()
-				r := runBin(t, f.dir, nil, 3*time.Minute, args...)
-				if r.code != fl.code {
-					t.Errorf("microbatch %s\nexit %d, want %d\n%s", strings.Join(args, " "), r.code, fl.code, r)
+				r := systemtest.Run(t, f.dir, nil, 3*time.Minute, args...)
+				if r.Code != fl.code {
+					t.Errorf("microbatch %s\nexit %d, want %d\n%s", strings.Join(args, " "), r.Code, fl.code, r)
 				}
 				checkNoSecret(t, r, f.saslPassword)
 			})
@@ -190,8 +191,8 @@ func TestExitCodesEveryCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer busy.Close()
-		r := runBin(t, f.dir, nil, time.Minute, "broker", "--listen", busy.Addr().String())
-		if r.code != 2 || !strings.Contains(r.stderr, busy.Addr().String()) {
+		r := systemtest.Run(t, f.dir, nil, time.Minute, "broker", "--listen", busy.Addr().String())
+		if r.Code != 2 || !strings.Contains(r.Stderr, busy.Addr().String()) {
 			t.Errorf("broker --listen on a taken address: want exit 2 naming it; %s", r)
 		}
 	})
@@ -223,10 +224,10 @@ func offsetsArgs(f failingServers, fl failure, job, sub string, extra ...string)
 func isRedis(dsn string) bool { return strings.HasPrefix(dsn, "redis://") }
 
 // checkNoSecret fails t if r's output holds the marker or one of secrets.
-func checkNoSecret(t *testing.T, r result, secrets ...string) {
+func checkNoSecret(t *testing.T, r systemtest.Result, secrets ...string) {
 	t.Helper()
 	for _, s := range append([]string{marker}, secrets...) {
-		if strings.Contains(r.stdout, s) || strings.Contains(r.stderr, s) {
+		if strings.Contains(r.Stdout, s) || strings.Contains(r.Stderr, s) {
 			t.Errorf("the output shows the password %q:\n%s", s, r)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestBrokerLimits: a setting outside the broker's bounds is refused at
@@ -26,17 +27,17 @@ func TestBrokerLimits(t *testing.T) {
 		above      string
 	}{
 		{"ApacheKafka", func(t *testing.T) string { return testutil.NeedServer(t, testutil.EnvKafka) }, "30m0s", "1800000", "31m0s"},
-		{"kfake", func(t *testing.T) string { return startBroker(t).addr }, "5m0s", "300000", "6m0s"},
+		{"kfake", func(t *testing.T) string { return systemtest.StartBroker(t).Addr }, "5m0s", "300000", "6m0s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			brokers := c.brokers(t)
-			topic := uniqueName(t, "limits")
-			produceCLI(t, brokers, topic, 3, 0, 100)
+			topic := systemtest.UniqueName(t, "limits")
+			systemtest.Produce(t, brokers, topic, 3, 0, 100)
 			dir := t.TempDir()
-			common := []string{"--brokers", brokers, "--topic", topic, "--job", uniqueName(t, "j"), "--until-idle", "1s"}
+			common := []string{"--brokers", brokers, "--topic", topic, "--job", systemtest.UniqueName(t, "j"), "--until-idle", "1s"}
 			checkpoint := func(timeout string) []string {
-				return []string{"--strategy", "checkpoint", "--sink", "kafka://" + brokers + "/" + uniqueName(t, "out"),
+				return []string{"--strategy", "checkpoint", "--sink", "kafka://" + brokers + "/" + systemtest.UniqueName(t, "out"),
 					"--state-dir", t.TempDir(), "--kafka-txn-timeout", timeout}
 			}
 			sqlite := []string{"--sink", "sqlite://" + dir + "/sink.db"}
@@ -60,13 +61,13 @@ func TestBrokerLimits(t *testing.T) {
 					if mode == "dry-run" {
 						args = append(args, "--dry-run")
 					}
-					r := runBin(t, dir, nil, 3*time.Minute, args...)
+					r := systemtest.Run(t, dir, nil, 3*time.Minute, args...)
 					switch {
-					case tc.want == "" && r.code != 0:
+					case tc.want == "" && r.Code != 0:
 						t.Errorf("%s %s: %s\nwant exit 0: the setting is within the broker's bounds", tc.name, mode, r)
-					case tc.want != "" && (r.code != 2 || !strings.Contains(r.stderr, tc.want)):
+					case tc.want != "" && (r.Code != 2 || !strings.Contains(r.Stderr, tc.want)):
 						t.Errorf("%s %s: %s\nwant exit 2 and %q", tc.name, mode, r, tc.want)
-					case tc.want != "" && strings.Contains(r.stderr, "job started"):
+					case tc.want != "" && strings.Contains(r.Stderr, "job started"):
 						t.Errorf("%s %s: the refusal came after the job started:\n%s", tc.name, mode, r)
 					}
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestOffsetsShowPositions: what `offsets show` says about positions a
@@ -42,7 +43,7 @@ func TestOffsetsShowPositions(t *testing.T) {
 			if err := os.WriteFile(db, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			return startBroker(t).addr, "sqlite://" + db
+			return systemtest.StartBroker(t).Addr, "sqlite://" + db
 		}},
 		{"ApacheKafkaToMariaDB", func(t *testing.T) (string, string) {
 			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
@@ -74,19 +75,19 @@ type showReport struct {
 
 func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 	dir := t.TempDir()
-	topic, job := uniqueName(t, "t"), uniqueName(t, "j")
+	topic, job := systemtest.UniqueName(t, "t"), systemtest.UniqueName(t, "j")
 	common := []string{"--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink}
-	cmd := func(args ...string) result {
+	cmd := func(args ...string) systemtest.Result {
 		t.Helper()
-		return runBin(t, dir, nil, 2*time.Minute, append(args, common...)...)
+		return systemtest.Run(t, dir, nil, 2*time.Minute, append(args, common...)...)
 	}
 	mustOK := func(args ...string) string {
 		t.Helper()
 		r := cmd(args...)
-		if r.code != 0 {
+		if r.Code != 0 {
 			t.Fatalf("microbatch %s: %s", strings.Join(args, " "), r)
 		}
-		return r.stdout
+		return r.Stdout
 	}
 	show := func() (table string, rep showReport) {
 		t.Helper()
@@ -98,12 +99,12 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 		}
 		return mustOK("offsets", "show"), rep
 	}
-	runIdle := func() result {
+	runIdle := func() systemtest.Result {
 		t.Helper()
 		return cmd("run", "--interval", "200ms", "--until-idle", "1s")
 	}
 
-	events, _ := produceCLI(t, brokers, topic, 9, 0, 2000)
+	events, _ := systemtest.Produce(t, brokers, topic, 9, 0, 2000)
 
 	// No stored positions: the whole log is the lag.
 	table, rep := show()
@@ -119,7 +120,7 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 			t.Errorf("partition without a position: %+v, want no next offset, status none, lag = the whole log", p)
 		}
 	}
-	if r := runIdle(); r.code != 0 {
+	if r := runIdle(); r.Code != 0 {
 		t.Fatalf("run: %s", r)
 	}
 
@@ -136,18 +137,18 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 		!strings.Contains(p.Note, "run stops with exit 1") || !strings.Contains(p.Note, "offsets reset --to earliest|latest|<offset> --partitions 2") {
 		t.Errorf("offsets show with partition 2 past its end:\n%s\n%+v\nwant it flagged (%q), with run's exit 1 and the reset", table, p, wantPast)
 	}
-	if dry := cmd("run", "--dry-run"); dry.code != 0 || !strings.Contains(dry.stdout, "none: past the log end, run stops (exit 1") {
+	if dry := cmd("run", "--dry-run"); dry.Code != 0 || !strings.Contains(dry.Stdout, "none: past the log end, run stops (exit 1") {
 		t.Errorf("run --dry-run with partition 2 past its end: %s\nwant its first batch shown as none, run stopping", dry)
 	}
 	r := runIdle()
-	if r.code != 1 || !strings.Contains(r.stderr, "stored offset is past the end of the partition") {
+	if r.Code != 1 || !strings.Contains(r.Stderr, "stored offset is past the end of the partition") {
 		t.Fatalf("run with partition 2 past its end: %s\nwant exit 1, as offsets show says", r)
 	}
 	mustOK("offsets", "reset", "--to", "latest", "--partitions", "2")
 	if _, rep = show(); rep.Partitions[2].Status != "ok" {
 		t.Errorf("partition 2 after the reset: %+v", rep.Partitions[2])
 	}
-	if r := runIdle(); r.code != 0 {
+	if r := runIdle(); r.Code != 0 {
 		t.Fatalf("run after the reset: %s", r)
 	}
 
@@ -160,15 +161,15 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 		!strings.Contains(p.Note, "run stops with exit 1") || !strings.Contains(p.Note, "offsets reset --to earliest --partitions 1") || p.Lag != p.LogEnd {
 		t.Errorf("offsets show with partition 1 before its start:\n%s\n%+v\nwant it flagged (%q), with run's exit 1, the reset and lag from offset 0", table, p, wantBefore)
 	}
-	if dry := cmd("run", "--dry-run"); dry.code != 0 || !strings.Contains(dry.stdout, "none: before the log start, run stops (exit 1") {
+	if dry := cmd("run", "--dry-run"); dry.Code != 0 || !strings.Contains(dry.Stdout, "none: before the log start, run stops (exit 1") {
 		t.Errorf("run --dry-run with partition 1 before its start: %s\nwant its first batch shown as none, run stopping", dry)
 	}
 	r = runIdle()
-	if r.code != 1 || !strings.Contains(r.stderr, "stored offset is before the log start") {
+	if r.Code != 1 || !strings.Contains(r.Stderr, "stored offset is before the log start") {
 		t.Fatalf("run with partition 1 before its start: %s\nwant exit 1, as offsets show says", r)
 	}
 	mustOK("offsets", "reset", "--to", "earliest", "--partitions", "1")
-	if r := runIdle(); r.code != 0 {
+	if r := runIdle(); r.Code != 0 {
 		t.Fatalf("run after the reset: %s", r)
 	}
 	if _, rep = show(); rep.Lag != 0 {
@@ -176,8 +177,8 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 	}
 
 	// A missing topic: exit 4, documented.
-	r = runBin(t, dir, nil, time.Minute, "offsets", "show", "--brokers", brokers, "--topic", uniqueName(t, "missing"), "--job", job, "--sink", sink)
-	if r.code != 4 || !strings.Contains(r.stderr, "no such topic") {
+	r = systemtest.Run(t, dir, nil, time.Minute, "offsets", "show", "--brokers", brokers, "--topic", systemtest.UniqueName(t, "missing"), "--job", job, "--sink", sink)
+	if r.Code != 4 || !strings.Contains(r.Stderr, "no such topic") {
 		t.Errorf("offsets show of a missing topic: %s\nwant exit 4", r)
 	}
 	if codes := offsetsExitCodes(t); !strings.Contains(codes, "`4`") {

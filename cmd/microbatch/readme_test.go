@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestReadmeRealServers runs the commands of the README's "Pointing it at
@@ -18,10 +19,10 @@ import (
 // duplicates (the README says it does).
 func TestReadmeRealServers(t *testing.T) {
 	t.Parallel()
-	binary(t)
+	systemtest.Binary(t)
 	sink := testutil.FreshMySQLDatabase(t, testutil.NeedServer(t, testutil.EnvMySQL))
-	b := startBroker(t)
-	replace := map[string]string{"kafka1:9092": b.addr, "mysql://app:secret@db1:3306/analytics": sink}
+	b := systemtest.StartBroker(t)
+	replace := map[string]string{"kafka1:9092": b.Addr, "mysql://app:secret@db1:3306/analytics": sink}
 	dir := t.TempDir()
 	var crashed, duplicated bool
 	for _, c := range testutil.DocCommands(t, "../../README.md", "Pointing it at real servers") {
@@ -37,22 +38,22 @@ func TestReadmeRealServers(t *testing.T) {
 				args[i] = r
 			}
 		}
-		r := runBin(t, dir, cmdEnv(c.Env...), 5*time.Minute, args...)
+		r := systemtest.Run(t, dir, systemtest.Env(c.Env...), 5*time.Minute, args...)
 		crash := slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "MICROBATCH_CRASH_AT=") })
 		switch {
-		case crash && r.code != -1:
-			t.Fatalf("README line %d: %s: not killed at its crash point (exit %d)\n%s", c.Line, c, r.code, r)
+		case crash && r.Code != -1:
+			t.Fatalf("README line %d: %s: not killed at its crash point (exit %d)\n%s", c.Line, c, r.Code, r)
 		case crash:
 			crashed = true
-		case r.code != 0:
-			t.Fatalf("README line %d: %s: exit %d\n%s", c.Line, c, r.code, r)
+		case r.Code != 0:
+			t.Fatalf("README line %d: %s: exit %d\n%s", c.Line, c, r.Code, r)
 		}
 		for _, want := range c.Output {
 			// "…" in the README stands for a number that varies.
 			re := regexp.MustCompile(strings.ReplaceAll(regexp.QuoteMeta(want), "…", `(\d+)`))
-			m := re.FindStringSubmatch(r.stdout)
+			m := re.FindStringSubmatch(r.Stdout)
 			if m == nil {
-				t.Fatalf("README line %d: %s printed\n%s\nwithout the README's %q", c.Line, c, r.stdout, want)
+				t.Fatalf("README line %d: %s printed\n%s\nwithout the README's %q", c.Line, c, r.Stdout, want)
 			}
 			if strings.Contains(want, "… duplicates") {
 				if m[1] == "0" {
@@ -62,7 +63,7 @@ func TestReadmeRealServers(t *testing.T) {
 				t.Logf("%s duplicates", m[1])
 			}
 		}
-		t.Logf("README line %d: %s: exit %d", c.Line, c, r.code)
+		t.Logf("README line %d: %s: exit %d", c.Line, c, r.Code)
 	}
 	if !crashed || !duplicated {
 		t.Fatalf("the README's commands crashed=%v, showed duplicates=%v: want an at-least-once run killed at a crash point and its duplicates", crashed, duplicated)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestSecretsEveryCommand runs every subcommand that takes a DSN or a
@@ -36,7 +38,7 @@ func TestSecretsEveryCommand(t *testing.T) {
 		saslFlag   = f.saslKafka(marker, true)
 		saslNoPw   = []string{"--brokers", f.saslSSL, "--kafka-tls", "--kafka-ca-file", f.ca, "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-user", f.saslUser}
 		saslPwFile = append(saslNoPw[:len(saslNoPw):len(saslNoPw)], "--kafka-password-file", pwFile)
-		markerEnv  = cmdEnv("MICROBATCH_KAFKA_PASSWORD=" + marker)
+		markerEnv  = systemtest.Env("MICROBATCH_KAFKA_PASSWORD=" + marker)
 		kafkaSink  = "kafka://mb:" + marker + "@" + f.kafka + "/" + f.topic
 		badParams  = f.mysqlRefused + "?timeout=zz"
 		notAURL    = strings.Replace(f.mysqlDown, marker, marker+"/x", 1) // a '/' url.Parse takes for the path
@@ -61,12 +63,12 @@ func TestSecretsEveryCommand(t *testing.T) {
 	}
 	sink := func(dsn string) []string { return []string{"--sink", dsn} }
 	wait := func(d string) []string { return []string{"--connect-timeout", d} }
-	job := func() []string { return []string{"--job", uniqueName(t, "sec"), "--topic", f.topic} }
+	job := func() []string { return []string{"--job", systemtest.UniqueName(t, "sec"), "--topic", f.topic} }
 	run := func(extra ...string) []string {
 		return append([]string{"run", "--until-idle", "1s", "--log-level", "debug"}, extra...)
 	}
 	verify := func(extra ...string) []string {
-		return append([]string{"verify", "--job", uniqueName(t, "sec"), "--expect-events", "1", "--expect-amount", "1"}, extra...)
+		return append([]string{"verify", "--job", systemtest.UniqueName(t, "sec"), "--expect-events", "1", "--expect-amount", "1"}, extra...)
 	}
 	idem := []string{"--strategy", "idempotent"}
 	var cases []tc
@@ -95,7 +97,7 @@ func TestSecretsEveryCommand(t *testing.T) {
 			tc{cmd.name + "/BadRedisDatabase", nil, cmd.args(args(sink(redisBadDB), idem)...), 2, ":xxxxx@127.0.0.1:1/x"},
 			tc{cmd.name + "/PasswordInDSNAndFile", nil, cmd.args(args(sink(f.mysqlRefused), []string{"--sink-password-file", pwFile})...), 2, userKept},
 			tc{cmd.name + "/RefusedPasswordFromFile", nil, cmd.args(args(sink(f.mysqlUser), []string{"--sink-password-file", pwFile}, wait(long))...), 5, userKept},
-			tc{cmd.name + "/RefusedMySQLFromEnv", cmdEnv("MICROBATCH_SINK=" + f.mysqlRefused), cmd.args(wait(long)...), 5, userKept},
+			tc{cmd.name + "/RefusedMySQLFromEnv", systemtest.Env("MICROBATCH_SINK=" + f.mysqlRefused), cmd.args(wait(long)...), 5, userKept},
 			tc{cmd.name + "/RefusedMySQLFromConfigFile", nil, cmd.args(args([]string{"--config", configFile}, wait(long))...), 5, userKept},
 		)
 	}
@@ -148,11 +150,11 @@ func TestSecretsEveryCommand(t *testing.T) {
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			r := runBin(t, dir, c.env, 3*time.Minute, c.args...)
-			if r.code != c.code {
-				t.Errorf("microbatch %s\nexit %d, want %d\n%s", strings.Join(c.args, " "), r.code, c.code, r)
+			r := systemtest.Run(t, dir, c.env, 3*time.Minute, c.args...)
+			if r.Code != c.code {
+				t.Errorf("microbatch %s\nexit %d, want %d\n%s", strings.Join(c.args, " "), r.Code, c.code, r)
 			}
-			if !strings.Contains(r.stdout+r.stderr, c.want) {
+			if !strings.Contains(r.Stdout+r.Stderr, c.want) {
 				t.Errorf("microbatch %s\nthe output does not show %q\n%s", strings.Join(c.args, " "), c.want, r)
 			}
 			checkNoSecret(t, r, f.saslPassword)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // The TLS and SASL side of the real servers scripts/services.sh starts
@@ -46,7 +47,7 @@ func needSecureServers(t *testing.T) secureServers {
 func TestSecureServers(t *testing.T) {
 	t.Parallel()
 	srv := needSecureServers(t)
-	binary(t) // built before the timed runs
+	systemtest.Binary(t) // built before the timed runs
 	dir := t.TempDir()
 
 	// The MariaDB password goes into a file, the DSN keeps the user.
@@ -75,10 +76,10 @@ func TestSecureServers(t *testing.T) {
 			"--kafka-sasl-mechanism", mechanism, "--kafka-user", srv.user}
 	}
 	withPwFile := []string{"--kafka-password-file", kafkaPwFile}
-	withEnvPw := cmdEnv("MICROBATCH_KAFKA_PASSWORD=" + srv.password)
+	withEnvPw := systemtest.Env("MICROBATCH_KAFKA_PASSWORD=" + srv.password)
 	mariadb := []string{"--sink", mysqlDSN, "--sink-password-file", mysqlPwFile, "--sink-ca-file", srv.ca}
 	redis := []string{"--sink", srv.redis, "--sink-ca-file", srv.ca}
-	topic := uniqueName(t, "secure")
+	topic := systemtest.UniqueName(t, "secure")
 	// A connect timeout the runs that succeed never reach, however busy
 	// the machine (the default would do; it is set to say so).
 	common := []string{"--topic", topic, "--until-idle", "1s", "--interval", "100ms", "--connect-timeout", "1m", "--log-level", "debug"}
@@ -89,20 +90,20 @@ func TestSecureServers(t *testing.T) {
 		}
 		return out
 	}
-	run := func(t *testing.T, env []string, code int, want string, a ...string) result {
+	run := func(t *testing.T, env []string, code int, want string, a ...string) systemtest.Result {
 		t.Helper()
 		start := time.Now()
-		r := runBin(t, dir, env, 3*time.Minute, a...)
-		t.Logf("microbatch %s: exit %d in %s", a[0], r.code, time.Since(start).Round(10*time.Millisecond))
-		if r.code != code {
-			t.Errorf("microbatch %s: exit %d, want %d\n%s", strings.Join(a, " "), r.code, code, r)
+		r := systemtest.Run(t, dir, env, 3*time.Minute, a...)
+		t.Logf("microbatch %s: exit %d in %s", a[0], r.Code, time.Since(start).Round(10*time.Millisecond))
+		if r.Code != code {
+			t.Errorf("microbatch %s: exit %d, want %d\n%s", strings.Join(a, " "), r.Code, code, r)
 		}
 		for _, pw := range []string{srv.password, mysqlPw} {
-			if strings.Contains(r.stdout+r.stderr, pw) {
+			if strings.Contains(r.Stdout+r.Stderr, pw) {
 				t.Errorf("output shows password %q:\n%s", pw, r)
 			}
 		}
-		if !strings.Contains(r.stdout+r.stderr, want) {
+		if !strings.Contains(r.Stdout+r.Stderr, want) {
 			t.Errorf("output does not show %q:\n%s", want, r)
 		}
 		return r
@@ -112,7 +113,7 @@ func TestSecureServers(t *testing.T) {
 		t.Helper()
 		r := run(t, env, 0, "expected events=", args([]string{"produce", "--topic", topic, "--partitions", "4", "--keys", "500", "--seed", "7",
 			"--skip", fmt.Sprint(skip), "--count", fmt.Sprint(count)}, kafka(mechanism), extra)...)
-		m := expectedRE.FindStringSubmatch(r.stdout)
+		m := systemtest.ExpectedRE.FindStringSubmatch(r.Stdout)
 		if m == nil {
 			t.Fatalf("produce printed no expected totals:\n%s", r)
 		}
@@ -135,7 +136,7 @@ func TestSecureServers(t *testing.T) {
 		t.FailNow()
 	}
 
-	txnJob := uniqueName(t, "txn")
+	txnJob := systemtest.UniqueName(t, "txn")
 	t.Run("TxnIntoMariaDBOverTLS", func(t *testing.T) {
 		run(t, nil, 0, "", args([]string{"run", "--strategy", "txn", "--job", txnJob}, kafka("SCRAM-SHA-512"), withPwFile, mariadb, common)...)
 	})
@@ -145,7 +146,7 @@ func TestSecureServers(t *testing.T) {
 		verify(t, txnJob, "txn", mariadb)
 	})
 	t.Run("IdempotentIntoRedisOverTLS", func(t *testing.T) {
-		job := uniqueName(t, "idem")
+		job := systemtest.UniqueName(t, "idem")
 		run(t, nil, 0, "", args([]string{"run", "--strategy", "idempotent", "--job", job}, kafka("SCRAM-SHA-512"), withPwFile, redis, common)...)
 		verify(t, job, "idempotent", redis)
 	})
@@ -156,7 +157,7 @@ func TestSecureServers(t *testing.T) {
 	// broker delays each refusal.) The timeout is far above that, so that a
 	// slow machine can't pass for one that waited.
 	const refusalTimeout = 2 * time.Minute
-	wrongPw := cmdEnv("MICROBATCH_KAFKA_PASSWORD=x" + srv.password)
+	wrongPw := systemtest.Env("MICROBATCH_KAFKA_PASSWORD=x" + srv.password)
 	common = []string{"--topic", topic, "--until-idle", "1s", "--connect-timeout", refusalTimeout.String(), "--log-level", "debug"}
 	for _, tc := range []struct {
 		name string
@@ -165,18 +166,18 @@ func TestSecureServers(t *testing.T) {
 		code int
 		want string
 	}{
-		{"WrongKafkaPasswordScram", wrongPw, args([]string{"run", "--job", uniqueName(t, "no")}, kafka("SCRAM-SHA-512"), mariadb, common), 5,
+		{"WrongKafkaPasswordScram", wrongPw, args([]string{"run", "--job", systemtest.UniqueName(t, "no")}, kafka("SCRAM-SHA-512"), mariadb, common), 5,
 			"SASL Authentication failed"},
-		{"WrongKafkaPasswordPlain", wrongPw, args([]string{"run", "--job", uniqueName(t, "no")}, kafka("PLAIN"), mariadb, common), 5,
+		{"WrongKafkaPasswordPlain", wrongPw, args([]string{"run", "--job", systemtest.UniqueName(t, "no")}, kafka("PLAIN"), mariadb, common), 5,
 			"SASL Authentication failed"},
-		{"UntrustedKafkaCA", nil, args([]string{"run", "--job", uniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile, mariadb, common,
+		{"UntrustedKafkaCA", nil, args([]string{"run", "--job", systemtest.UniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile, mariadb, common,
 			[]string{"--kafka-ca-file", otherCA}), 2, "TLS handshake failed"},
-		{"UntrustedMariaDBCA", nil, args([]string{"run", "--job", uniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile, mariadb, common,
+		{"UntrustedMariaDBCA", nil, args([]string{"run", "--job", systemtest.UniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile, mariadb, common,
 			[]string{"--sink-ca-file", otherCA}), 2, "TLS handshake failed"},
-		{"UntrustedRedisCA", nil, args([]string{"run", "--strategy", "idempotent", "--job", uniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile,
+		{"UntrustedRedisCA", nil, args([]string{"run", "--strategy", "idempotent", "--job", systemtest.UniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile,
 			redis, common, []string{"--sink-ca-file", otherCA}), 2, "TLS handshake failed"},
 		// The TLS user without TLS: proof that the runs above used it.
-		{"MariaDBTLSUserWithoutTLS", nil, args([]string{"run", "--job", uniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile,
+		{"MariaDBTLSUserWithoutTLS", nil, args([]string{"run", "--job", systemtest.UniqueName(t, "no")}, kafka("SCRAM-SHA-512"), withPwFile,
 			[]string{"--sink", mysqlDSN, "--sink-password-file", mysqlPwFile}, common), 5, "Access denied"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

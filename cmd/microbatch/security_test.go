@@ -12,6 +12,7 @@ import (
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // The distinctive secrets the test greps the output for.
@@ -45,7 +46,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		}
 	}
 	brokers := strings.Join(b.Addrs(), ",")
-	topic := uniqueName(t, "sec")
+	topic := systemtest.UniqueName(t, "sec")
 	kafka := []string{"--brokers", brokers, "--kafka-tls", "--kafka-ca-file", ca.CAFile, "--kafka-sasl-mechanism", "scram-sha-512", "--kafka-user", "alice"}
 	sqlite := "sqlite://" + filepath.Join(dir, "sink.db")
 	unreachableMySQL := "mysql://mb:%s@127.0.0.1:1/mb"
@@ -54,13 +55,13 @@ func TestSecretsNeverShown(t *testing.T) {
 	// reach (the later flag wins); the 1s above is for the unreachable.
 	reachable := []string{"--connect-timeout", "1m"}
 
-	check := func(t *testing.T, r result, code int) {
+	check := func(t *testing.T, r systemtest.Result, code int) {
 		t.Helper()
-		if r.code != code {
-			t.Errorf("exit %d, want %d\n%s", r.code, code, r)
+		if r.Code != code {
+			t.Errorf("exit %d, want %d\n%s", r.Code, code, r)
 		}
 		for _, pw := range []string{kafkaSecret, sinkSecret} {
-			if strings.Contains(r.stdout+r.stderr, pw) {
+			if strings.Contains(r.Stdout+r.Stderr, pw) {
 				t.Errorf("output shows password %q:\n%s", pw, r)
 			}
 		}
@@ -72,14 +73,14 @@ func TestSecretsNeverShown(t *testing.T) {
 		}
 		return out
 	}
-	withEnvPw := cmdEnv("MICROBATCH_KAFKA_PASSWORD=" + kafkaSecret)
+	withEnvPw := systemtest.Env("MICROBATCH_KAFKA_PASSWORD=" + kafkaSecret)
 
 	// produce, with the password from the environment.
-	r := runBin(t, dir, withEnvPw, time.Minute, args([]string{"produce", "--topic", topic, "--count", "3000", "--partitions", "2"}, kafka)...)
+	r := systemtest.Run(t, dir, withEnvPw, time.Minute, args([]string{"produce", "--topic", topic, "--count", "3000", "--partitions", "2"}, kafka)...)
 	check(t, r, 0)
 	var events, amount int64
-	if _, err := fmt.Sscanf(r.stdout[strings.Index(r.stdout, "expected"):], "expected events=%d amount=%d", &events, &amount); err != nil {
-		t.Fatalf("produce output %q: %v", r.stdout, err)
+	if _, err := fmt.Sscanf(r.Stdout[strings.Index(r.Stdout, "expected"):], "expected events=%d amount=%d", &events, &amount); err != nil {
+		t.Fatalf("produce output %q: %v", r.Stdout, err)
 	}
 
 	for _, tc := range []struct {
@@ -100,9 +101,9 @@ func TestSecretsNeverShown(t *testing.T) {
 		{"JSONLogsSuccess", nil, args([]string{"run", "--sink", sqlite, "--kafka-password-file", kafkaPwFile, "--log-format", "json"}, kafka, common, reachable), 0, `"msg":"job started"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runBin(t, dir, tc.env, time.Minute, tc.args...)
+			r := systemtest.Run(t, dir, tc.env, time.Minute, tc.args...)
 			check(t, r, tc.code)
-			if !strings.Contains(r.stdout+r.stderr, tc.want) {
+			if !strings.Contains(r.Stdout+r.Stderr, tc.want) {
 				t.Errorf("output does not show %q:\n%s", tc.want, r)
 			}
 		})
@@ -119,16 +120,16 @@ func TestSecretsNeverShown(t *testing.T) {
 			t.Fatal(err)
 		}
 		u.User = url.User(u.User.Username())
-		job := uniqueName(t, "job")
-		r := runBin(t, dir, withEnvPw, time.Minute, args([]string{"run", "--job", job, "--sink", u.String(), "--sink-password-file", file}, kafka, common, reachable)...)
+		job := systemtest.UniqueName(t, "job")
+		r := systemtest.Run(t, dir, withEnvPw, time.Minute, args([]string{"run", "--job", job, "--sink", u.String(), "--sink-password-file", file}, kafka, common, reachable)...)
 		check(t, r, 0)
-		r = runBin(t, dir, nil, time.Minute, "verify", "--job", job, "--sink", u.String(), "--sink-password-file", file,
+		r = systemtest.Run(t, dir, nil, time.Minute, "verify", "--job", job, "--sink", u.String(), "--sink-password-file", file,
 			"--expect-events", fmt.Sprint(events), "--expect-amount", fmt.Sprint(amount))
 		check(t, r, 0)
-		if strings.Contains(r.stdout+r.stderr, pw) {
+		if strings.Contains(r.Stdout+r.Stderr, pw) {
 			t.Errorf("output shows the MariaDB password:\n%s", r)
 		}
 	})
-	r = runBin(t, dir, nil, time.Minute, "verify", "--sink", sqlite, "--expect-events", fmt.Sprint(events), "--expect-amount", fmt.Sprint(amount))
+	r = systemtest.Run(t, dir, nil, time.Minute, "verify", "--sink", sqlite, "--expect-events", fmt.Sprint(events), "--expect-amount", fmt.Sprint(amount))
 	check(t, r, 0)
 }

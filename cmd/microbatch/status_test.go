@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/systemtest"
 )
 
 // screenshotEnv, when set, names a file the test copies its screenshot of
@@ -95,18 +96,18 @@ func httpGet(t *testing.T, url string) string {
 }
 
 func TestStatusPageInBrowser(t *testing.T) {
-	bin := binary(t)
+	bin := systemtest.Binary(t)
 	browser := chromium(t)
-	b := startBroker(t)
-	topic, job := uniqueName(t, "topic"), uniqueName(t, "job")
-	produceCLI(t, b.addr, topic, 1, 0, 20000)
+	b := systemtest.StartBroker(t)
+	topic, job := systemtest.UniqueName(t, "topic"), systemtest.UniqueName(t, "job")
+	systemtest.Produce(t, b.Addr, topic, 1, 0, 20000)
 
 	addr := freeAddr(t)
 	dir := t.TempDir()
-	run := exec.Command(bin, "run", "--brokers", b.addr, "--topic", topic, "--job", job,
+	run := exec.Command(bin, "run", "--brokers", b.Addr, "--topic", topic, "--job", job,
 		"--sink", "sqlite://"+filepath.Join(dir, "sink.db"), "--interval", "100ms", "--max-batch-records", "400",
 		"--metrics-addr", addr)
-	run.Dir, run.Env = dir, cmdEnv()
+	run.Dir, run.Env = dir, systemtest.Env()
 	var stderr bytes.Buffer
 	run.Stdout, run.Stderr = io.Discard, &stderr
 	if err := run.Start(); err != nil {
@@ -124,9 +125,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// Input keeps arriving while the page is looked at.
 	prodCtx, stopProducing := context.WithCancel(t.Context())
 	defer stopProducing()
-	producer := exec.CommandContext(prodCtx, bin, "produce", "--brokers", b.addr, "--topic", topic,
+	producer := exec.CommandContext(prodCtx, bin, "produce", "--brokers", b.Addr, "--topic", topic,
 		"--keys", "1000", "--seed", "1", "--skip", "20000", "--count", "1000000", "--rate", "5000")
-	producer.Env = cmdEnv()
+	producer.Env = systemtest.Env()
 	if err := producer.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -237,8 +238,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 // TestStatusBadAddr: a malformed --metrics-addr is a configuration error
 // (exit 2) named after the setting, found before anything starts.
 func TestStatusBadAddr(t *testing.T) {
-	r := runBin(t, t.TempDir(), nil, time.Minute, "run", "--metrics-addr", "9464")
-	if r.code != 2 || !strings.Contains(r.stderr, "metrics-addr") {
+	r := systemtest.Run(t, t.TempDir(), nil, time.Minute, "run", "--metrics-addr", "9464")
+	if r.Code != 2 || !strings.Contains(r.Stderr, "metrics-addr") {
 		t.Fatalf("run --metrics-addr 9464: want exit 2 naming metrics-addr\n%s", r)
 	}
 }

@@ -1,4 +1,4 @@
-package main_test
+package systemtest
 
 // A batch whose dead letters outweigh the memory a run may use: every
 // strategy must store them all, whole, with the batch, and stay within
@@ -82,8 +82,8 @@ func badPayload(i int) (payload []byte, sums payloadSums) {
 // batch's dead-letter bytes, and the sink must hold every dead letter whole
 // and the valid events' exact totals.
 func TestDeadLettersBoundedMemory(t *testing.T) {
-	b := startBroker(t, "--partitions", "1")
-	in := produceBadBatch(t, b.addr)
+	b := StartBroker(t, "--partitions", "1")
+	in := produceBadBatch(t, b.Addr)
 	mariaDB := func(t *testing.T) string { return testutil.NeedServer(t, testutil.EnvMySQL) }
 	redis := func(t *testing.T) string { return testutil.NeedServer(t, testutil.EnvRedis) }
 	sqlite := func(t *testing.T) string { return "sqlite://" + t.TempDir() + "/sink.db" }
@@ -112,8 +112,8 @@ func TestDeadLettersBoundedMemory(t *testing.T) {
 				args = append(args, "--state-dir", dir+"/state")
 			}
 			args = append(args, c.args...)
-			r, rss := runMeasured(t, dir, cmdEnv("GOMEMLIMIT="+dlmemGoMemLimit), 5*time.Minute, args...)
-			if r.code != 0 {
+			r, rss := runMeasured(t, dir, Env("GOMEMLIMIT="+dlmemGoMemLimit), 5*time.Minute, args...)
+			if r.Code != 0 {
 				t.Fatalf("run: %s", r)
 			}
 			t.Logf("peak RSS %.1f MiB for %.1f MiB of dead letters", float64(rss)/(1<<20), float64(dlmemBad*dlmemBadBytes)/(1<<20))
@@ -128,7 +128,7 @@ func TestDeadLettersBoundedMemory(t *testing.T) {
 
 // produceBadBatch produces the bad batch into a new one-partition topic.
 func produceBadBatch(t *testing.T, brokers string) dlmemInput {
-	in := dlmemInput{brokers: brokers, topic: uniqueName(t, "dlmem"), bad: map[int64]payloadSums{}}
+	in := dlmemInput{brokers: brokers, topic: UniqueName(t, "dlmem"), bad: map[int64]payloadSums{}}
 	if err := kafkautil.EnsureTopic([]string{brokers}, in.topic, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -176,18 +176,18 @@ func produceBadBatch(t *testing.T, brokers string) dlmemInput {
 	return in
 }
 
-// runMeasured is runBin that also returns the command's peak RSS in bytes:
+// runMeasured is Run that also returns the command's peak RSS in bytes:
 // the high-water mark the kernel keeps for the process (VmHWM), read until
 // it exits. Not the child's rusage: a child started by os/exec shares the
 // test process's memory until its exec, and Linux counts that peak (the
 // test's, which holds the produced batch) in the child's ru_maxrss. The
 // mark only grows, and a run stays alive --until-idle after its last batch,
 // so the readings catch it.
-func runMeasured(t *testing.T, dir string, env []string, timeout time.Duration, args ...string) (result, int64) {
+func runMeasured(t *testing.T, dir string, env []string, timeout time.Duration, args ...string) (Result, int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd := exec.CommandContext(ctx, Binary(t), args...)
 	cmd.Dir, cmd.Env = dir, env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -216,7 +216,7 @@ func runMeasured(t *testing.T, dir string, env []string, timeout time.Duration, 
 	err := cmd.Wait()
 	close(stop)
 	<-stopped
-	r := result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+	r := Result{Code: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String()}
 	if ctx.Err() != nil {
 		t.Fatalf("microbatch %s did not finish within %s\n%s", strings.Join(args, " "), timeout, r)
 	}
@@ -238,12 +238,6 @@ var vmHWM = regexp.MustCompile(`(?m)^VmHWM:\s+(\d+) kB$`)
 func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 	t.Helper()
 	ctx := t.Context()
-	type dl struct {
-		topic, reason string
-		part          int32
-		payload       []byte // raw, or base64 if b64
-		b64           bool
-	}
 	got := map[int64]bool{}
 	check := func(off int64, d dl) {
 		want, ok := in.bad[off]
@@ -267,76 +261,11 @@ func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 	}
 	switch {
 	case strings.HasPrefix(dsn, "file://"):
-		err := writers.ReadFileSink(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
-			if !bytes.HasPrefix(line, []byte(`{"dead_letter":`)) {
-				return nil
-			}
-			meta, b64, ok := cutPayload(line, "}}")
-			var o struct {
-				DL struct {
-					Topic     string `json:"topic"`
-					Partition int32  `json:"partition"`
-					Offset    int64  `json:"offset"`
-					Reason    string `json:"reason"`
-				} `json:"dead_letter"`
-			}
-			if !ok || json.Unmarshal(meta, &o) != nil {
-				return fmt.Errorf("dead letter line %.200q…", line)
-			}
-			check(o.DL.Offset, dl{topic: o.DL.Topic, part: o.DL.Partition, reason: o.DL.Reason, payload: b64, b64: true})
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		readFileDeadLetters(t, dsn, job, check)
 	case strings.HasPrefix(dsn, "redis"):
-		r, err := writers.OpenRedis(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		key := "mb:{" + job + "}:dead:" + in.topic + ":0"
-		// One field at a time: the hash is larger than the test needs to hold.
-		offs, err := r.Client().HKeys(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range offs {
-			off, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				t.Fatalf("%s has field %q", key, f)
-			}
-			v, err := r.Client().HGet(ctx, key, f).Bytes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			meta, b64, ok := cutPayload(v, "}")
-			var d struct {
-				Reason string `json:"reason"`
-			}
-			if !ok || json.Unmarshal(meta, &d) != nil {
-				t.Fatalf("dead letter %s: %.200q…", f, v)
-			}
-			check(off, dl{topic: in.topic, reason: d.Reason, payload: b64, b64: true})
-		}
+		readRedisDeadLetters(t, dsn, job, in.topic, check)
 	default:
-		w := sinktest.OpenSQL(t, dsn)
-		rows, err := w.DB().QueryContext(ctx, `SELECT topic, part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var d dl
-			var off int64
-			if err := rows.Scan(&d.topic, &d.part, &off, &d.reason, &d.payload); err != nil {
-				t.Fatal(err)
-			}
-			check(off, d)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
+		readSQLDeadLetters(t, dsn, job, check)
 	}
 	if len(got) != len(in.bad) {
 		t.Errorf("%d of the %d bad records are stored as dead letters", len(got), len(in.bad))
@@ -348,6 +277,101 @@ func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 	if tot.Events != in.events || !tot.AmountIs(in.amount) {
 		t.Errorf("totals events=%d amount=%d, want %d and %d", tot.Events, tot.Amount, in.events, in.amount)
 	}
+}
+
+// dl is a dead letter as a sink stored it.
+type dl struct {
+	topic, reason string
+	part          int32
+	payload       []byte // raw, or base64 if b64
+	b64           bool
+}
+
+// readFileDeadLetters calls check with every dead letter of job in the
+// file sink dsn.
+func readFileDeadLetters(t *testing.T, dsn, job string, check func(off int64, d dl)) {
+	t.Helper()
+	err := writers.ReadFileSink(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
+		if !bytes.HasPrefix(line, []byte(`{"dead_letter":`)) {
+			return nil
+		}
+		meta, b64, ok := cutPayload(line, "}}")
+		var o struct {
+			DL struct {
+				Topic     string `json:"topic"`
+				Partition int32  `json:"partition"`
+				Offset    int64  `json:"offset"`
+				Reason    string `json:"reason"`
+			} `json:"dead_letter"`
+		}
+		if !ok || json.Unmarshal(meta, &o) != nil {
+			return fmt.Errorf("dead letter line %.200q…", line)
+		}
+		check(o.DL.Offset, dl{topic: o.DL.Topic, part: o.DL.Partition, reason: o.DL.Reason, payload: b64, b64: true})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readRedisDeadLetters calls check with every dead letter of job from
+// partition 0 of topic in the Redis sink dsn.
+func readRedisDeadLetters(t *testing.T, dsn, job, topic string, check func(off int64, d dl)) {
+	t.Helper()
+	ctx := t.Context()
+	r, err := writers.OpenRedis(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	key := "mb:{" + job + "}:dead:" + topic + ":0"
+	// One field at a time: the hash is larger than the test needs to hold.
+	offs, err := r.Client().HKeys(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range offs {
+		off, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("%s has field %q", key, f)
+		}
+		v, err := r.Client().HGet(ctx, key, f).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, b64, ok := cutPayload(v, "}")
+		var d struct {
+			Reason string `json:"reason"`
+		}
+		if !ok || json.Unmarshal(meta, &d) != nil {
+			t.Fatalf("dead letter %s: %.200q…", f, v)
+		}
+		check(off, dl{topic: topic, reason: d.Reason, payload: b64, b64: true})
+	}
+}
+
+// readSQLDeadLetters calls check with every dead letter of job in the SQL
+// sink dsn.
+func readSQLDeadLetters(t *testing.T, dsn, job string, check func(off int64, d dl)) {
+	t.Helper()
+	w := sinktest.OpenSQL(t, dsn)
+	rows, err := w.DB().QueryContext(t.Context(), `SELECT topic, part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var d dl
+		var off int64
+		if err := rows.Scan(&d.topic, &d.part, &off, &d.reason, &d.payload); err != nil {
+			t.Fatal(err)
+		}
+		check(off, d)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
 }
 
 // cutPayload splits a dead letter's JSON whose last field is

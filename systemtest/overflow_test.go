@@ -1,4 +1,4 @@
-package main_test
+package systemtest
 
 import (
 	"context"
@@ -249,9 +249,9 @@ func TestTotalsPastInt64(t *testing.T) {
 }
 
 func testTotalsPastInt64(t *testing.T, strategy string, sink overflowSink) {
-	brokers := startBroker(t, "--partitions", "4").addr
-	topic := uniqueName(t, "ovf")
-	job := uniqueName(t, "ovf-job")
+	brokers := StartBroker(t, "--partitions", "4").Addr
+	topic := UniqueName(t, "ovf")
+	job := UniqueName(t, "ovf-job")
 	dir := t.TempDir()
 	sink.seed(t, job)
 	want := newOverflowWant()
@@ -270,9 +270,9 @@ func testTotalsPastInt64(t *testing.T, strategy string, sink overflowSink) {
 			t.Errorf("%s: %d keys in the sink, want %d", what, len(events), len(want.events))
 		}
 		n, amount := want.totals()
-		v := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink.dsn, "--job", job, "--strategy", strategy,
+		v := Run(t, dir, nil, time.Minute, "verify", "--sink", sink.dsn, "--job", job, "--strategy", strategy,
 			"--expect-events", strconv.FormatInt(n, 10), "--expect-amount", amount.String())
-		if v.code != 0 || !strings.Contains(v.stdout, "OK: exactly once") {
+		if v.Code != 0 || !strings.Contains(v.Stdout, "OK: exactly once") {
 			t.Fatalf("%s: verify --expect-amount %s:\n%s", what, amount, v)
 		}
 	}
@@ -280,7 +280,7 @@ func testTotalsPastInt64(t *testing.T, strategy string, sink overflowSink) {
 	evs := overflowEvents(0, 400)
 	produceEvents(t, brokers, topic, 4, evs)
 	want.addEvents(evs)
-	if r := runBin(t, dir, nil, 2*time.Minute, args...); r.code != 0 {
+	if r := Run(t, dir, nil, 2*time.Minute, args...); r.Code != 0 {
 		t.Fatalf("run: %s", r)
 	}
 	check("after the first run")
@@ -289,7 +289,7 @@ func testTotalsPastInt64(t *testing.T, strategy string, sink overflowSink) {
 	}
 
 	// A restart with nothing new changes nothing.
-	if r := runBin(t, dir, nil, 2*time.Minute, args...); r.code != 0 {
+	if r := Run(t, dir, nil, 2*time.Minute, args...); r.Code != 0 {
 		t.Fatalf("restart: %s", r)
 	}
 	check("after a restart")
@@ -299,11 +299,11 @@ func testTotalsPastInt64(t *testing.T, strategy string, sink overflowSink) {
 	evs = overflowEvents(400, 400)
 	produceEvents(t, brokers, topic, 4, evs)
 	want.addEvents(evs)
-	crashed := runBin(t, dir, cmdEnv("MICROBATCH_CRASH_AT="+strategies.CrashAfterWriteBeforeOffsets+":1"), 2*time.Minute, args...)
-	if crashed.code != -1 {
-		t.Fatalf("the run was not killed at %s (exit %d)\n%s", strategies.CrashAfterWriteBeforeOffsets, crashed.code, crashed)
+	crashed := Run(t, dir, Env("MICROBATCH_CRASH_AT="+strategies.CrashAfterWriteBeforeOffsets+":1"), 2*time.Minute, args...)
+	if crashed.Code != -1 {
+		t.Fatalf("the run was not killed at %s (exit %d)\n%s", strategies.CrashAfterWriteBeforeOffsets, crashed.Code, crashed)
 	}
-	if r := runBin(t, dir, nil, 2*time.Minute, args...); r.code != 0 {
+	if r := Run(t, dir, nil, 2*time.Minute, args...); r.Code != 0 {
 		t.Fatalf("restart after the crash: %s", r)
 	}
 	check("after a crash and a restart")
@@ -312,7 +312,7 @@ func testTotalsPastInt64(t *testing.T, strategy string, sink overflowSink) {
 // TestVerifyAnyInteger: --expect-amount takes integers past int64 and
 // negative ones; anything else is a configuration error.
 func TestVerifyAnyInteger(t *testing.T) {
-	binary(t)
+	Binary(t)
 	dir := t.TempDir()
 	sink := "sqlite://" + dir + "/sink.db"
 	w, err := writers.OpenSQL(context.Background(), sink)
@@ -348,12 +348,12 @@ func TestVerifyAnyInteger(t *testing.T) {
 		{"neg", "1", "1e3", 2},
 		{"neg", "1", "5.0", 2},
 	} {
-		r := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", c.job,
+		r := Run(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", c.job,
 			"--expect-events", c.events, "--expect-amount", c.amount)
-		if r.code != c.code {
-			t.Errorf("verify --job %s --expect-amount %s: exit %d, want %d\n%s", c.job, c.amount, r.code, c.code, r)
+		if r.Code != c.code {
+			t.Errorf("verify --job %s --expect-amount %s: exit %d, want %d\n%s", c.job, c.amount, r.Code, c.code, r)
 		}
-		if c.code == 0 && !strings.Contains(r.stdout, fmt.Sprintf(" %s ", strings.ReplaceAll(c.amount, "_", ""))) {
+		if c.code == 0 && !strings.Contains(r.Stdout, fmt.Sprintf(" %s ", strings.ReplaceAll(c.amount, "_", ""))) {
 			t.Errorf("verify does not show the amount %s\n%s", c.amount, r)
 		}
 	}

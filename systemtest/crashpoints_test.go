@@ -1,7 +1,6 @@
-package main_test
+package systemtest
 
 import (
-	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -48,7 +47,7 @@ func TestCrashPoints(t *testing.T) {
 		tc{strategies.StrategyAtMostOnce, strategies.CrashMidWrite, mustLose},
 		tc{strategies.StrategyAtMostOnce, strategies.CrashAfterOffsetsBeforeWrite, mustLose},
 	)
-	kfakeBroker := startBroker(t, "--partitions", "4").addr
+	kfakeBroker := StartBroker(t, "--partitions", "4").Addr
 	for _, c := range cases {
 		t.Run("kfake/"+c.strategy+"/"+c.point, func(t *testing.T) {
 			t.Parallel()
@@ -79,37 +78,32 @@ func TestCrashPoints(t *testing.T) {
 	}
 }
 
-var (
-	duplicatesRE = regexp.MustCompile(`duplicates\s+(\d+)\n`)
-	lossesRE     = regexp.MustCompile(`losses\s+(\d+)\n`)
-)
-
 func crashAt(t *testing.T, brokers, sink, strategy, point string, want crashOutcome) {
-	topic := uniqueName(t, "cp")
-	job := uniqueName(t, "cp-job")
-	events, amount := produceCLI(t, brokers, topic, 5, 0, 20_000)
+	topic := UniqueName(t, "cp")
+	job := UniqueName(t, "cp-job")
+	events, amount := Produce(t, brokers, topic, 5, 0, 20_000)
 	dir := t.TempDir()
 	args := []string{"run", "--brokers", brokers, "--topic", topic, "--job", job, "--sink", sink, "--strategy", strategy,
 		"--interval", "100ms", "--max-batch-records", "3000", "--until-idle", "1s", "--instance-id", job}
 	// The second time the point is reached: one partition of the first
 	// batch got through it, so the crash lands in a batch in progress.
-	crashed := runBin(t, dir, cmdEnv("MICROBATCH_CRASH_AT="+point+":2"), 5*time.Minute, args...)
-	if crashed.code != -1 {
-		t.Fatalf("the run was not killed at %s (exit %d): the point was never reached\n%s", point, crashed.code, crashed)
+	crashed := Run(t, dir, Env("MICROBATCH_CRASH_AT="+point+":2"), 5*time.Minute, args...)
+	if crashed.Code != -1 {
+		t.Fatalf("the run was not killed at %s (exit %d): the point was never reached\n%s", point, crashed.Code, crashed)
 	}
 	// More records arrive before the restart: a replay of the interrupted
 	// batch must read exactly its planned ranges, not these.
-	more, moreAmount := produceCLI(t, brokers, topic, 5, events, 5_000)
+	more, moreAmount := Produce(t, brokers, topic, 5, events, 5_000)
 	events += more
 	amount += moreAmount
-	if r := runBin(t, dir, nil, 5*time.Minute, args...); r.code != 0 {
+	if r := Run(t, dir, nil, 5*time.Minute, args...); r.Code != 0 {
 		t.Fatalf("restart after the crash: %s", r)
 	}
-	v := runBin(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", job, "--strategy", strategy,
+	v := Run(t, dir, nil, time.Minute, "verify", "--sink", sink, "--job", job, "--strategy", strategy,
 		"--expect-events", strconv.FormatInt(events, 10), "--expect-amount", strconv.FormatInt(amount, 10))
-	dups, losses := count(t, duplicatesRE, v.stdout), count(t, lossesRE, v.stdout)
+	dups, losses := count(t, duplicatesRE, v.Stdout), count(t, lossesRE, v.Stdout)
 	t.Logf("%s crashed at %s: %d duplicates, %d losses", strategy, point, dups, losses)
-	if v.code != 0 {
+	if v.Code != 0 {
 		t.Fatalf("verify: the sink breaks %s's promise\n%s", strategy, v)
 	}
 	switch want {
@@ -126,14 +120,4 @@ func crashAt(t *testing.T, brokers, sink, strategy, point string, want crashOutc
 			t.Fatalf("at-most-once came out clean after a crash at %s: the crash missed its window\n%s", point, v)
 		}
 	}
-}
-
-func count(t *testing.T, re *regexp.Regexp, out string) int64 {
-	t.Helper()
-	m := re.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no %s in verify output:\n%s", re, out)
-	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
-	return n
 }

@@ -1,4 +1,4 @@
-package main_test
+package systemtest
 
 // A topic whose log ends in a long aborted transaction (issue #14): a run
 // must finish on it, in batches and in checkpoint mode, and count each
@@ -43,7 +43,7 @@ const (
 func TestAbortedTail(t *testing.T) {
 	t.Run("kfake", func(t *testing.T) {
 		t.Parallel()
-		testAbortedTail(t, startBroker(t).addr)
+		testAbortedTail(t, StartBroker(t).Addr)
 	})
 	t.Run("apache-kafka", func(t *testing.T) {
 		t.Parallel()
@@ -52,8 +52,8 @@ func TestAbortedTail(t *testing.T) {
 }
 
 func testAbortedTail(t *testing.T, brokers string) {
-	binary(t) // built before the runs are timed
-	topic := uniqueName(t, "aborted-tail")
+	Binary(t) // built before the runs are timed
+	topic := UniqueName(t, "aborted-tail")
 	if err := kafkautil.EnsureTopic(kafkautil.SplitBrokers(brokers), topic, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func testAbortedTail(t *testing.T, brokers string) {
 	dir := t.TempDir()
 	sqlSink := "sqlite://" + filepath.Join(dir, "sink.db")
 	outDir := filepath.Join(dir, "out")
-	txnJob, ckptJob := uniqueName(t, "txn"), uniqueName(t, "ckpt")
+	txnJob, ckptJob := UniqueName(t, "txn"), UniqueName(t, "ckpt")
 	common := []string{"run", "--brokers", brokers, "--topic", topic, "--until-idle", "1s", "--log-level", "debug"}
 	runs := []struct {
 		strategy string
@@ -79,15 +79,15 @@ func testAbortedTail(t *testing.T, brokers string) {
 	runAll := func(phase string, want int64) {
 		for _, c := range runs {
 			start := time.Now()
-			r := runBin(t, dir, nil, tailRunTimeout, c.args...)
-			if r.code != 0 {
+			r := Run(t, dir, nil, tailRunTimeout, c.args...)
+			if r.Code != 0 {
 				t.Fatalf("%s, %s: %s", phase, c.strategy, r)
 			}
 			t.Logf("%s: %s run finished in %s", phase, c.strategy, time.Since(start).Round(time.Millisecond))
 			if c.strategy != strategies.StrategyTxn {
 				continue
 			}
-			m := batchRecords.FindStringSubmatch(r.stderr)
+			m := batchRecords.FindStringSubmatch(r.Stderr)
 			if m == nil {
 				t.Fatalf("%s, %s: no \"run finished\" line with records\n%s", phase, c.strategy, r)
 			}

@@ -1,4 +1,4 @@
-package main_test
+package systemtest
 
 import (
 	"fmt"
@@ -29,8 +29,8 @@ func TestGroupSharedRefusesNewcomer(t *testing.T) {
 			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 		}},
 		{"kfakeToSQLite", func(t *testing.T) (string, string) {
-			b := startBroker(t, "--partitions", strconv.Itoa(groupPartitions))
-			return b.addr, "sqlite://" + t.TempDir() + "/sink.db"
+			b := StartBroker(t, "--partitions", strconv.Itoa(groupPartitions))
+			return b.Addr, "sqlite://" + t.TempDir() + "/sink.db"
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -42,26 +42,26 @@ func TestGroupSharedRefusesNewcomer(t *testing.T) {
 }
 
 func testGroupSharedNewcomer(t *testing.T, brokers, sink string) {
-	topic := uniqueName(t, "shared")
-	jobA, jobB := uniqueName(t, "holder"), uniqueName(t, "newcomer")
+	topic := UniqueName(t, "shared")
+	jobA, jobB := UniqueName(t, "holder"), UniqueName(t, "newcomer")
 	events, amount := produceGroupInput(t, brokers, topic, 0, 20_000)
 	logDir := t.TempDir()
 	gs := openGroupSink(t, strategies.StrategyTxn, sink)
 
-	a := startGroupProc(t, "a", logDir, cmdEnv(), groupArgs(brokers, topic, jobA, sink, strategies.StrategyTxn))
+	a := startGroupProc(t, "a", logDir, Env(), groupArgs(brokers, topic, jobA, sink, strategies.StrategyTxn))
 	a.waitLine(t, 0, groupWait, "job A's first commit", func(l string) bool { return strings.Contains(l, committedMarker) })
 
 	argsB := append(groupArgs(brokers, topic, jobB, sink, strategies.StrategyTxn), "--group", jobA)
 	// The dry run says so too, without joining.
 	want := fmt.Sprintf("consumer group %q is used by job %q", jobA, jobA)
-	if dry := runBin(t, t.TempDir(), nil, groupWait, append(argsB, "--dry-run")...); dry.code != 2 || !strings.Contains(dry.stderr, want) {
+	if dry := Run(t, t.TempDir(), nil, groupWait, append(argsB, "--dry-run")...); dry.Code != 2 || !strings.Contains(dry.Stderr, want) {
 		t.Errorf("run --dry-run of job B in job A's group: %s\nwant exit 2 and %q", dry, want)
 	}
 	began := time.Now()
-	b := runBin(t, t.TempDir(), nil, groupWait, argsB...)
+	b := Run(t, t.TempDir(), nil, groupWait, argsB...)
 	refused := time.Since(began)
-	if group, holder := fmt.Sprintf("consumer group %q", jobA), fmt.Sprintf("job %q", jobA); b.code != 2 ||
-		!strings.Contains(b.stderr, group) || !strings.Contains(b.stderr, holder) {
+	if group, holder := fmt.Sprintf("consumer group %q", jobA), fmt.Sprintf("job %q", jobA); b.Code != 2 ||
+		!strings.Contains(b.Stderr, group) || !strings.Contains(b.Stderr, holder) {
 		t.Fatalf("job B in job A's group: %s\nwant exit 2 naming the group and the job that holds it (%s)", b, holder)
 	}
 	a.requireRunning(t)
