@@ -1,7 +1,7 @@
 // Package docker_test checks the container stack without a Docker engine:
 // the image's static build with the Dockerfile's own flags, its non-root
-// final stage, and that docker/compose.yml, the README's "Docker compose
-// quickstart" section and the CLI's flags agree with each other.
+// final stage, and that docker/compose.yml, docs/docker.md ("Docker
+// compose quickstart") and the CLI's flags agree with each other.
 //
 // What it cannot check is that the image builds and the stack starts: that
 // needs Docker, which the test machines don't have.
@@ -35,7 +35,8 @@ const (
 	root           = ".." // the tests run in docker/
 	composePath    = "compose.yml"
 	dockerfilePath = "Dockerfile"
-	readmeSection  = "## Docker compose quickstart"
+	docPath        = "docs/docker.md" // relative to root
+	readmeSection  = "# Docker compose quickstart"
 	envPrefix      = "MICROBATCH_"
 	// The service that runs the job and the one-shot producer.
 	jobService     = "microbatch"
@@ -128,7 +129,7 @@ func (s service) runsImage(c composeFile) bool {
 	return false
 }
 
-// ---- README section ----
+// ---- docs/docker.md ----
 
 type readmeRow struct {
 	ports []string          // host:container
@@ -143,18 +144,13 @@ var (
 
 func readSection(t *testing.T) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	raw, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(docPath)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(raw)
-	i := strings.Index(s, "\n"+readmeSection+"\n")
-	if i < 0 {
-		t.Fatalf("README.md has no %q section", readmeSection)
-	}
-	s = s[i+1:]
-	if j := strings.Index(s[len(readmeSection):], "\n## "); j >= 0 {
-		s = s[:len(readmeSection)+j]
+	if !strings.HasPrefix(s, readmeSection+"\n") {
+		t.Fatalf("%s does not start with %q", docPath, readmeSection)
 	}
 	return s
 }
@@ -170,7 +166,7 @@ func readmeTable(t *testing.T, section string) map[string]readmeRow {
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) != 3 {
-			t.Fatalf("README table row %q: want 3 cells (service | port | settings)", line)
+			t.Fatalf("docs/docker.md table row %q: want 3 cells (service | port | settings)", line)
 		}
 		name := backticked.FindStringSubmatch(cells[0])
 		if name == nil { // the header
@@ -189,12 +185,12 @@ func readmeTable(t *testing.T, section string) map[string]readmeRow {
 			}
 		}
 		if _, dup := rows[name[1]]; dup {
-			t.Fatalf("README table lists %s twice", name[1])
+			t.Fatalf("docs/docker.md table lists %s twice", name[1])
 		}
 		rows[name[1]] = row
 	}
 	if len(rows) == 0 {
-		t.Fatal("README section has no service table")
+		t.Fatal("docs/docker.md has no service table")
 	}
 	return rows
 }
@@ -216,7 +212,7 @@ func readmeCommands(section string) [][]string {
 	return cmds
 }
 
-// TestReadmeMatchesCompose compares the README table with compose.yml both
+// TestReadmeMatchesCompose compares the docs/docker.md table with compose.yml both
 // ways: services, published ports and MICROBATCH_* settings.
 func TestReadmeMatchesCompose(t *testing.T) {
 	c := loadCompose(t)
@@ -224,29 +220,29 @@ func TestReadmeMatchesCompose(t *testing.T) {
 	for name, s := range c.Services {
 		row, ok := rows[name]
 		if !ok {
-			t.Errorf("service %s is in %s but not in the README table", name, composePath)
+			t.Errorf("service %s is in %s but not in the docs/docker.md table", name, composePath)
 			continue
 		}
 		if got, want := sorted(row.ports), sorted(s.Ports); !slices.Equal(got, want) {
-			t.Errorf("service %s: README says ports %v, %s publishes %v", name, got, composePath, want)
+			t.Errorf("service %s: docs/docker.md says ports %v, %s publishes %v", name, got, composePath, want)
 		}
 		env := s.microbatchEnv(t)
 		for k, v := range env {
 			if rv, ok := row.env[k]; !ok {
-				t.Errorf("service %s: %s=%s is in %s but not in the README", name, k, v, composePath)
+				t.Errorf("service %s: %s=%s is in %s but not in docs/docker.md", name, k, v, composePath)
 			} else if rv != v {
-				t.Errorf("service %s: README says %s=%s, %s says %s", name, k, rv, composePath, v)
+				t.Errorf("service %s: docs/docker.md says %s=%s, %s says %s", name, k, rv, composePath, v)
 			}
 		}
 		for k := range row.env {
 			if _, ok := env[k]; !ok {
-				t.Errorf("service %s: README lists %s, %s doesn't set it", name, k, composePath)
+				t.Errorf("service %s: docs/docker.md lists %s, %s doesn't set it", name, k, composePath)
 			}
 		}
 	}
 	for name := range rows {
 		if _, ok := c.Services[name]; !ok {
-			t.Errorf("README table lists service %s, %s has none", name, composePath)
+			t.Errorf("docs/docker.md table lists service %s, %s has none", name, composePath)
 		}
 	}
 }
@@ -308,7 +304,7 @@ func TestReadmeCommands(t *testing.T) {
 	}
 	for _, sub := range []string{"up", "run", "logs", "down"} {
 		if !seen[sub] {
-			t.Errorf("README section shows no `docker compose -f docker/compose.yml %s`", sub)
+			t.Errorf("docs/docker.md shows no `docker compose -f docker/compose.yml %s`", sub)
 		}
 	}
 
@@ -337,11 +333,11 @@ func TestReadmeCommands(t *testing.T) {
 		amount += a
 	}
 	if expectEvents != strconv.FormatUint(count, 10) || expectAmount != strconv.FormatInt(amount, 10) {
-		t.Errorf("README's verify expects events=%s amount=%s; produce writes events=%d amount=%d", expectEvents, expectAmount, count, amount)
+		t.Errorf("docs/docker.md's verify expects events=%s amount=%s; produce writes events=%d amount=%d", expectEvents, expectAmount, count, amount)
 	}
 	want := fmt.Sprintf("# -> produced %d events to %s: expected events=%d amount=%d", count, env[envPrefix+"TOPIC"], count, amount)
 	if !strings.Contains(section, want+"\n") {
-		t.Errorf("README section should show produce's output %q", want)
+		t.Errorf("docs/docker.md should show produce's output %q", want)
 	}
 }
 

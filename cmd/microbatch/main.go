@@ -36,7 +36,7 @@ func run(args []string) int {
 	return exitCode(err)
 }
 
-// exitCode maps what a command returned to the exit codes the README
+// exitCode maps what a command returned to the exit codes docs/operations.md
 // lists. It is the only such mapping: every subcommand's errors come
 // here, those from talking to servers classified by strategies.Classify
 // (run by strategies.Run itself, the others by classified).

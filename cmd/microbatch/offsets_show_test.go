@@ -24,7 +24,7 @@ import (
 //     the reset that fixes it (it showed lag 0 and no warning); run then
 //     exits 1 as said, and after the reset it runs.
 //   - A stored offset before the log start (records deleted): the same.
-//   - A missing topic: exit 4, as the README lists for offsets.
+//   - A missing topic: exit 4, as docs/operations.md lists for offsets.
 //
 // run --dry-run shows a position outside the log as run's stop too (it
 // showed "nothing to read").
@@ -181,7 +181,7 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 		t.Errorf("offsets show of a missing topic: %s\nwant exit 4", r)
 	}
 	if codes := offsetsExitCodes(t); !strings.Contains(codes, "`4`") {
-		t.Errorf("the README's exit codes of offsets do not list 4 (a missing topic): %q", codes)
+		t.Errorf("docs/operations.md's exit codes of offsets do not list 4 (a missing topic): %q", codes)
 	}
 }
 
@@ -204,21 +204,21 @@ func deleteRecords(t *testing.T, brokers, topic string, part int32, before int64
 	}
 }
 
-// offsetsExitCodes is the README's list of the exit codes of `microbatch
-// offsets`: the paragraph starting "Exit codes:" in its section.
+// offsetsExitCodes is docs/operations.md's list of the exit codes of
+// `microbatch offsets`: the paragraph starting "Exit codes:" in its section.
 func offsetsExitCodes(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := regexp.MustCompile("(?s)### Fixing a job's position: `microbatch offsets`\n(.*?)\n## ").FindSubmatch(b)
+	section := regexp.MustCompile("(?s)\n## Fixing a job's position: `microbatch offsets`\n(.*?)\n## ").FindSubmatch(b)
 	if section == nil {
-		t.Fatal("README: no section \"Fixing a job's position: `microbatch offsets`\"")
+		t.Fatal("docs/operations.md: no section \"Fixing a job's position: `microbatch offsets`\"")
 	}
 	codes := regexp.MustCompile(`(?s)Exit codes:(.*?)(?:\n\n|$)`).FindSubmatch(section[1])
 	if codes == nil {
-		t.Fatal("README: the offsets section has no \"Exit codes:\" paragraph")
+		t.Fatal("docs/operations.md: the offsets section has no \"Exit codes:\" paragraph")
 	}
 	return string(codes[1])
 }
