@@ -1,6 +1,3 @@
-// Command microbatch moves events from Kafka into a SQL sink exactly once,
-// in micro-batches, and comes with the tools to see it do so: a dev broker,
-// a deterministic producer and a verifier.
 package main
 
 import (
