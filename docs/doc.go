@@ -34,7 +34,10 @@
 // it, fails. TestDocsLinkedFromReadme fails for a page in docs/ that the
 // README does not link to. TestThroughputMatchesBenchmarks holds every
 // "about N–M events/s" in the README and docs/ to the measured table in
-// benchmarks/README.md.
+// benchmarks/README.md. TestLibrarySnippetsCompile builds every ```go
+// block of the README and docs/ as a program of a separate module (with
+// stubs for what a snippet leaves to its reader), so a renamed API fails
+// there before a user copies the old name.
 //
 // Other packages' tests read sections of these pages, so that the pages
 // can't drift from the code: the README's "Pointing it at real servers"
