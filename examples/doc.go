@@ -17,10 +17,9 @@
 //
 // # Tests
 //
-// The examples are built once (go build -o) and run as users would run
-// them, against the servers of the test suite (MICROBATCH_TEST_MYSQL,
-// MICROBATCH_TEST_KAFKA) or an in-process dev broker, and killed with
-// SIGKILL mid-way to show that a restart ends exactly once.
+// The tests build each example and run it as a user would, against the
+// test suite's servers or an in-process dev broker, kill it mid-way with
+// SIGKILL and restart it, and check the result is exact.
 //
 // TestExternalModule builds every example as a program of a separate
 // module that requires this one, to prove the public API is enough, and

@@ -1,5 +1,10 @@
 package examples_test
 
+// The examples are built once (go build -o) and run as users would run
+// them, against the servers of the test suite (MICROBATCH_TEST_MYSQL,
+// MICROBATCH_TEST_KAFKA) or an in-process dev broker, and killed with
+// SIGKILL mid-way to show that a restart ends exactly once.
+
 import (
 	"bufio"
 	"bytes"

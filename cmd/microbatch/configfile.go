@@ -1,5 +1,17 @@
 package main
 
+// The config file given by --config: one YAML file serves every command.
+// Its keys are the flag names of all the commands that take --config, read
+// from the command tree: a command applies the keys it has a flag for and
+// ignores the ones only other commands have (`offsets show` reads a file
+// written for `run` and skips its interval), and a key no command knows is
+// an error. A value must fit its flag: one scalar for a string, number,
+// duration or boolean; a scalar or a list of scalars for a list setting
+// (the slice flags, and the comma-separated string flags marked with
+// markList, such as brokers). Nothing is dropped silently: viper would read
+// a list or a map given for a string as "" and the command would go on with
+// an empty value (for `run`, the embedded demo broker).
+
 import (
 	"bytes"
 	"errors"

@@ -1,5 +1,12 @@
 package main
 
+// `microbatch offsets`: where a job stands in its topic (show), and moving
+// a stopped job elsewhere (reset). The positions live where the strategy
+// keeps them: mb_offsets in a SQL sink (txn, single), the offsets hash in
+// Redis (idempotent), the consumer group's committed offsets (the
+// at-least-once and at-most-once controls). Checkpoint mode keeps them in
+// its checkpoints, which this command does not touch.
+
 import (
 	"context"
 	"encoding/json"
