@@ -19,4 +19,7 @@
 //     Such a task rolls back, its partition's offset stays, its siblings
 //     are not cancelled, a batch-level Commit is skipped, and Run returns
 //     nil: the next run reads the range again.
+//
+// How a `--strategy txn` batch goes from plan to commit, as a user sees
+// it, is in docs/commit.md.
 package batch

@@ -13,6 +13,9 @@
 // not older than the row's. Any other move is refused (ErrConflict,
 // ErrFenced).
 //
+// The tables' columns are a contract users read in docs/tables.md;
+// `microbatch offsets` (docs/operations.md) shows and resets positions.
+//
 // # Source positions
 //
 // Progress that is not a Kafka offset: a plain batch job (a CSV loaded in
