@@ -19,15 +19,6 @@ import (
 	"github.com/microbatch/microbatch/writers"
 )
 
-// The guarantee matrix (`microbatch bench`): every strategy on the same
-// data, a clean run (throughput, latency, CPU, memory) and a faulty run
-// (random SIGKILLs and targeted crash points; duplicates, losses and
-// recovery time), next to two references measured in the same run: the
-// raw consume rate (the ceiling) and a hand-written per-record consumer
-// (the baseline). Strategies run as `microbatch run` subprocesses of
-// Options.Binary, so kills are real SIGKILLs and CPU time and peak RSS are
-// the child's own.
-
 // Workload is the pre-produced input of the throughput runs.
 type Workload struct {
 	Events     int64  `json:"events"`

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -186,6 +187,34 @@ func TestMarkdownLinks(t *testing.T) {
 	}
 	if links == 0 {
 		t.Fatalf("found no link in %v: the parse went wrong", files)
+	}
+}
+
+// TestDocsLinkedFromReadme: the README is the front door, so every page
+// in docs/ is linked from it; a page nobody links to is a page nobody
+// finds. (TestMarkdownLinks checks that the links lead somewhere.)
+func TestDocsLinkedFromReadme(t *testing.T) {
+	readme := parse(t, "README.md")
+	linked := map[string]bool{}
+	_ = ast.Walk(readme.root, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if l, ok := n.(*ast.Link); ok && entering {
+			file, _, _ := strings.Cut(string(l.Destination), "#")
+			linked[filepath.ToSlash(filepath.Clean(file))] = true
+		}
+		return ast.WalkContinue, nil
+	})
+	pages := 0
+	for _, f := range markdownFiles(t) {
+		if path.Dir(f) != "docs" {
+			continue
+		}
+		pages++
+		if !linked[f] {
+			t.Errorf("README.md does not link to %s: add it to the README's list of pages", f)
+		}
+	}
+	if pages == 0 {
+		t.Fatal("found no page in docs/: the walk went wrong")
 	}
 }
 

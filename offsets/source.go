@@ -8,18 +8,6 @@ import (
 	"time"
 )
 
-// Progress that is not a Kafka offset: a plain batch job (a CSV loaded in
-// chunks, an API paged through, a table copied by timestamp watermark)
-// stores one opaque position per source in mb_source_positions, in the same
-// transaction as the chunk's results. The position is the caller's own
-// encoding (a line number, a byte offset, an RFC 3339 watermark, a page
-// token); this package only compares it for equality. What makes it ordered
-// is the rule every move follows, the same as mb_offsets': a source moves
-// only from the position a chunk started at to the position it ended at,
-// by an instance whose epoch is not older than the row's. So a chunk
-// commits once — a replay after a crash finds the row already past it and
-// is refused (ErrConflict) — and a zombie instance is fenced (ErrFenced).
-
 // SourceTable is the positions table's name; its columns are part of the
 // public contract like mb_offsets'.
 const SourceTable = "mb_source_positions"

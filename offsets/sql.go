@@ -1,17 +1,3 @@
-// Package offsets owns where a job's progress lives: the mb_offsets table in
-// the SQL sink (Kafka offsets per partition), mb_source_positions (an
-// opaque position per source of a plain batch job: source.go), consumer
-// group offsets (kafka.go), checkpoints (checkpoint.go), and the epochs
-// that fence commits from older instances.
-//
-// It writes offsets inside a transaction the caller owns (the sink writer's),
-// which is what makes "results and offsets in one commit" possible. It does
-// not write results and never imports writers.
-//
-// Invariant: a partition's (or source's) row moves only from the offset a
-// batch was planned from to that batch's end, by an instance whose epoch is
-// not older than the row's. Any other move is refused (ErrConflict,
-// ErrFenced).
 package offsets
 
 import (

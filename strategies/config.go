@@ -60,7 +60,7 @@ func GuaranteeOf(strategy string) Guarantee {
 
 // Crash points: named moments at which Config.CrashPoint is called, so that
 // tests and benchmarks can kill the process exactly there. Each strategy
-// reaches the points it has, in its own order (README, "Crash points").
+// reaches the points it has, in its own order (docs/crash-points.md).
 const (
 	CrashAfterPlan               = "after-plan"                 // batch planned, nothing read
 	CrashMidWrite                = "mid-write"                  // some results written, not all

@@ -11,7 +11,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 )
 
-// The README's "Tables" section is the contract users read: table names,
+// docs/tables.md is the contract users read: table names,
 // columns and keys. These tests hold it to the CREATE TABLE statements the
 // code runs, in both dialects.
 
@@ -76,38 +76,41 @@ func splitList(s string) []string {
 
 var readmeTableRE = regexp.MustCompile(`(?s)^(mb_\w+)\s*\(([^)]*)\)\s*PRIMARY KEY \(([^)]*)\)`)
 
-// readmeTables reads the code block of the README's "## Tables" section:
-// per table, "name (columns…)" and "PRIMARY KEY (…)".
+// tablesDoc is the page that documents the tables, from this package.
+var tablesDoc = filepath.Join("..", "docs", "tables.md")
+
+// readmeTables reads the first code block of docs/tables.md (up to its
+// first "## " section): per table, "name (columns…)" and "PRIMARY KEY (…)".
 func readmeTables(t *testing.T) (section string, tables map[string]tableShape) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	raw, err := os.ReadFile(tablesDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(raw), "\n## Tables\n")
+	section, ok := strings.CutPrefix(string(raw), "# Tables\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Tables" section`)
+		t.Fatalf(`%s does not start with "# Tables"`, tablesDoc)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	_, block, ok := strings.Cut(section, "\n```\n")
 	if !ok {
-		t.Fatal("README's Tables section has no code block")
+		t.Fatalf("%s has no code block", tablesDoc)
 	}
 	block, _, _ = strings.Cut(block, "\n```")
 	tables = map[string]tableShape{}
 	for _, entry := range regexp.MustCompile(`(?m)^mb_`).Split(block, -1)[1:] {
 		m := readmeTableRE.FindStringSubmatch("mb_" + entry)
 		if m == nil {
-			t.Fatalf("README's Tables block: can't read the entry %q (want name (columns) PRIMARY KEY (columns))", "mb_"+entry)
+			t.Fatalf("%s: can't read the entry %q (want name (columns) PRIMARY KEY (columns))", tablesDoc, "mb_"+entry)
 		}
 		tables[m[1]] = tableShape{columns: splitList(m[2]), key: splitList(m[3])}
 	}
 	return section, tables
 }
 
-// TestReadmeTablesMatchSchema: every table the code creates is in the
-// README with the code's columns, in order, and primary key; the README
-// lists no other.
+// TestReadmeTablesMatchSchema: every table the code creates is in
+// docs/tables.md with the code's columns, in order, and primary key; the
+// page lists no other.
 func TestReadmeTablesMatchSchema(t *testing.T) {
 	_, doc := readmeTables(t)
 	created := map[string]bool{}
@@ -120,32 +123,32 @@ func TestReadmeTablesMatchSchema(t *testing.T) {
 			}
 			readme, ok := doc[name]
 			if !ok {
-				t.Errorf("%s is created (%s) but not in the README's Tables section", name, d)
+				t.Errorf("%s is created (%s) but not in %s", name, d, tablesDoc)
 				continue
 			}
 			if !slices.Equal(readme.columns, code.columns) {
-				t.Errorf("%s: README lists columns %v; the %s DDL creates %v", name, readme.columns, d, code.columns)
+				t.Errorf("%s: %s lists columns %v; the %s DDL creates %v", name, tablesDoc, readme.columns, d, code.columns)
 			}
 			if !slices.Equal(readme.key, code.key) {
-				t.Errorf("%s: README says PRIMARY KEY %v; the %s DDL has %v", name, readme.key, d, code.key)
+				t.Errorf("%s: %s says PRIMARY KEY %v; the %s DDL has %v", name, tablesDoc, readme.key, d, code.key)
 			}
 		}
 	}
 	for name := range doc {
 		if !created[name] {
-			t.Errorf("README's Tables section lists %s, which the code does not create", name)
+			t.Errorf("%s lists %s, which the code does not create", tablesDoc, name)
 		}
 	}
 }
 
-// TestMySQLTablesBinary: the README promises InnoDB, utf8mb4 and a binary
+// TestMySQLTablesBinary: docs/tables.md promises InnoDB, utf8mb4 and a binary
 // collation for every table in MySQL/MariaDB — names (jobs, keys, XA
 // branch qualifiers) must never match case- or accent-insensitively. A
 // table's default collation is also what a column added later gets.
 func TestMySQLTablesBinary(t *testing.T) {
 	section, _ := readmeTables(t)
 	if !strings.Contains(section, "(InnoDB, utf8mb4, binary collation)") {
-		t.Fatalf("README's Tables section no longer says \"(InnoDB, utf8mb4, binary collation)\": update this test with it")
+		t.Fatalf("%s no longer says \"(InnoDB, utf8mb4, binary collation)\": update this test with it", tablesDoc)
 	}
 	for name, ddl := range tableDDLs(offsets.MySQL) {
 		for _, want := range []string{"ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4", "COLLATE=utf8mb4_bin"} {

@@ -19,7 +19,7 @@ import (
 	"github.com/microbatch/microbatch/writers"
 )
 
-// Exit codes (documented in the README).
+// Exit codes (documented in docs/operations.md, "Exit codes").
 const (
 	exitOK       = 0
 	exitFailure  = 1 // the run failed, or verify found a difference

@@ -1,6 +1,3 @@
-// Command microbatch moves events from Kafka into a SQL sink exactly once,
-// in micro-batches, and comes with the tools to see it do so: a dev broker,
-// a deterministic producer and a verifier.
 package main
 
 import (
@@ -36,7 +33,7 @@ func run(args []string) int {
 	return exitCode(err)
 }
 
-// exitCode maps what a command returned to the exit codes the README
+// exitCode maps what a command returned to the exit codes docs/operations.md
 // lists. It is the only such mapping: every subcommand's errors come
 // here, those from talking to servers classified by strategies.Classify
 // (run by strategies.Run itself, the others by classified).

@@ -205,21 +205,21 @@ func deleteRecords(t *testing.T, brokers, topic string, part int32, before int64
 	}
 }
 
-// offsetsExitCodes is the README's list of the exit codes of `microbatch
-// offsets`: the paragraph starting "Exit codes:" in its section.
+// offsetsExitCodes is docs/operations.md's list of the exit codes of
+// `microbatch offsets`: the paragraph starting "Exit codes:" in its section.
 func offsetsExitCodes(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := regexp.MustCompile("(?s)### Fixing a job's position: `microbatch offsets`\n(.*?)\n## ").FindSubmatch(b)
+	section := regexp.MustCompile("(?s)\n## Fixing a job's position: `microbatch offsets`\n(.*?)\n## ").FindSubmatch(b)
 	if section == nil {
-		t.Fatal("README: no section \"Fixing a job's position: `microbatch offsets`\"")
+		t.Fatal("docs/operations.md: no section \"Fixing a job's position: `microbatch offsets`\"")
 	}
 	codes := regexp.MustCompile(`(?s)Exit codes:(.*?)(?:\n\n|$)`).FindSubmatch(section[1])
 	if codes == nil {
-		t.Fatal("README: the offsets section has no \"Exit codes:\" paragraph")
+		t.Fatal("docs/operations.md: the offsets section has no \"Exit codes:\" paragraph")
 	}
 	return string(codes[1])
 }

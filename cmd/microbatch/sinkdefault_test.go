@@ -10,8 +10,8 @@ import (
 )
 
 // TestSinkHelp: run's and verify's --sink help lists every form of sink
-// DSN the parser takes (strategies.SinkForms), and so does the README's
-// `sink` setting.
+// DSN the parser takes (strategies.SinkForms), and so does the `sink`
+// setting in docs/configuration.md.
 func TestSinkHelp(t *testing.T) {
 	for name, cmd := range map[string]func() string{
 		"run":    func() string { return runCmd().Flags().Lookup("sink").Usage },
@@ -24,13 +24,13 @@ func TestSinkHelp(t *testing.T) {
 			}
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	row := regexp.MustCompile("(?m)^\\| `sink` \\|.*$").FindString(string(readme))
 	if row == "" {
-		t.Fatal("README.md has no `sink` row in its run settings")
+		t.Fatal("docs/configuration.md has no `sink` row in its run settings")
 	}
 	for _, f := range strategies.SinkForms {
 		want := f.Scheme + "://"
@@ -38,7 +38,7 @@ func TestSinkHelp(t *testing.T) {
 			want = "go-sql-driver"
 		}
 		if !strings.Contains(row, want) {
-			t.Errorf("README's `sink` setting does not name %s (%s):\n%s", want, f.Form, row)
+			t.Errorf("docs/configuration.md's `sink` setting does not name %s (%s):\n%s", want, f.Form, row)
 		}
 	}
 }
