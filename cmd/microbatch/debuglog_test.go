@@ -11,7 +11,7 @@ import (
 )
 
 // TestCLIDebugLogsPlan: --log-level debug logs each batch's plan, per
-// partition the offset range it reads, as the README says.
+// partition the offset range it reads, as docs/configuration.md says.
 func TestCLIDebugLogsPlan(t *testing.T) {
 	t.Parallel()
 	b := systemtest.StartBroker(t)

@@ -87,7 +87,7 @@ type failure struct {
 }
 
 // TestExitCodesEveryCommand: the same failure gives the same exit code in
-// every subcommand that meets it — the codes the README lists once — and
+// every subcommand that meets it — the codes docs/operations.md lists once — and
 // a refusal is never mistaken for a server that does not answer.
 func TestExitCodesEveryCommand(t *testing.T) {
 	t.Parallel()

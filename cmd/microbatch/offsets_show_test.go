@@ -25,7 +25,7 @@ import (
 //     the reset that fixes it (it showed lag 0 and no warning); run then
 //     exits 1 as said, and after the reset it runs.
 //   - A stored offset before the log start (records deleted): the same.
-//   - A missing topic: exit 4, as the README lists for offsets.
+//   - A missing topic: exit 4, as docs/operations.md lists for offsets.
 //
 // run --dry-run shows a position outside the log as run's stop too (it
 // showed "nothing to read").
@@ -182,7 +182,7 @@ func testOffsetsShowPositions(t *testing.T, brokers, sink string) {
 		t.Errorf("offsets show of a missing topic: %s\nwant exit 4", r)
 	}
 	if codes := offsetsExitCodes(t); !strings.Contains(codes, "`4`") {
-		t.Errorf("the README's exit codes of offsets do not list 4 (a missing topic): %q", codes)
+		t.Errorf("the exit codes of offsets in docs/operations.md do not list 4 (a missing topic): %q", codes)
 	}
 }
 
