@@ -23,6 +23,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // Crash test parameters. A batch holds at most crashMaxBatch offsets per
@@ -96,12 +97,12 @@ func TestCrashRecovery(t *testing.T) {
 func storedNext(t *testing.T, strategy, sink, brokers, job, topic string) map[int32]int64 {
 	switch strategy {
 	case strategies.StrategyIdempotent:
-		r, err := writers.OpenRedis(t.Context(), sink)
+		r, err := redissink.Open(t.Context(), sink)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		next, err := r.Offsets(t.Context(), job, topic)
+		next, err := redisJobOf(t, r, job).Offsets(t.Context(), topic)
 		if err != nil {
 			t.Fatal(err)
 		}

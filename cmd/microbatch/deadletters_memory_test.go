@@ -28,6 +28,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // The bad batch: dlmemBad records of dlmemBadBytes each (under the
@@ -290,7 +291,7 @@ func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 			t.Fatal(err)
 		}
 	case strings.HasPrefix(dsn, "redis"):
-		r, err := writers.OpenRedis(ctx, dsn)
+		r, err := redissink.Open(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // Group test parameters. The input is the crash tests' sequence (crashSeed,
@@ -452,7 +453,7 @@ func finishFeeder(t *testing.T, f *kafkautil.Feeder) (events, amount int64) {
 type groupSink struct {
 	dsn   string
 	sql   *writers.SQL
-	redis *writers.Redis
+	redis *redissink.Sink
 }
 
 func openGroupSink(t *testing.T, strategy, dsn string) *groupSink {
@@ -462,7 +463,7 @@ func openGroupSink(t *testing.T, strategy, dsn string) *groupSink {
 		gs.sql = sinktest.OpenSQL(t, dsn)
 		return gs
 	}
-	r, err := writers.OpenRedis(t.Context(), dsn)
+	r, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +478,7 @@ func (gs *groupSink) next(t *testing.T, job, topic string) map[int32]int64 {
 	if gs.sql != nil {
 		return sinktest.StoredOffsets(t, gs.sql.DB(), job, topic)
 	}
-	next, err := gs.redis.Offsets(t.Context(), job, topic)
+	next, err := redisJobOf(t, gs.redis, job).Offsets(t.Context(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,11 +494,11 @@ func (gs *groupSink) checkPerKey(t *testing.T, job string, produced int64) {
 		return
 	}
 	ctx := t.Context()
-	evs, err := gs.redis.Client().HGetAll(ctx, writers.RedisEventsKey(job)).Result()
+	evs, err := gs.redis.Client().HGetAll(ctx, redissink.EventsKey(job)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ams, err := gs.redis.Client().HGetAll(ctx, writers.RedisAmountKey(job)).Result()
+	ams, err := gs.redis.Client().HGetAll(ctx, redissink.AmountKey(job)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -994,4 +995,14 @@ func waitEvery(t *testing.T, every, timeout time.Duration, what string, cond fun
 
 func tail(lines []string, n int) string {
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
+// redisJobOf binds s to job.
+func redisJobOf(t testing.TB, s *redissink.Sink, job string) *redissink.Job {
+	t.Helper()
+	j, err := s.Job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

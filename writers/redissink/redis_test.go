@@ -1,7 +1,8 @@
-package writers
+package redissink
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // The Redis cases run against a real server named by MICROBATCH_TEST_REDIS
@@ -31,9 +34,9 @@ func redisTestDSN(t *testing.T) string {
 	return testutil.NeedServer(t, testutil.EnvRedis)
 }
 
-func openRedisSink(t *testing.T) *Redis {
+func openRedisSink(t *testing.T) *Sink {
 	t.Helper()
-	w, err := OpenRedis(t.Context(), redisTestDSN(t))
+	w, err := Open(t.Context(), redisTestDSN(t))
 	if err != nil {
 		t.Fatalf("OpenRedis: %v", err)
 	}
@@ -41,17 +44,35 @@ func openRedisSink(t *testing.T) *Redis {
 	return w
 }
 
-// redisJob is a unique job whose keys are deleted when the test ends.
-func redisJob(t *testing.T, w *Redis) string {
+// uniqueJob is a job name no other test or run uses.
+func uniqueJob(t testing.TB) string {
+	n, err := crand.Int(crand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := nonJobChars.ReplaceAllString(t.Name(), "_")
+	if len(name) > 100 {
+		name = name[len(name)-100:]
+	}
+	return fmt.Sprintf("%s-%x", name, n)
+}
+
+var nonJobChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// redisJob is a unique job on w whose keys are deleted when the test ends.
+func redisJob(t *testing.T, w *Sink) *Job {
 	t.Helper()
-	job := uniqueJob(t)
+	job, err := w.Job(uniqueJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := w.Client()
 	t.Cleanup(func() {
 		ctx := t.Context()
 		if ctx.Err() != nil {
 			return
 		}
-		keys, _ := c.Keys(ctx, "mb:{"+job+"}:*").Result()
+		keys, _ := c.Keys(ctx, "mb:{"+job.Name()+"}:*").Result()
 		if len(keys) > 0 {
 			c.Del(ctx, keys...)
 		}
@@ -59,12 +80,28 @@ func redisJob(t *testing.T, w *Redis) string {
 	return job
 }
 
+// on is job on sink w: another process's view of the same job.
+func on(w *Sink, job *Job) *Job { return &Job{s: w, name: job.name, keys: job.keys} }
+
+// total is a key's events and amount in the users' view.
+type total struct{ events, amount int64 }
+
+// bigSum is the exact sum of vs in decimal.
+func bigSum(vs ...int64) string {
+	s := new(big.Int)
+	for _, v := range vs {
+		s.Add(s, big.NewInt(v))
+	}
+	return s.String()
+}
+
 // snapshot is every key of the job with its content, to check that a failed
 // call changed nothing.
-func snapshot(t *testing.T, w *Redis, job string) map[string]any {
+func snapshot(t *testing.T, w *Sink, job *Job) map[string]any {
 	t.Helper()
+	job = on(w, job)
 	ctx := t.Context()
-	keys, err := w.Client().Keys(ctx, "mb:{"+job+"}:*").Result()
+	keys, err := w.Client().Keys(ctx, "mb:{"+job.Name()+"}:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,10 +128,11 @@ func sameSnapshot(t *testing.T, what string, before, after map[string]any) {
 
 // jobSetup claims job, starts topic "in" partitions 0..parts-1 at offset 0
 // and logs batch 1 with ranges [0, to) for each.
-func jobSetup(t *testing.T, w *Redis, job string, parts int, to int64) (epoch int64, ranges []record.Range) {
+func jobSetup(t *testing.T, w *Sink, job *Job, parts int, to int64) (epoch int64, ranges []record.Range) {
 	t.Helper()
+	job = on(w, job)
 	ctx := t.Context()
-	epoch, err := w.Claim(ctx, job)
+	epoch, err := job.Claim(ctx)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -103,25 +141,27 @@ func jobSetup(t *testing.T, w *Redis, job string, parts int, to int64) (epoch in
 		start[int32(p)] = 0
 		ranges = append(ranges, record.Range{Topic: "in", Partition: int32(p), From: 0, To: to})
 	}
-	if err := w.InitOffsets(ctx, job, "in", start); err != nil {
+	if err := job.InitOffsets(ctx, "in", start); err != nil {
 		t.Fatalf("InitOffsets: %v", err)
 	}
-	if err := w.LogPlan(ctx, job, epoch, 1, ranges); err != nil {
+	if err := job.LogPlan(ctx, epoch, 1, ranges); err != nil {
 		t.Fatalf("LogPlan: %v", err)
 	}
 	return epoch, ranges
 }
 
-func mustWrite(t *testing.T, w *Redis, job string, epoch int64, r record.Range, totals []Total, dls []record.DeadLetter) {
+func mustWrite(t *testing.T, w *Sink, job *Job, epoch int64, r record.Range, totals []Total, dls []record.DeadLetter) {
 	t.Helper()
-	if err := w.WriteContribution(t.Context(), job, epoch, r, totals, dls); err != nil {
+	job = on(w, job)
+	if err := job.WriteContribution(t.Context(), epoch, r, totals, dls); err != nil {
 		t.Fatalf("WriteContribution %v: %v", r, err)
 	}
 }
 
-func mustFold(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []record.Range, want int) {
+func mustFold(t *testing.T, w *Sink, job *Job, epoch, batch int64, ranges []record.Range, want int) {
 	t.Helper()
-	n, err := w.Fold(t.Context(), job, epoch, batch, ranges)
+	job = on(w, job)
+	n, err := job.Fold(t.Context(), epoch, batch, ranges)
 	if err != nil {
 		t.Fatalf("Fold: %v", err)
 	}
@@ -131,14 +171,15 @@ func mustFold(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []r
 }
 
 // readRedisTotals returns the users' view: key -> {events, amount}.
-func readRedisTotals(t *testing.T, w *Redis, job string) map[string]total {
+func readRedisTotals(t *testing.T, w *Sink, job *Job) map[string]total {
 	t.Helper()
+	job = on(w, job)
 	ctx := t.Context()
-	ev, err := w.Client().HGetAll(ctx, RedisEventsKey(job)).Result()
+	ev, err := w.Client().HGetAll(ctx, EventsKey(job.Name())).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	am, err := w.Client().HGetAll(ctx, RedisAmountKey(job)).Result()
+	am, err := w.Client().HGetAll(ctx, AmountKey(job.Name())).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +200,9 @@ func readRedisTotals(t *testing.T, w *Redis, job string) map[string]total {
 	return out
 }
 
-func wantTotals(t *testing.T, w *Redis, job string, want map[string]total) {
+func wantTotals(t *testing.T, w *Sink, job *Job, want map[string]total) {
 	t.Helper()
+	job = on(w, job)
 	got := readRedisTotals(t, w, job)
 	if len(want) == 0 && len(got) == 0 {
 		return
@@ -170,9 +212,10 @@ func wantTotals(t *testing.T, w *Redis, job string, want map[string]total) {
 	}
 }
 
-func wantOffsets(t *testing.T, w *Redis, job string, want map[int32]int64) {
+func wantOffsets(t *testing.T, w *Sink, job *Job, want map[int32]int64) {
 	t.Helper()
-	got, err := w.Offsets(t.Context(), job, "in")
+	job = on(w, job)
+	got, err := job.Offsets(t.Context(), "in")
 	if err != nil {
 		t.Fatalf("Offsets: %v", err)
 	}
@@ -181,120 +224,8 @@ func wantOffsets(t *testing.T, w *Redis, job string, want map[int32]int64) {
 	}
 }
 
-type redisDSNCase struct {
-	name, dsn       string
-	addr, user, pwd string
-	db              int
-	tls             bool
-	display         string
-	bad             bool
-	secret          string // must appear neither in display nor in the error
-}
-
-var redisDSNCases = []redisDSNCase{
-	{name: "plain", dsn: "redis://127.0.0.1:16379/0", addr: "127.0.0.1:16379", display: "redis://127.0.0.1:16379/0"},
-	{name: "defaults", dsn: "redis://cache.example", addr: "cache.example:6379", display: "redis://cache.example:6379/0"},
-	{name: "db", dsn: "redis://cache.example:7000/3", addr: "cache.example:7000", db: 3, display: "redis://cache.example:7000/3"},
-	{name: "password only", dsn: "redis://:s3cret-pw@h:6380/1", addr: "h:6380", pwd: "s3cret-pw", db: 1,
-		display: "redis://:xxxxx@h:6380/1", secret: "s3cret-pw"},
-	{name: "user and password", dsn: "redis://mb:s3cret-pw@h:6380/2", addr: "h:6380", user: "mb", pwd: "s3cret-pw", db: 2,
-		display: "redis://mb:xxxxx@h:6380/2", secret: "s3cret-pw"},
-	{name: "escaped password", dsn: "redis://:p%40ss%2Fw0rd@h/0", addr: "h:6379", pwd: "p@ss/w0rd",
-		display: "redis://:xxxxx@h:6379/0", secret: "p@ss/w0rd"},
-	{name: "user only", dsn: "redis://mb@h:6379/0", addr: "h:6379", user: "mb", display: "redis://mb@h:6379/0"},
-	{name: "ipv6", dsn: "redis://[::1]:6379/0", addr: "[::1]:6379", display: "redis://[::1]:6379/0"},
-	{name: "tls", dsn: "rediss://:s3cret-pw@h:6380/0", addr: "h:6380", pwd: "s3cret-pw", tls: true,
-		display: "rediss://:xxxxx@h:6380/0", secret: "s3cret-pw"},
-
-	{name: "empty", dsn: "", bad: true},
-	{name: "no scheme", dsn: "127.0.0.1:6379", bad: true},
-	{name: "other scheme", dsn: "mysql://u:s3cret-pw@h/db", bad: true, secret: "s3cret-pw"},
-	{name: "no host", dsn: "redis://:s3cret-pw@/0", bad: true, secret: "s3cret-pw"},
-	{name: "db not a number", dsn: "redis://:s3cret-pw@h:6379/zero", bad: true, secret: "s3cret-pw"},
-	{name: "db path too deep", dsn: "redis://:s3cret-pw@h:6379/0/1", bad: true, secret: "s3cret-pw"},
-	{name: "bad port", dsn: "redis://:s3cret-pw@h:99999/0", bad: true, secret: "s3cret-pw"},
-	{name: "parameters", dsn: "redis://:s3cret-pw@h:6379/0?dial_timeout=1s", bad: true, secret: "s3cret-pw"},
-	{name: "unescaped slash in password", dsn: "redis://:s3cret/pw@h:6379/0", bad: true, secret: "s3cret/pw"},
-	{name: "unescaped hash in password", dsn: "redis://:s3c#ret-pw@h:6379/0", bad: true, secret: "ret-pw"},
-	{name: "control character", dsn: "redis://:s3cret-pw\x7f@h:6379/0", bad: true, secret: "s3cret-pw"},
-}
-
-func TestParseRedisDSN(t *testing.T) {
-	for _, c := range redisDSNCases {
-		t.Run(c.name, func(t *testing.T) {
-			opts, display, err := ParseRedisDSN(c.dsn)
-			if c.secret != "" {
-				if strings.Contains(display, c.secret) {
-					t.Errorf("display %q shows the password", display)
-				}
-				if err != nil && strings.Contains(err.Error(), c.secret) {
-					t.Errorf("error %q shows the password", err)
-				}
-			}
-			if c.bad {
-				if !errors.Is(err, ErrBadDSN) {
-					t.Fatalf("ParseRedisDSN(%q) = %v, want ErrBadDSN", c.dsn, err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("ParseRedisDSN(%q): %v", c.dsn, err)
-			}
-			if opts.Addr != c.addr || opts.Username != c.user || opts.Password != c.pwd || opts.DB != c.db || (opts.TLSConfig != nil) != c.tls {
-				t.Errorf("options = addr %q user %q password %q db %d tls %v, want %q %q %q %d %v",
-					opts.Addr, opts.Username, opts.Password, opts.DB, opts.TLSConfig != nil, c.addr, c.user, c.pwd, c.db, c.tls)
-			}
-			if display != c.display {
-				t.Errorf("display = %q, want %q", display, c.display)
-			}
-			if opts.MaxRetries != -1 {
-				t.Errorf("MaxRetries = %d: go-redis would repeat commands behind the caller's back", opts.MaxRetries)
-			}
-		})
-	}
-}
-
-func FuzzParseRedisDSN(f *testing.F) {
-	for _, c := range redisDSNCases {
-		f.Add(c.dsn)
-	}
-	f.Fuzz(func(t *testing.T, dsn string) {
-		opts, display, err := ParseRedisDSN(dsn)
-		if err != nil {
-			if !errors.Is(err, ErrBadDSN) {
-				t.Fatalf("error %v does not wrap ErrBadDSN", err)
-			}
-			return
-		}
-		if len(opts.Password) >= 4 && strings.Contains(display, opts.Password) {
-			t.Fatalf("display %q shows password %q", display, opts.Password)
-		}
-	})
-}
-
-func TestOpenRedisErrorsHidePassword(t *testing.T) {
-	dsn := redisTestDSN(t)
-	opts, _, err := ParseRedisDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No such user on the test server: AUTH fails, and the error must not
-	// repeat the password.
-	const secret = "not-the-pw-4711"
-	_, err = OpenRedis(t.Context(), fmt.Sprintf("redis://mb-no-such-user:%s@%s/%d", secret, opts.Addr, opts.DB))
-	if err == nil {
-		t.Skip("the test server accepted a made-up password")
-	}
-	if strings.Contains(err.Error(), secret) {
-		t.Errorf("error %q shows the password", err)
-	}
-	if !strings.Contains(err.Error(), "mb-no-such-user:xxxxx@") {
-		t.Errorf("error %q does not name the sink", err)
-	}
-}
-
 func TestRedisCloseTwiceAndString(t *testing.T) {
-	w, err := OpenRedis(t.Context(), redisTestDSN(t))
+	w, err := Open(t.Context(), redisTestDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,8 +238,12 @@ func TestRedisCloseTwiceAndString(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	_, err = w.Claim(t.Context(), "closed")
-	if err == nil || IsRedisRetryable(err) {
+	job, err := w.Job("closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = job.Claim(t.Context())
+	if err == nil || IsRetryable(err) {
 		t.Fatalf("Claim after Close = %v, want a non-retryable error", err)
 	}
 }
@@ -317,14 +252,14 @@ func TestRedisClaimIncrements(t *testing.T) {
 	w := openRedisSink(t)
 	job := redisJob(t, w)
 	for want := int64(1); want <= 3; want++ {
-		got, err := w.Claim(t.Context(), job)
+		got, err := job.Claim(t.Context())
 		if err != nil || got != want {
 			t.Fatalf("Claim = %d, %v; want %d", got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "a}b", "{a}"} {
-		if _, err := w.Claim(t.Context(), bad); err == nil {
-			t.Errorf("Claim(%q) accepted a name that breaks the hash tag", bad)
+		if _, err := w.Job(bad); err == nil {
+			t.Errorf("Job(%q) accepted a name that breaks the hash tag", bad)
 		}
 	}
 }
@@ -333,13 +268,13 @@ func TestRedisInitOffsetsNeverMoves(t *testing.T) {
 	w := openRedisSink(t)
 	job := redisJob(t, w)
 	ctx := t.Context()
-	if err := w.InitOffsets(ctx, job, "in", map[int32]int64{0: 5, 1: 7}); err != nil {
+	if err := job.InitOffsets(ctx, "in", map[int32]int64{0: 5, 1: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.InitOffsets(ctx, job, "in", map[int32]int64{0: 100, 1: 100, 2: 3}); err != nil {
+	if err := job.InitOffsets(ctx, "in", map[int32]int64{0: 100, 1: 100, 2: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.InitOffsets(ctx, job, "other", map[int32]int64{0: 9}); err != nil {
+	if err := job.InitOffsets(ctx, "other", map[int32]int64{0: 9}); err != nil {
 		t.Fatal(err)
 	}
 	wantOffsets(t, w, job, map[int32]int64{0: 5, 1: 7, 2: 3})
@@ -349,36 +284,36 @@ func TestRedisPlanRoundTrip(t *testing.T) {
 	w := openRedisSink(t)
 	job := redisJob(t, w)
 	ctx := t.Context()
-	if _, _, ok, err := w.LastPlan(ctx, job); ok || err != nil {
+	if _, _, ok, err := job.LastPlan(ctx); ok || err != nil {
 		t.Fatalf("LastPlan of a new job = ok %v, %v; want none", ok, err)
 	}
-	epoch, err := w.Claim(ctx, job)
+	epoch, err := job.Claim(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	plan := []record.Range{{Topic: "in", Partition: 0, From: 10, To: 20}, {Topic: "in", Partition: 3, From: 1 << 50, To: 1<<50 + 7}}
-	if err := w.LogPlan(ctx, job, epoch, 7, plan); err != nil {
+	if err := job.LogPlan(ctx, epoch, 7, plan); err != nil {
 		t.Fatalf("LogPlan: %v", err)
 	}
-	id, got, ok, err := w.LastPlan(ctx, job)
+	id, got, ok, err := job.LastPlan(ctx)
 	if err != nil || !ok || id != 7 || !reflect.DeepEqual(got, plan) {
 		t.Fatalf("LastPlan = %d %v ok %v, %v; want 7 %v", id, got, ok, err, plan)
 	}
 	// A replay logs the same plan again: fine.
-	if err := w.LogPlan(ctx, job, epoch, 7, plan); err != nil {
+	if err := job.LogPlan(ctx, epoch, 7, plan); err != nil {
 		t.Fatalf("logging the same plan again: %v", err)
 	}
 	// Another plan for a logged batch: refused.
 	other := []record.Range{{Topic: "in", Partition: 1, From: 10, To: 25}}
-	if err := w.LogPlan(ctx, job, epoch, 7, other); !errors.Is(err, offsets.ErrConflict) {
+	if err := job.LogPlan(ctx, epoch, 7, other); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("logging another plan for batch 7 = %v, want ErrConflict", err)
 	}
 	// An older batch id is fine (the processes of a group log theirs out of
 	// order), and the last plan stays the highest id.
-	if err := w.LogPlan(ctx, job, epoch, 6, other); err != nil {
+	if err := job.LogPlan(ctx, epoch, 6, other); err != nil {
 		t.Fatalf("logging batch 6 after 7: %v", err)
 	}
-	if id, _, _, err := w.LastPlan(ctx, job); err != nil || id != 7 {
+	if id, _, _, err := job.LastPlan(ctx); err != nil || id != 7 {
 		t.Fatalf("LastPlan after logging 7 and 6 = %d, %v; want 7", id, err)
 	}
 	// Invalid ranges never reach Redis.
@@ -388,27 +323,27 @@ func TestRedisPlanRoundTrip(t *testing.T) {
 		{{Topic: "in:x", Partition: 0, From: 0, To: 5}},
 		{{Topic: "in", Partition: 0, From: 0, To: 5}, {Topic: "in", Partition: 0, From: 5, To: 9}},
 	} {
-		if err := w.LogPlan(ctx, job, epoch, 8, bad); err == nil {
+		if err := job.LogPlan(ctx, epoch, 8, bad); err == nil {
 			t.Errorf("LogPlan accepted %v", bad)
 		}
 	}
 	// Old plans are pruned.
-	for id := int64(8); id <= 8+redisPlansKept; id++ {
-		if err := w.LogPlan(ctx, job, epoch, id, plan); err != nil {
+	for id := int64(8); id <= 8+plansKept; id++ {
+		if err := job.LogPlan(ctx, epoch, id, plan); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := w.Client().Exists(ctx, redisPlanKey(job, 7)).Val(); n != 0 {
-		t.Errorf("plan 7 still kept after %d newer plans", redisPlansKept+1)
+	if n := w.Client().Exists(ctx, job.keys.plan(7)).Val(); n != 0 {
+		t.Errorf("plan 7 still kept after %d newer plans", plansKept+1)
 	}
-	if n := w.Client().Exists(ctx, redisPlanKey(job, 9)).Val(); n != 1 {
+	if n := w.Client().Exists(ctx, job.keys.plan(9)).Val(); n != 1 {
 		t.Errorf("plan 9 pruned too early")
 	}
 	// A stale epoch can't log.
-	if _, err := w.Claim(ctx, job); err != nil {
+	if _, err := job.Claim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.LogPlan(ctx, job, epoch, 200, plan); !errors.Is(err, offsets.ErrFenced) {
+	if err := job.LogPlan(ctx, epoch, 200, plan); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("LogPlan with a stale epoch = %v, want ErrFenced", err)
 	}
 }
@@ -424,7 +359,7 @@ func TestRedisContributionOverwriteIsIdempotent(t *testing.T) {
 	want := []Total{{Key: "a", Events: 3, Amount: 30}, {Key: "b", Events: 6, Amount: -5}, {Key: "a", Events: 1, Amount: 1}}
 	mustWrite(t, w, job, epoch, r, want, nil)
 	mustWrite(t, w, job, epoch, r, want, nil)
-	if n := w.Client().HLen(t.Context(), redisContribKey(job, r)).Val(); n != 3 {
+	if n := w.Client().HLen(t.Context(), job.keys.contrib(r)).Val(); n != 3 {
 		t.Fatalf("contribution has %d fields, want 3 (a, b and the marker)", n)
 	}
 	// Nothing is visible before the fold.
@@ -432,12 +367,12 @@ func TestRedisContributionOverwriteIsIdempotent(t *testing.T) {
 	mustFold(t, w, job, epoch, 1, ranges, 1)
 	wantTotals(t, w, job, map[string]total{"a": {4, 31}, "b": {6, -5}})
 	wantOffsets(t, w, job, map[int32]int64{0: 10})
-	if n := w.Client().Exists(t.Context(), redisContribKey(job, r)).Val(); n != 0 {
+	if n := w.Client().Exists(t.Context(), job.keys.contrib(r)).Val(); n != 0 {
 		t.Errorf("contribution left after the fold")
 	}
 	// A late write of the folded range (a retried task) writes nothing.
 	mustWrite(t, w, job, epoch, r, want, nil)
-	if n := w.Client().Exists(t.Context(), redisContribKey(job, r)).Val(); n != 0 {
+	if n := w.Client().Exists(t.Context(), job.keys.contrib(r)).Val(); n != 0 {
 		t.Errorf("a write after the fold left a contribution no fold will take")
 	}
 	wantTotals(t, w, job, map[string]total{"a": {4, 31}, "b": {6, -5}})
@@ -464,7 +399,7 @@ func TestRedisFoldTwice(t *testing.T) {
 	mustFold(t, w, job, epoch, 1, ranges, 0)
 	sameSnapshot(t, "a second fold", before, snapshot(t, w, job))
 	wantTotals(t, w, job, map[string]total{"k": {5, 50}})
-	ev, am, keys, err := w.Totals(t.Context(), job)
+	ev, am, keys, err := job.Totals(t.Context())
 	if err != nil || ev != 5 || am.Cmp(big.NewInt(50)) != 0 || keys != 1 {
 		t.Fatalf("Totals = %d %d %d, %v; want 5 50 1", ev, am, keys, err)
 	}
@@ -476,14 +411,14 @@ func TestRedisFoldFenced(t *testing.T) {
 	ctx := t.Context()
 	old, ranges := jobSetup(t, w, job, 1, 5)
 	mustWrite(t, w, job, old, ranges[0], []Total{{Key: "k", Events: 1, Amount: 1}}, nil)
-	if _, err := w.Claim(ctx, job); err != nil { // another instance takes over
+	if _, err := job.Claim(ctx); err != nil { // another instance takes over
 		t.Fatal(err)
 	}
 	before := snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, old, 1, ranges); !errors.Is(err, offsets.ErrFenced) || IsRedisRetryable(err) {
+	if _, err := job.Fold(ctx, old, 1, ranges); !errors.Is(err, offsets.ErrFenced) || IsRetryable(err) {
 		t.Fatalf("Fold with a stale epoch = %v, want ErrFenced, not retryable", err)
 	}
-	err := w.WriteContribution(ctx, job, old, ranges[0], []Total{{Key: "zombie", Events: 1}}, nil)
+	err := job.WriteContribution(ctx, old, ranges[0], []Total{{Key: "zombie", Events: 1}}, nil)
 	if !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("WriteContribution with a stale epoch = %v, want ErrFenced", err)
 	}
@@ -500,53 +435,53 @@ func TestRedisFoldConflictIsAtomic(t *testing.T) {
 			[]record.DeadLetter{{Topic: r.Topic, Partition: r.Partition, Offset: r.From, Reason: "bad"}})
 	}
 	// Partition 2's offset was moved elsewhere (by hand, or by a bug).
-	if err := w.Client().HSet(ctx, redisOffsetsKey(job), "in/2", 4).Err(); err != nil {
+	if err := w.Client().HSet(ctx, job.keys.offsets(), "in/2", 4).Err(); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, offsets.ErrConflict) || IsRedisRetryable(err) {
+	if _, err := job.Fold(ctx, epoch, 1, ranges); !errors.Is(err, offsets.ErrConflict) || IsRetryable(err) {
 		t.Fatalf("Fold over a moved offset = %v, want ErrConflict, not retryable", err)
 	}
 	sameSnapshot(t, "a conflicting fold", before, snapshot(t, w, job))
 
 	// The same for a range that is not in the logged plan…
-	if err := w.Client().HSet(ctx, redisOffsetsKey(job), "in/2", 0).Err(); err != nil {
+	if err := w.Client().HSet(ctx, job.keys.offsets(), "in/2", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	before = snapshot(t, w, job)
 	other := append(ranges[:2:2], record.Range{Topic: "in", Partition: 2, From: 0, To: 9})
-	if _, err := w.Fold(ctx, job, epoch, 1, other); !errors.Is(err, offsets.ErrConflict) {
+	if _, err := job.Fold(ctx, epoch, 1, other); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("Fold of an unplanned range = %v, want ErrConflict", err)
 	}
 	// …a batch that did not log these ranges…
-	if _, err := w.Fold(ctx, job, epoch, 2, ranges); !errors.Is(err, offsets.ErrConflict) {
+	if _, err := job.Fold(ctx, epoch, 2, ranges); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("Fold of an unlogged batch = %v, want ErrConflict", err)
 	}
 	// …a partition nothing was logged for…
 	never := append(ranges[:3:3], record.Range{Topic: "in", Partition: 5, From: 0, To: 10})
-	if _, err := w.Fold(ctx, job, epoch, 1, never); !errors.Is(err, ErrRedisMissing) {
-		t.Fatalf("Fold of a partition without a logged range = %v, want ErrRedisMissing", err)
+	if _, err := job.Fold(ctx, epoch, 1, never); !errors.Is(err, ErrMissing) {
+		t.Fatalf("Fold of a partition without a logged range = %v, want ErrMissing", err)
 	}
 	sameSnapshot(t, "folds of unplanned ranges", before, snapshot(t, w, job))
 	// …a partition without an offset…
-	if err := w.Client().HDel(ctx, redisOffsetsKey(job), "in/1").Err(); err != nil {
+	if err := w.Client().HDel(ctx, job.keys.offsets(), "in/1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	before = snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, offsets.ErrNoRow) {
+	if _, err := job.Fold(ctx, epoch, 1, ranges); !errors.Is(err, offsets.ErrNoRow) {
 		t.Fatalf("Fold without an offset = %v, want ErrNoRow", err)
 	}
 	sameSnapshot(t, "a fold without an offset row", before, snapshot(t, w, job))
-	if err := w.Client().HSet(ctx, redisOffsetsKey(job), "in/1", 0).Err(); err != nil {
+	if err := w.Client().HSet(ctx, job.keys.offsets(), "in/1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// …and a missing contribution.
-	if err := w.Client().Del(ctx, redisContribKey(job, ranges[2])).Err(); err != nil {
+	if err := w.Client().Del(ctx, job.keys.contrib(ranges[2])).Err(); err != nil {
 		t.Fatal(err)
 	}
 	before = snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, ErrRedisMissing) {
-		t.Fatalf("Fold without a contribution = %v, want ErrRedisMissing", err)
+	if _, err := job.Fold(ctx, epoch, 1, ranges); !errors.Is(err, ErrMissing) {
+		t.Fatalf("Fold without a contribution = %v, want ErrMissing", err)
 	}
 	sameSnapshot(t, "a fold with a missing contribution", before, snapshot(t, w, job))
 
@@ -554,7 +489,7 @@ func TestRedisFoldConflictIsAtomic(t *testing.T) {
 	mustWrite(t, w, job, epoch, ranges[2], []Total{{Key: "k", Events: 1, Amount: 10}}, nil)
 	mustFold(t, w, job, epoch, 1, ranges, 3)
 	wantTotals(t, w, job, map[string]total{"k": {3, 30}})
-	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 2 {
+	if n, err := job.DeadLetterCount(ctx); err != nil || n != 2 {
 		t.Fatalf("DeadLetterCount = %d, %v; want 2", n, err)
 	}
 }
@@ -574,10 +509,10 @@ func TestRedisFoldPastInt64(t *testing.T) {
 	mustWrite(t, w, job, epoch, ranges[1], []Total{{Key: "z", Events: 2, Amount: max}, {Key: "n", Events: 1, Amount: min},
 		{Key: "back", Events: 1, Amount: -10}}, nil)
 	for k, v := range map[string]string{"z": fmt.Sprint(int64(max - (1 << 30))), "n": fmt.Sprint(int64(min + 3)), "back": "9223372036854775808"} {
-		if err := w.Client().HSet(ctx, RedisAmountKey(job), k, v).Err(); err != nil {
+		if err := w.Client().HSet(ctx, AmountKey(job.Name()), k, v).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Client().HSet(ctx, RedisEventsKey(job), k, 0).Err(); err != nil {
+		if err := w.Client().HSet(ctx, EventsKey(job.Name()), k, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -589,21 +524,21 @@ func TestRedisFoldPastInt64(t *testing.T) {
 		"w":    bigSum(max, max),
 		"back": "9223372036854775798",
 	}
-	got, err := w.Client().HGetAll(ctx, RedisAmountKey(job)).Result()
+	got, err := w.Client().HGetAll(ctx, AmountKey(job.Name())).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("amounts = %v, want %v", got, want)
 	}
-	if ev := w.Client().HGet(ctx, RedisEventsKey(job), "z").Val(); ev != "3" {
+	if ev := w.Client().HGet(ctx, EventsKey(job.Name()), "z").Val(); ev != "3" {
 		t.Fatalf("events of z = %s, want 3", ev)
 	}
 	// A plain HINCRBY works on the total that came back into int64.
-	if n, err := w.Client().HIncrBy(ctx, RedisAmountKey(job), "back", 1).Result(); err != nil || n != max-8 {
+	if n, err := w.Client().HIncrBy(ctx, AmountKey(job.Name()), "back", 1).Result(); err != nil || n != max-8 {
 		t.Fatalf("HINCRBY back = %d, %v", n, err)
 	}
-	ev, am, keys, err := w.Totals(ctx, job)
+	ev, am, keys, err := job.Totals(ctx)
 	wantSum, _ := new(big.Int).SetString(bigSum(1, max-(1<<30), 1<<40, max, min+3, -5, min, max, max, max-8), 10)
 	if err != nil || ev != 9 || am.Cmp(wantSum) != 0 || keys != 5 {
 		t.Fatalf("Totals = %d %s %d, %v; want 9 %s 5", ev, am, keys, err, wantSum)
@@ -620,11 +555,11 @@ func TestRedisFoldPastInt64ChangesNothingOnError(t *testing.T) {
 	epoch, ranges := jobSetup(t, w, job, 2, 10)
 	mustWrite(t, w, job, epoch, ranges[0], []Total{{Key: "z", Events: 1, Amount: math.MaxInt64}}, nil)
 	mustWrite(t, w, job, epoch, ranges[1], []Total{{Key: "zz", Events: 1, Amount: 1}}, nil)
-	if err := w.Client().HSet(ctx, RedisAmountKey(job), "z", "9223372036854775807", "zz", "007").Err(); err != nil {
+	if err := w.Client().HSet(ctx, AmountKey(job.Name()), "z", "9223372036854775807", "zz", "007").Err(); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "not an integer") || IsRedisRetryable(err) {
+	if _, err := job.Fold(ctx, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "not an integer") || IsRetryable(err) {
 		t.Fatalf("Fold onto a stored 007 = %v, want a non-retryable not-an-integer error", err)
 	}
 	sameSnapshot(t, "a failed fold", before, snapshot(t, w, job))
@@ -634,7 +569,7 @@ func TestRedisFoldPastInt64ChangesNothingOnError(t *testing.T) {
 // Redis itself: random integers of up to 40 digits and the int64 edges.
 func TestRedisBigAdd(t *testing.T) {
 	w := openRedisSink(t)
-	script := redis.NewScript(redisExactLua + `
+	script := redis.NewScript(exactLua + `
 local out = {}
 for i = 1, #ARGV, 2 do
   if not isint(ARGV[i]) or not isint(ARGV[i + 1]) then
@@ -695,20 +630,20 @@ func TestRedisDeadLettersMoveWithTheFold(t *testing.T) {
 	payload := []byte{0, 1, 2, 0xff, '"', '\n'}
 	dls := []record.DeadLetter{
 		{Topic: "in", Partition: 0, Offset: 3, Reason: "bad json", Payload: payload},
-		{Topic: "in", Partition: 0, Offset: 9, Reason: strings.Repeat("é", MaxReasonBytes), Payload: nil},
+		{Topic: "in", Partition: 0, Offset: 9, Reason: strings.Repeat("é", writers.MaxReasonBytes), Payload: nil},
 	}
-	if err := w.WriteContribution(ctx, job, epoch, r, nil, append(dls, record.DeadLetter{Topic: "in", Partition: 0, Offset: 10})); err == nil {
+	if err := job.WriteContribution(ctx, epoch, r, nil, append(dls, record.DeadLetter{Topic: "in", Partition: 0, Offset: 10})); err == nil {
 		t.Fatal("a dead letter outside the range was accepted")
 	}
 	mustWrite(t, w, job, epoch, r, []Total{{Key: "k", Events: 8, Amount: 80}}, dls)
-	if n, _ := w.DeadLetterCount(ctx, job); n != 0 {
+	if n, _ := job.DeadLetterCount(ctx); n != 0 {
 		t.Fatalf("%d dead letters visible before the fold", n)
 	}
 	mustFold(t, w, job, epoch, 1, ranges, 1)
-	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 2 {
+	if n, err := job.DeadLetterCount(ctx); err != nil || n != 2 {
 		t.Fatalf("DeadLetterCount = %d, %v; want 2", n, err)
 	}
-	raw, err := w.Client().HGet(ctx, redisDeadKey(job, "in", 0), "3").Result()
+	raw, err := w.Client().HGet(ctx, job.keys.dead("in", "0"), "3").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -716,9 +651,9 @@ func TestRedisDeadLettersMoveWithTheFold(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &d); err != nil || d.Reason != "bad json" || string(d.Payload) != string(payload) {
 		t.Fatalf("dead letter 3 = %s (%v)", raw, err)
 	}
-	raw = w.Client().HGet(ctx, redisDeadKey(job, "in", 0), "9").Val()
-	if err := json.Unmarshal([]byte(raw), &d); err != nil || len(d.Reason) > MaxReasonBytes {
-		t.Fatalf("dead letter 9's reason not cut to %d bytes: %d (%v)", MaxReasonBytes, len(d.Reason), err)
+	raw = w.Client().HGet(ctx, job.keys.dead("in", "0"), "9").Val()
+	if err := json.Unmarshal([]byte(raw), &d); err != nil || len(d.Reason) > writers.MaxReasonBytes {
+		t.Fatalf("dead letter 9's reason not cut to %d bytes: %d (%v)", writers.MaxReasonBytes, len(d.Reason), err)
 	}
 }
 
@@ -744,7 +679,7 @@ func TestRedisDeadLetterReasonsNotUTF8(t *testing.T) {
 	mustWrite(t, w, job, epoch, r, nil, dls)
 	mustFold(t, w, job, epoch, 1, ranges, 1)
 	for off, c := range cases {
-		raw, err := w.Client().HGet(ctx, redisDeadKey(job, "in", 0), strconv.FormatInt(off, 10)).Result()
+		raw, err := w.Client().HGet(ctx, job.keys.dead("in", "0"), strconv.FormatInt(off, 10)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -765,7 +700,7 @@ func TestRedisDeadLetterReasonsNotUTF8(t *testing.T) {
 func TestRedisCrashRecovery(t *testing.T) {
 	dsn := redisTestDSN(t)
 	ctx := t.Context()
-	first, err := OpenRedis(ctx, dsn)
+	first, err := Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -786,13 +721,13 @@ func TestRedisCrashRecovery(t *testing.T) {
 	first.Close() // the crash: no fold
 
 	second := openRedisSink(t)
-	epoch2, err := second.Claim(ctx, job)
+	epoch2, err := on(second, job).Claim(ctx)
 	if err != nil || epoch2 <= epoch1 {
 		t.Fatalf("Claim = %d, %v; want > %d", epoch2, err, epoch1)
 	}
 	// A reader during recovery sees the batch not at all, never twice.
 	wantTotals(t, second, job, nil)
-	id, plan, ok, err := second.LastPlan(ctx, job)
+	id, plan, ok, err := on(second, job).LastPlan(ctx)
 	if err != nil || !ok || id != 1 || !reflect.DeepEqual(plan, ranges) {
 		t.Fatalf("LastPlan = %d %v %v, %v; want batch 1 %v", id, plan, ok, err, ranges)
 	}
@@ -813,7 +748,7 @@ func TestRedisCrashRecovery(t *testing.T) {
 
 	// The old instance, back from the dead, is fenced.
 	zombie := openRedisSink(t)
-	if _, err := zombie.Fold(ctx, job, epoch1, 1, ranges); !errors.Is(err, offsets.ErrFenced) {
+	if _, err := on(zombie, job).Fold(ctx, epoch1, 1, ranges); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("zombie Fold = %v, want ErrFenced", err)
 	}
 	wantTotals(t, second, job, want)
@@ -842,7 +777,7 @@ func TestRedisManyKeys(t *testing.T) {
 			t.Fatalf("%s = %v, want {3 %d}", name, got[name], 2*k)
 		}
 	}
-	ev, am, n, err := w.Totals(t.Context(), job)
+	ev, am, n, err := job.Totals(t.Context())
 	if err != nil || ev != 3*keys || am.Cmp(big.NewInt(keys*(keys-1))) != 0 || n != keys {
 		t.Fatalf("Totals = %d %d %d, %v", ev, am, n, err)
 	}
@@ -850,14 +785,14 @@ func TestRedisManyKeys(t *testing.T) {
 
 func TestRedisConnectionCut(t *testing.T) {
 	direct := openRedisSink(t)
-	opts, _, err := ParseRedisDSN(redisTestDSN(t))
+	opts, _, err := ParseDSN(redisTestDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := testutil.StartCutProxy(t, opts.Addr)
 	opts.Addr = p.Addr()
 	opts.PoolSize = 1
-	w := NewRedis(redis.NewClient(opts))
+	w := New(redis.NewClient(opts))
 	defer w.Close()
 	ctx := t.Context()
 	job := redisJob(t, direct)
@@ -866,12 +801,12 @@ func TestRedisConnectionCut(t *testing.T) {
 
 	// The fold runs, its reply is lost: outcome unknown, retryable.
 	p.DropReplies(true)
-	_, err = w.Fold(ctx, job, epoch, 1, ranges)
+	_, err = on(w, job).Fold(ctx, epoch, 1, ranges)
 	if err == nil {
 		t.Fatal("Fold succeeded although its reply was dropped")
 	}
-	if !IsRedisRetryable(err) {
-		t.Fatalf("IsRedisRetryable(%v) = false for a cut connection", err)
+	if !IsRetryable(err) {
+		t.Fatalf("IsRetryable(%v) = false for a cut connection", err)
 	}
 	wantOffsets(t, direct, job, map[int32]int64{0: 10}) // it did land
 	p.DropReplies(false)
@@ -881,13 +816,13 @@ func TestRedisConnectionCut(t *testing.T) {
 
 	// Redis gone: connection refused, retryable.
 	p.Close()
-	_, err = w.Claim(ctx, job)
-	if err == nil || !IsRedisRetryable(err) {
+	_, err = on(w, job).Claim(ctx)
+	if err == nil || !IsRetryable(err) {
 		t.Fatalf("Claim with Redis gone = %v, want a retryable error", err)
 	}
 }
 
-func TestIsRedisRetryable(t *testing.T) {
+func TestIsRetryable(t *testing.T) {
 	w := openRedisSink(t)
 	ctx := t.Context()
 	// Real error replies from the server, with the codes Redis uses.
@@ -895,10 +830,10 @@ func TestIsRedisRetryable(t *testing.T) {
 		return w.Client().Eval(ctx, "return redis.error_reply(ARGV[1])", nil, msg).Err()
 	}
 	job := redisJob(t, w)
-	if _, err := w.Claim(ctx, job); err != nil {
+	if _, err := job.Claim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, fenceErr := w.Fold(ctx, job, 0, 1, []record.Range{{Topic: "in", From: 0, To: 1}})
+	_, fenceErr := job.Fold(ctx, 0, 1, []record.Range{{Topic: "in", From: 0, To: 1}})
 	scriptErr := w.Client().Eval(ctx, "return redis.call('NOSUCHCOMMAND')", nil).Err()
 	cases := []struct {
 		name string
@@ -916,7 +851,7 @@ func TestIsRedisRetryable(t *testing.T) {
 		{"script error", scriptErr, false},
 		{"fenced", fenceErr, false},
 		{"conflict", fmt.Errorf("folding: %w", offsets.ErrConflict), false},
-		{"missing", fmt.Errorf("folding: %w", ErrRedisMissing), false},
+		{"missing", fmt.Errorf("folding: %w", ErrMissing), false},
 		{"EOF", fmt.Errorf("folding: %w", io.EOF), true},
 		{"unexpected EOF", io.ErrUnexpectedEOF, true},
 		{"net error", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("reset")}, true},
@@ -931,8 +866,8 @@ func TestIsRedisRetryable(t *testing.T) {
 		if c.err == nil && c.name != "nil" {
 			t.Fatalf("%s: setup produced no error", c.name)
 		}
-		if got := IsRedisRetryable(c.err); got != c.want {
-			t.Errorf("%s: IsRedisRetryable(%v) = %v, want %v", c.name, c.err, got, c.want)
+		if got := IsRetryable(c.err); got != c.want {
+			t.Errorf("%s: IsRetryable(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package writers
+package redissink
 
 import (
 	"bytes"
@@ -22,10 +22,11 @@ func bigDead(off int64, size int) record.DeadLetter {
 
 // wantDead checks that the folded dead letters of partition 0 are exactly
 // those of offs, whole.
-func wantDead(t *testing.T, w *Redis, job string, size int, offs ...int64) {
+func wantDead(t *testing.T, w *Sink, job *Job, size int, offs ...int64) {
 	t.Helper()
+	job = on(w, job)
 	ctx := t.Context()
-	key := redisDeadKey(job, "in", 0)
+	key := job.keys.dead("in", "0")
 	if n := w.Client().HLen(ctx, key).Val(); n != int64(len(offs)) {
 		t.Errorf("%d dead letters folded, want %d", n, len(offs))
 	}
@@ -45,7 +46,7 @@ func wantDead(t *testing.T, w *Redis, job string, size int, offs ...int64) {
 }
 
 // TestRedisStagedDeadLetters: a contribution's dead letters written in
-// steps ahead of it (RedisContribution) are invisible until the fold, which
+// steps ahead of it (Contribution) are invisible until the fold, which
 // moves them all with the totals and offsets at once; a contribution whose
 // staged dead letters don't add up is refused whole; writing the range
 // again starts from nothing; a folded range takes no more.
@@ -56,11 +57,11 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 	epoch, ranges := jobSetup(t, w, job, 1, 40)
 	r := ranges[0]
 	const size = 300 << 10 // 20 take more than one staging call
-	staged := redisContribDeadKey(job, r)
+	staged := job.keys.contribDead(r)
 
 	// A first attempt stages offsets 0..19 and 30 (say, its decode failed
 	// on 30 for a reason that went away), then dies before its totals.
-	first, err := w.NewContribution(job, epoch, r)
+	first, err := job.NewContribution(epoch, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +76,13 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 		t.Fatalf("%d dead letters staged, want 21", n)
 	}
 	before := snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, ErrRedisMissing) {
-		t.Fatalf("Fold of a contribution still being written = %v, want ErrRedisMissing", err)
+	if _, err := job.Fold(ctx, epoch, 1, ranges); !errors.Is(err, ErrMissing) {
+		t.Fatalf("Fold of a contribution still being written = %v, want ErrMissing", err)
 	}
 	sameSnapshot(t, "a fold of a half-written contribution", before, snapshot(t, w, job))
 
 	// The replay: offsets 0..19 staged in two calls, 20..24 with the totals.
-	c, err := w.NewContribution(job, epoch, r)
+	c, err := job.NewContribution(epoch, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 	if n := w.Client().HLen(ctx, staged).Val(); n != 25 {
 		t.Fatalf("%d dead letters staged, want 25 (the first attempt's 30 dropped)", n)
 	}
-	if n, _ := w.DeadLetterCount(ctx, job); n != 0 {
+	if n, _ := job.DeadLetterCount(ctx); n != 0 {
 		t.Fatalf("%d dead letters visible before the fold", n)
 	}
 	wantTotals(t, w, job, nil)
@@ -113,7 +114,7 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "MBCORRUPT") || IsRedisRetryable(err) {
+	if _, err := job.Fold(ctx, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "MBCORRUPT") || IsRetryable(err) {
 		t.Fatalf("Fold with a staged dead letter missing = %v, want a non-retryable MBCORRUPT error", err)
 	}
 	sameSnapshot(t, "a fold of incomplete staged dead letters", before, snapshot(t, w, job))
@@ -129,12 +130,12 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 		all = append(all, off)
 	}
 	wantDead(t, w, job, size, all...)
-	if n := w.Client().Exists(ctx, staged, redisContribKey(job, r)).Val(); n != 0 {
+	if n := w.Client().Exists(ctx, staged, job.keys.contrib(r)).Val(); n != 0 {
 		t.Errorf("%d of the contribution's keys left after the fold", n)
 	}
 
 	// A late attempt at the folded range writes nothing.
-	late, err := w.NewContribution(job, epoch, r)
+	late, err := job.NewContribution(epoch, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,29 +163,29 @@ func TestRedisLargeContribution(t *testing.T) {
 		big = append(big, bigDead(off, size))
 	}
 	mustWrite(t, w, job, epoch, ranges[0], nil, big)
-	if n := w.Client().HLen(ctx, redisContribDeadKey(job, ranges[0])).Val(); n != 3 {
+	if n := w.Client().HLen(ctx, job.keys.contribDead(ranges[0])).Val(); n != 3 {
 		t.Fatalf("%d of 3 MiB of dead letters staged, want all 3", n)
 	}
 	small := []record.DeadLetter{{Topic: "in", Partition: 1, Offset: 5, Reason: "bad", Payload: []byte("x")}}
 	mustWrite(t, w, job, epoch, ranges[1], nil, small)
-	if n := w.Client().Exists(ctx, redisContribDeadKey(job, ranges[1])).Val(); n != 0 {
+	if n := w.Client().Exists(ctx, job.keys.contribDead(ranges[1])).Val(); n != 0 {
 		t.Fatalf("one small dead letter was staged, want it inline")
 	}
 	mustFold(t, w, job, epoch, 1, ranges, 2)
 	wantDead(t, w, job, size, 0, 1, 2)
-	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 4 {
+	if n, err := job.DeadLetterCount(ctx); err != nil || n != 4 {
 		t.Fatalf("DeadLetterCount = %d, %v; want 4", n, err)
 	}
 
 	// Batch 2, staged by an instance that lost the job meanwhile.
 	next := []record.Range{{Topic: "in", Partition: 0, From: 40, To: 60}}
-	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
+	if err := job.LogPlan(ctx, epoch, 2, next); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Claim(ctx, job); err != nil {
+	if _, err := job.Claim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c, err := w.NewContribution(job, epoch, next[0])
+	c, err := job.NewContribution(epoch, next[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,17 +203,17 @@ func TestRedisResetDropsStagedDeadLetters(t *testing.T) {
 	job := redisJob(t, w)
 	ctx := t.Context()
 	epoch, ranges := jobSetup(t, w, job, 1, 40)
-	c, err := w.NewContribution(job, epoch, ranges[0])
+	c, err := job.NewContribution(epoch, ranges[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.DeadLetters(ctx, []record.DeadLetter{bigDead(3, 10)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := w.ResetOffsets(ctx, job, "in", map[int32]int64{0: 0}); err != nil {
+	if _, _, err := job.ResetOffsets(ctx, "in", map[int32]int64{0: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if n := w.Client().Exists(ctx, redisContribDeadKey(job, ranges[0])).Val(); n != 0 {
+	if n := w.Client().Exists(ctx, job.keys.contribDead(ranges[0])).Val(); n != 0 {
 		t.Errorf("staged dead letters left after the reset")
 	}
 }
