@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // bigDead is the dead letter at offset off with a payload of size bytes
@@ -42,6 +44,27 @@ func wantDead(t *testing.T, w *Sink, job *Job, size int, offs ...int64) {
 			t.Errorf("dead letter %d: reason %q, %d payload bytes (%.10q…), %v; want %q and its %d bytes",
 				off, d.Reason, len(d.Payload), d.Payload, err, want.Reason, size)
 		}
+	}
+}
+
+// wantStagedCountChecked checks that a fold refuses staged dead letters
+// that don't match the contribution's count, and changes nothing: it drops
+// one of batch 1's staged dead letters for the fold, then puts it back.
+func wantStagedCountChecked(t *testing.T, w *Sink, job *Job, epoch int64, ranges []record.Range) {
+	t.Helper()
+	ctx := t.Context()
+	staged := job.keys.contribDead(ranges[0])
+	val := w.Client().HGet(ctx, staged, "3").Val()
+	if err := w.Client().HDel(ctx, staged, "3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, w, job)
+	if _, err := job.Fold(ctx, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "MBCORRUPT") || IsRetryable(err) {
+		t.Fatalf("Fold with a staged dead letter missing = %v, want a non-retryable MBCORRUPT error", err)
+	}
+	sameSnapshot(t, "a fold of incomplete staged dead letters", before, snapshot(t, w, job))
+	if err := w.Client().HSet(ctx, staged, "3", val).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -107,21 +130,7 @@ func TestRedisStagedDeadLetters(t *testing.T) {
 	}
 	wantTotals(t, w, job, nil)
 
-	// Staged dead letters that don't match the contribution's count: the
-	// fold refuses and changes nothing.
-	val := w.Client().HGet(ctx, staged, "3").Val()
-	if err := w.Client().HDel(ctx, staged, "3").Err(); err != nil {
-		t.Fatal(err)
-	}
-	before = snapshot(t, w, job)
-	if _, err := job.Fold(ctx, epoch, 1, ranges); err == nil || !strings.Contains(err.Error(), "MBCORRUPT") || IsRetryable(err) {
-		t.Fatalf("Fold with a staged dead letter missing = %v, want a non-retryable MBCORRUPT error", err)
-	}
-	sameSnapshot(t, "a fold of incomplete staged dead letters", before, snapshot(t, w, job))
-	if err := w.Client().HSet(ctx, staged, "3", val).Err(); err != nil {
-		t.Fatal(err)
-	}
-
+	wantStagedCountChecked(t, w, job, epoch, ranges)
 	mustFold(t, w, job, epoch, 1, ranges, 1)
 	wantTotals(t, w, job, map[string]total{"k": {15, 150}})
 	wantOffsets(t, w, job, map[int32]int64{0: 40})
@@ -215,5 +224,77 @@ func TestRedisResetDropsStagedDeadLetters(t *testing.T) {
 	}
 	if n := w.Client().Exists(ctx, job.keys.contribDead(ranges[0])).Val(); n != 0 {
 		t.Errorf("staged dead letters left after the reset")
+	}
+}
+
+func TestRedisDeadLettersMoveWithTheFold(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	r := ranges[0]
+	payload := []byte{0, 1, 2, 0xff, '"', '\n'}
+	dls := []record.DeadLetter{
+		{Topic: "in", Partition: 0, Offset: 3, Reason: "bad json", Payload: payload},
+		{Topic: "in", Partition: 0, Offset: 9, Reason: strings.Repeat("é", writers.MaxReasonBytes), Payload: nil},
+	}
+	if err := job.WriteContribution(ctx, epoch, r, nil, append(dls, record.DeadLetter{Topic: "in", Partition: 0, Offset: 10})); err == nil {
+		t.Fatal("a dead letter outside the range was accepted")
+	}
+	mustWrite(t, w, job, epoch, r, []Total{{Key: "k", Events: 8, Amount: 80}}, dls)
+	if n, _ := job.DeadLetterCount(ctx); n != 0 {
+		t.Fatalf("%d dead letters visible before the fold", n)
+	}
+	mustFold(t, w, job, epoch, 1, ranges, 1)
+	if n, err := job.DeadLetterCount(ctx); err != nil || n != 2 {
+		t.Fatalf("DeadLetterCount = %d, %v; want 2", n, err)
+	}
+	raw, err := w.Client().HGet(ctx, job.keys.dead("in", "0"), "3").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d deadLetterJSON
+	if err := json.Unmarshal([]byte(raw), &d); err != nil || d.Reason != "bad json" || string(d.Payload) != string(payload) {
+		t.Fatalf("dead letter 3 = %s (%v)", raw, err)
+	}
+	raw = w.Client().HGet(ctx, job.keys.dead("in", "0"), "9").Val()
+	if err := json.Unmarshal([]byte(raw), &d); err != nil || len(d.Reason) > writers.MaxReasonBytes {
+		t.Fatalf("dead letter 9's reason not cut to %d bytes: %d (%v)", writers.MaxReasonBytes, len(d.Reason), err)
+	}
+}
+
+// TestRedisDeadLetterReasonsNotUTF8: a dead letter's value in Redis is
+// JSON, where a reason that is not UTF-8 would come back with U+FFFD in
+// place of its bad bytes: they are stored escaped (\xff), cut at a
+// character boundary, and the payload stays exact.
+func TestRedisDeadLetterReasonsNotUTF8(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	r := ranges[0]
+	long := strings.Repeat("é", 509) + "x\xff" + strings.Repeat("\xfe", 10)
+	cases := map[int64][2]string{ // offset: reason, stored reason
+		1: {"decode: invalid key \"page-\xff\"", `decode: invalid key "page-\xff"`},
+		2: {long, strings.Repeat("é", 509) + `x\xff`},
+	}
+	var dls []record.DeadLetter
+	for off, c := range cases {
+		dls = append(dls, record.DeadLetter{Topic: "in", Partition: 0, Offset: off, Reason: c[0], Payload: []byte(c[0])})
+	}
+	mustWrite(t, w, job, epoch, r, nil, dls)
+	mustFold(t, w, job, epoch, 1, ranges, 1)
+	for off, c := range cases {
+		raw, err := w.Client().HGet(ctx, job.keys.dead("in", "0"), strconv.FormatInt(off, 10)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d deadLetterJSON
+		if err := json.Unmarshal([]byte(raw), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason != c[1] || string(d.Payload) != c[0] {
+			t.Errorf("dead letter %d: reason %q, payload %q; want reason %q, payload %q", off, d.Reason, d.Payload, c[1], c[0])
+		}
 	}
 }

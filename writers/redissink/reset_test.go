@@ -10,6 +10,33 @@ import (
 	"github.com/microbatch/microbatch/record"
 )
 
+// wantResetState checks what a reset to epoch newEpoch leaves besides the
+// offsets: the pending range's contribution and every logged range gone,
+// the new epoch the job's and the partitions'.
+func wantResetState(t *testing.T, w *Sink, job *Job, pending record.Range, newEpoch int64) {
+	t.Helper()
+	ctx := t.Context()
+	c := w.Client()
+	if n := c.Exists(ctx, job.keys.contrib(pending)).Val(); n != 0 {
+		t.Fatal("the pending range's contribution survived the reset")
+	}
+	if n := c.HLen(ctx, job.keys.planParts()).Val(); n != 0 {
+		t.Fatalf("plan:parts has %d entries after the reset, want 0", n)
+	}
+	if e := c.Get(ctx, job.keys.epoch()).Val(); e != fmt.Sprint(newEpoch) {
+		t.Fatalf("job epoch = %s, want %d", e, newEpoch)
+	}
+	after, err := job.Positions(ctx, "in")
+	if err != nil || len(after) != 3 {
+		t.Fatalf("Positions after reset = %v, %v; want 3 partitions", after, err)
+	}
+	for p, got := range after {
+		if got.Epoch != newEpoch || got.Logged != nil {
+			t.Fatalf("partition %d after reset: %+v, want epoch %d and no logged range", p, got, newEpoch)
+		}
+	}
+}
+
 // TestRedisResetOffsets resets a job with a folded batch on two partitions
 // and a logged, written, but not folded range on one of them, then checks
 // that the old run is fenced and that a new run plans, writes and folds
@@ -58,25 +85,7 @@ func TestRedisResetOffsets(t *testing.T) {
 	}
 	wantOffsets(t, w, job, map[int32]int64{0: 20, 1: 0, 2: 5})
 	wantTotals(t, w, job, map[string]total{"k": {200, 400}})
-	c := w.Client()
-	if n := c.Exists(ctx, job.keys.contrib(pending)).Val(); n != 0 {
-		t.Fatal("the pending range's contribution survived the reset")
-	}
-	if n := c.HLen(ctx, job.keys.planParts()).Val(); n != 0 {
-		t.Fatalf("plan:parts has %d entries after the reset, want 0", n)
-	}
-	if e := c.Get(ctx, job.keys.epoch()).Val(); e != fmt.Sprint(newEpoch) {
-		t.Fatalf("job epoch = %s, want %d", e, newEpoch)
-	}
-	after, err := job.Positions(ctx, "in")
-	if err != nil || len(after) != 3 {
-		t.Fatalf("Positions after reset = %v, %v; want 3 partitions", after, err)
-	}
-	for p, got := range after {
-		if got.Epoch != newEpoch || got.Logged != nil {
-			t.Fatalf("partition %d after reset: %+v, want epoch %d and no logged range", p, got, newEpoch)
-		}
-	}
+	wantResetState(t, w, job, pending, newEpoch)
 
 	// The old run is fenced on the reset partitions.
 	if _, err := job.Fold(ctx, epoch, 2, []record.Range{pending}); !errors.Is(err, offsets.ErrFenced) {
