@@ -17,6 +17,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // How latency is measured (results.md repeats it): events are produced at
@@ -44,9 +45,9 @@ func sqlCounter(w *writers.SQL, job string) counter {
 
 // redisCounter counts the job's events in its totals hash (the fold
 // updates the totals atomically, so the sum never shows half a batch).
-func redisCounter(r *writers.Redis, job string) counter {
+func redisCounter(r *redissink.Sink, job string) counter {
 	return func(ctx context.Context) (int64, error) {
-		vals, err := r.Client().HVals(ctx, writers.RedisEventsKey(job)).Result()
+		vals, err := r.Client().HVals(ctx, redissink.EventsKey(job)).Result()
 		if err != nil {
 			return 0, err
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // cpuModel reads the CPU model name from /proc/cpuinfo ("" elsewhere).
@@ -38,7 +39,7 @@ func sqlVersion(ctx context.Context, w *writers.SQL) string {
 }
 
 // redisVersion reads redis_version from INFO server.
-func redisVersion(ctx context.Context, r *writers.Redis) string {
+func redisVersion(ctx context.Context, r *redissink.Sink) string {
 	info, err := r.Client().Info(ctx, "server").Result()
 	if err != nil {
 		return r.String()

@@ -17,6 +17,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // Workload is the pre-produced input of the throughput runs.
@@ -205,7 +206,7 @@ func (o Options) Validate() error {
 		}
 	}
 	if o.Redis != "" {
-		if _, _, err := writers.ParseRedisDSN(o.Redis); err != nil {
+		if _, _, err := redissink.ParseDSN(o.Redis); err != nil {
 			return bad("redis: %v", err)
 		}
 	}
@@ -219,7 +220,7 @@ type bench struct {
 	brokers []string
 	dev     *devBroker   // the dev broker the bench started, if any
 	sql     *writers.SQL // nil: no SQL sink
-	redis   *writers.Redis
+	redis   *redissink.Sink
 	runID   string
 	input   string // the workload topic
 	logDir  string
@@ -318,7 +319,7 @@ func (b *bench) setUp() error {
 		b.res.Machine.MySQL = sqlVersion(ctx, w)
 	}
 	if o.Redis != "" {
-		r, err := writers.OpenRedis(ctx, o.Redis)
+		r, err := redissink.Open(ctx, o.Redis)
 		if err != nil {
 			return fmt.Errorf("--redis: %w", err)
 		}

@@ -20,7 +20,7 @@ import (
 //   - txn inserts them into the partition's transaction, opened early for
 //     that (dlBuffer with a spill into the SQLTx);
 //   - idempotent stages them in Redis under the range's contribution, which
-//     the fold moves with the totals (writers.RedisContribution);
+//     the fold moves with the totals (redissink.Contribution);
 //   - single, the controls and the XA sink write later than they read (one
 //     transaction for all partitions after every task, the offset commit
 //     first for at-most-once, the XA branch only at the barrier), so they

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // SinkDisplay names a sink DSN for people — logs, status pages — without
@@ -22,7 +23,7 @@ func SinkDisplay(dsn string) string {
 		}
 		return "file://" + spec.dir
 	case isRedisDSN(dsn):
-		if _, display, err := writers.ParseRedisDSN(dsn); err == nil {
+		if _, display, err := redissink.ParseDSN(dsn); err == nil {
 			return display
 		}
 	default:

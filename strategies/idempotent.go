@@ -12,22 +12,22 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
-// idempotent is the `idempotent` strategy on Redis (writers.Redis): the
+// idempotent is the `idempotent` strategy on Redis (redissink.Job): the
 // plan of each batch is logged before it is read; each partition task
 // writes its results under a key named after its range (a replay
 // overwrites); then one atomic, offset-guarded script folds the batch into
-// the users' totals and advances the offsets. See writers/redis.go for the
-// key layout and the guarantee.
+// the users' totals and advances the offsets. See package redissink for
+// the key layout and the guarantee.
 //
 // A user's Transform (work) runs the same protocol with rows instead of
 // totals: WriteRowsContribution and FoldRows, into the hashes of its
-// Upsert's value columns (writers.RedisRowsKey).
+// Upsert's value columns (redissink.RowsKey).
 type idempotent struct {
 	src   batch.Source
-	r     *writers.Redis
+	r     *redissink.Job
 	work  workload // nil or totalsWork{}: the built-in job
 	job   string
 	epoch int64
@@ -47,7 +47,7 @@ func (s *idempotent) user() workload {
 // ranges, whatever arrived since.
 func (s *idempotent) prepare(ctx context.Context, b batch.Info, ranges []record.Range) error {
 	_, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d plan", b.ID), func() error {
-		return s.r.LogPlan(ctx, s.job, s.epoch, b.ID, ranges)
+		return s.r.LogPlan(ctx, s.epoch, b.ID, ranges)
 	})
 	return err
 }
@@ -72,7 +72,7 @@ func (s *idempotent) task(ctx context.Context, b batch.Info, r record.Range) (ba
 // deadLetterSpillBytes are staged in Redis while the range is read; the
 // fold moves them with the totals.
 func (s *idempotent) contribute(ctx context.Context, r record.Range) (batch.TaskResult, error) {
-	contrib, err := s.r.NewContribution(s.job, s.epoch, r)
+	contrib, err := s.r.NewContribution(s.epoch, r)
 	if err != nil {
 		return batch.TaskResult{}, err
 	}
@@ -87,15 +87,15 @@ func (s *idempotent) contribute(ctx context.Context, r record.Range) (batch.Task
 	if err != nil {
 		return res, err
 	}
-	totals := make([]writers.Total, agg.Len())
+	totals := make([]redissink.Total, agg.Len())
 	for i, t := range agg.Totals() {
-		totals[i] = writers.Total{Key: t.Key, Events: t.Events, Amount: t.Amount}
+		totals[i] = redissink.Total{Key: t.Key, Events: t.Events, Amount: t.Amount}
 	}
 	return res, contrib.Totals(ctx, totals, dead.dls)
 }
 
 // contributeRows is contribute for a user's Transform.
-func (s *idempotent) contributeRows(ctx context.Context, r record.Range, work workload, contrib *writers.RedisContribution, dead *dlBuffer) (batch.TaskResult, error) {
+func (s *idempotent) contributeRows(ctx context.Context, r record.Range, work workload, contrib *redissink.Contribution, dead *dlBuffer) (batch.TaskResult, error) {
 	p := work.newPart(s.job)
 	c, err := process(ctx, s.src, s.job, r, p, dead.add)
 	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
@@ -107,7 +107,7 @@ func (s *idempotent) contributeRows(ctx context.Context, r record.Range, work wo
 		return res, err
 	}
 	err = contrib.Rows(ctx, work.upsert(), rows, dead.dls)
-	if errors.Is(err, writers.ErrRedisValue) {
+	if errors.Is(err, redissink.ErrValue) {
 		err = fmt.Errorf("%w: transform: %w", ErrConfig, err)
 	}
 	return res, err
@@ -121,9 +121,9 @@ func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []record.R
 	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d fold", b.ID), func() error {
 		var err error
 		if u := s.user(); u != nil {
-			_, err = s.r.FoldRows(ctx, s.job, s.epoch, b.ID, ranges, u.upsert())
+			_, err = s.r.FoldRows(ctx, s.epoch, b.ID, ranges, u.upsert())
 		} else {
-			_, err = s.r.Fold(ctx, s.job, s.epoch, b.ID, ranges)
+			_, err = s.r.Fold(ctx, s.epoch, b.ID, ranges)
 		}
 		return err
 	})
@@ -136,7 +136,7 @@ func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []record.R
 // plan fixed them), re-contributed and folded under the batch id they were
 // planned with.
 func (s *idempotent) recover(ctx context.Context, topic string, parts []int32) error {
-	pending, err := s.r.PendingRanges(ctx, s.job, topic, parts)
+	pending, err := s.r.PendingRanges(ctx, topic, parts)
 	if err != nil || len(pending) == 0 {
 		return err
 	}

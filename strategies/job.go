@@ -13,6 +13,7 @@ import (
 	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // The built-in job, shared by every strategy: read a range, sum valid
@@ -84,7 +85,7 @@ func isRetryable(err error) bool {
 		return false
 	}
 	var u unknownOutcome
-	return errors.As(err, &u) || writers.IsRetryable(err) || writers.IsRedisRetryable(err) || batch.IsRetryable(err)
+	return errors.As(err, &u) || writers.IsRetryable(err) || redissink.IsRetryable(err) || batch.IsRetryable(err)
 }
 
 // withRetry runs attempt until it succeeds, fails for good, or has been

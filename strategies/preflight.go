@@ -99,7 +99,11 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 		if rw != nil {
 			defer rw.Close()
 			p.Sink = rw.String()
-			if stored, err = rw.Offsets(ctx, cfg.Job, cfg.Topic); err != nil {
+			j, err := rw.Job(cfg.Job)
+			if err == nil {
+				stored, err = j.Offsets(ctx, cfg.Topic)
+			}
+			if err != nil {
 				return Plan{}, classify(err)
 			}
 		} else {

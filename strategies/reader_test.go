@@ -15,7 +15,7 @@ import (
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // TestReaderSeesWholeBatches polls the sink while a job runs and checks,
@@ -151,7 +151,7 @@ func sqlSnapshot(t *testing.T, dsn, job string) func() (counted, below int64, er
 // redisSnapshot reads the users' totals hash and the offsets in one MULTI,
 // which Redis executes atomically.
 func redisSnapshot(t *testing.T, dsn, job string) func() (counted, below int64, err error) {
-	r, err := writers.OpenRedis(context.Background(), dsn)
+	r, err := redissink.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func redisSnapshot(t *testing.T, dsn, job string) func() (counted, below int64, 
 	return func() (int64, int64, error) {
 		var totals, offs *redis.MapStringStringCmd
 		_, err := r.Client().TxPipelined(context.Background(), func(p redis.Pipeliner) error {
-			totals = p.HGetAll(context.Background(), writers.RedisEventsKey(job))
+			totals = p.HGetAll(context.Background(), redissink.EventsKey(job))
 			offs = p.HGetAll(context.Background(), "mb:{"+job+"}:offsets")
 			return nil
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // connectTimeout bounds how long the checkpoint sinks wait for their
@@ -50,12 +51,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	began := time.Now()
-	w, rw, err := openSink(ctx, cfg)
+	w, rs, err := openSink(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	if rw != nil {
-		defer rw.Close()
+	var rw *redissink.Job
+	if rs != nil {
+		defer rs.Close()
+		if rw, err = rs.Job(cfg.Job); err != nil {
+			return Result{}, err
+		}
 	} else {
 		defer w.Close()
 		if err := w.CreateTables(ctx); err != nil {
@@ -107,8 +112,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var stored storedPositions
 	switch cfg.Strategy {
 	case StrategyIdempotent:
-		res.Sink = rw.String()
-		stored = func(ctx context.Context) (map[int32]int64, error) { return rw.Offsets(ctx, cfg.Job, cfg.Topic) }
+		res.Sink = rs.String()
+		stored = func(ctx context.Context) (map[int32]int64, error) { return rw.Offsets(ctx, cfg.Topic) }
 		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
 			d := newDriver()
 			st, err := startIdempotent(ctx, rw, src, cfg, s, crash)
@@ -118,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			if err := st.recover(ctx, cfg.Topic, s.Partitions); err != nil {
 				return nil, 0, err
 			}
-			all, err := rw.Offsets(ctx, cfg.Job, cfg.Topic)
+			all, err := rw.Offsets(ctx, cfg.Topic)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -130,7 +135,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			d.BatchIDs = func(ctx context.Context) (id int64, err error) {
 				// A repeat after a lost reply only skips an id.
 				_, err = withRetry(ctx, cfg.Logger, "allocating a batch id", func() error {
-					id, err = rw.NextBatchID(ctx, cfg.Job)
+					id, err = rw.NextBatchID(ctx)
 					return err
 				})
 				return id, err
@@ -282,16 +287,16 @@ func openSource(ctx context.Context, cfg Config) (sarama.Client, *batch.KafkaSou
 // openSink connects to the micro-batch strategies' sink — Redis for
 // idempotent, SQL for the others — waiting up to the connect timeout for
 // it to answer.
-func openSink(ctx context.Context, cfg Config) (w *writers.SQL, rw *writers.Redis, err error) {
+func openSink(ctx context.Context, cfg Config) (w *writers.SQL, rs *redissink.Sink, err error) {
 	err = connect(ctx, cfg.ConnectTimeout, func(actx context.Context) (err error) {
 		if cfg.Strategy == StrategyIdempotent {
-			rw, err = writers.OpenRedis(actx, cfg.Sink)
+			rs, err = redissink.Open(actx, cfg.Sink)
 		} else {
 			w, err = writers.OpenSQL(actx, cfg.Sink)
 		}
 		return err
 	})
-	return w, rw, err
+	return w, rs, err
 }
 
 // checkTable makes sure a Transform's table exists with its columns and
@@ -364,8 +369,8 @@ func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSour
 // checked per partition inside every script, fences their previous owner)
 // after creating the offsets of partitions that have none: start-from for a
 // new job, earliest for later partitions.
-func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSource, cfg Config, s session, crash func(string)) (*idempotent, error) {
-	stored, err := rw.Offsets(ctx, cfg.Job, cfg.Topic)
+func startIdempotent(ctx context.Context, rw *redissink.Job, src *batch.KafkaSource, cfg Config, s session, crash func(string)) (*idempotent, error) {
+	stored, err := rw.Offsets(ctx, cfg.Topic)
 	if err != nil {
 		return nil, err
 	}
@@ -382,10 +387,10 @@ func startIdempotent(ctx context.Context, rw *writers.Redis, src *batch.KafkaSou
 			return nil, err
 		}
 	}
-	if err := rw.InitOffsets(ctx, cfg.Job, cfg.Topic, starts); err != nil {
+	if err := rw.InitOffsets(ctx, cfg.Topic, starts); err != nil {
 		return nil, err
 	}
-	epoch, err := rw.ClaimPartitions(ctx, cfg.Job, cfg.Topic, s.Partitions, int64(s.Generation))
+	epoch, err := rw.ClaimPartitions(ctx, cfg.Topic, s.Partitions, int64(s.Generation))
 	if err != nil {
 		return nil, err
 	}

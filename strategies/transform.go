@@ -77,12 +77,12 @@ type Transform struct {
 //
 // With the idempotent strategy the sink is Redis and there is no table:
 // each value column v of u is a hash mb:{job}:rows:<u.Table>:<v>
-// (writers.RedisRowsKey) whose field is the row's key — the key value's
+// (redissink.RowsKey) whose field is the row's key — the key value's
 // text with one key column, the texts length-prefixed and concatenated
-// with several, "2:eu10:2026-11-30" (writers.RedisRowField) — and whose
+// with several, "2:eu10:2026-11-30" (redissink.RowField) — and whose
 // value is the column's. MergeAdd adds the rows' values (HINCRBY), which
 // must then be Go integers; MergeReplace sets the value's text (HSET).
-// Read them with writers.Redis.Rows. The rows of a range are folded into
+// Read them with redissink.Job.Rows. The rows of a range are folded into
 // the hashes together with its offsets and dead letters
 // (mb:{job}:dead:<topic>:<partition>), exactly once, as the built-in
 // totals are. A row Redis can't hold (a non-integer for MergeAdd, a nil, a

@@ -23,6 +23,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // A user's transform: decode the events as any program would (encoding/json
@@ -190,7 +191,7 @@ func openTransformSink(t *testing.T, strategy, dsn string, brokers []string, job
 // columns, mb:{job}:rows:<table>:n and :total, and the job's dead letters.
 func openRedisTransformSink(t *testing.T, dsn string, brokers []string, job, topic, table string) transformSink {
 	t.Helper()
-	r, err := writers.OpenRedis(t.Context(), dsn)
+	r, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,13 +218,13 @@ func openRedisTransformSink(t *testing.T, dsn string, brokers []string, job, top
 					reasons = append(reasons, d.Reason)
 				}
 			}
-			if n, err := r.DeadLetterCount(t.Context(), job); err != nil || n != int64(len(reasons)) {
+			if n, err := redisJobOf(t, r, job).DeadLetterCount(t.Context()); err != nil || n != int64(len(reasons)) {
 				t.Errorf("DeadLetterCount = %d, %v; the dead keys hold %d", n, err, len(reasons))
 			}
 			return reasons
 		},
 		checkOffsets: func() {
-			got, err := r.Offsets(t.Context(), job, topic)
+			got, err := redisJobOf(t, r, job).Offsets(t.Context(), topic)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -232,7 +233,7 @@ func openRedisTransformSink(t *testing.T, dsn string, brokers []string, job, top
 			}
 		},
 		builtinKeys: func() int64 {
-			_, _, keys, err := r.Totals(t.Context(), job)
+			_, _, keys, err := redisJobOf(t, r, job).Totals(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,13 +243,13 @@ func openRedisTransformSink(t *testing.T, dsn string, brokers []string, job, top
 }
 
 // redisRows reads userTransform's per-key counts and sums from Redis.
-func redisRows(t *testing.T, r *writers.Redis, job, table string) keyTotals {
+func redisRows(t *testing.T, r *redissink.Sink, job, table string) keyTotals {
 	t.Helper()
-	ns, err := r.Rows(t.Context(), job, table, "n")
+	ns, err := redisJobOf(t, r, job).Rows(t.Context(), table, "n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	totals, err := r.Rows(t.Context(), job, table, "total")
+	totals, err := redisJobOf(t, r, job).Rows(t.Context(), table, "total")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestTransformIdempotentZombie(t *testing.T) {
 // offset).
 func checkInterrupted(t *testing.T, dsn string, brokers []string, job, topic, table string) {
 	t.Helper()
-	r, err := writers.OpenRedis(t.Context(), dsn)
+	r, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +434,7 @@ func checkInterrupted(t *testing.T, dsn string, brokers []string, job, topic, ta
 	for i := range parts {
 		parts[i] = int32(i)
 	}
-	pending, err := r.PendingRanges(t.Context(), job, topic, parts)
+	pending, err := redisJobOf(t, r, job).PendingRanges(t.Context(), topic, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +445,7 @@ func checkInterrupted(t *testing.T, dsn string, brokers []string, job, topic, ta
 	if len(pending) == 0 || len(contribs) == 0 {
 		t.Fatalf("after the interruption: %d pending ranges, contributions %v; want a batch written and not folded", len(pending), contribs)
 	}
-	offs, err := r.Offsets(t.Context(), job, topic)
+	offs, err := redisJobOf(t, r, job).Offsets(t.Context(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +457,7 @@ func checkInterrupted(t *testing.T, dsn string, brokers []string, job, topic, ta
 	for _, tt := range redisRows(t, r, job, table) {
 		counted += tt.Events
 	}
-	dead, err := r.DeadLetterCount(t.Context(), job)
+	dead, err := redisJobOf(t, r, job).DeadLetterCount(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -618,12 +619,12 @@ func TestTransformIdempotentBadValue(t *testing.T) {
 	if got := sink.perKey(); len(got) != 0 {
 		t.Errorf("the hashes hold %d keys after a refused batch", len(got))
 	}
-	r, err := writers.OpenRedis(t.Context(), dsn)
+	r, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	offs, err := r.Offsets(t.Context(), job, topic)
+	offs, err := redisJobOf(t, r, job).Offsets(t.Context(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,4 +633,14 @@ func TestTransformIdempotentBadValue(t *testing.T) {
 			t.Errorf("partition %d's offset moved to %d after a refused batch", p, o)
 		}
 	}
+}
+
+// redisJobOf binds s to job.
+func redisJobOf(t testing.TB, s *redissink.Sink, job string) *redissink.Job {
+	t.Helper()
+	j, err := s.Job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // rawRecord is a record as its bytes, produced as they are.
@@ -241,7 +242,7 @@ func TestKeysNotUTF8(t *testing.T) {
 // letters from Redis.
 func readRedisBuiltin(t *testing.T, dsn, job, topic string) (keyTotals, map[partOff]dead) {
 	t.Helper()
-	r, err := writers.OpenRedis(t.Context(), dsn)
+	r, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // SinkTotals is what the sink holds for a job. Amount is exact, whatever
@@ -108,7 +109,7 @@ func ReadTotalsSecure(ctx context.Context, dsn, job string, sec writers.KafkaSec
 		return readOutputTotals(ctx, dsn, job, sec)
 	}
 	if isRedisDSN(dsn) {
-		r, err := writers.OpenRedis(ctx, dsn)
+		r, err := redissink.Open(ctx, dsn)
 		if err != nil {
 			return SinkTotals{}, "", err
 		}
@@ -122,10 +123,14 @@ func ReadTotalsSecure(ctx context.Context, dsn, job string, sec writers.KafkaSec
 			}
 			return t, r.String(), err
 		}
-		if t.Events, t.Amount, t.Keys, err = r.Totals(ctx, job); err != nil {
+		j, err := r.Job(job)
+		if err != nil {
 			return t, r.String(), err
 		}
-		t.DeadLetters, err = r.DeadLetterCount(ctx, job)
+		if t.Events, t.Amount, t.Keys, err = j.Totals(ctx); err != nil {
+			return t, r.String(), err
+		}
+		t.DeadLetters, err = j.DeadLetterCount(ctx)
 		return t, r.String(), err
 	}
 	w, err := writers.OpenSQL(ctx, dsn)
@@ -147,7 +152,7 @@ func CheckSink(dsn string) error {
 		return err
 	}
 	if isRedisDSN(dsn) {
-		_, _, err := writers.ParseRedisDSN(dsn)
+		_, _, err := redissink.ParseDSN(dsn)
 		return err
 	}
 	_, err := writers.ParseSQLDSN(dsn)

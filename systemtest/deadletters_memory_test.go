@@ -28,6 +28,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // The bad batch: dlmemBad records of dlmemBadBytes each (under the
@@ -320,7 +321,7 @@ func readFileDeadLetters(t *testing.T, dsn, job string, check func(off int64, d 
 func readRedisDeadLetters(t *testing.T, dsn, job, topic string, check func(off int64, d dl)) {
 	t.Helper()
 	ctx := t.Context()
-	r, err := writers.OpenRedis(ctx, dsn)
+	r, err := redissink.Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // Totals past int64 (issue #14, item 5). Reaching 2^63 with real events
@@ -186,7 +187,7 @@ func sqlOverflowSink(t *testing.T, dsn string) overflowSink {
 }
 
 func redisOverflowSink(t *testing.T, dsn string) overflowSink {
-	r, err := writers.OpenRedis(t.Context(), dsn)
+	r, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,20 +196,20 @@ func redisOverflowSink(t *testing.T, dsn string) overflowSink {
 		dsn: dsn,
 		seed: func(t *testing.T, job string) {
 			for k, s := range overflowSeeds {
-				if err := r.Client().HSet(t.Context(), writers.RedisEventsKey(job), k, s[0]).Err(); err != nil {
+				if err := r.Client().HSet(t.Context(), redissink.EventsKey(job), k, s[0]).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := r.Client().HSet(t.Context(), writers.RedisAmountKey(job), k, s[1]).Err(); err != nil {
+				if err := r.Client().HSet(t.Context(), redissink.AmountKey(job), k, s[1]).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
 		},
 		read: func(t *testing.T, job string) (map[string]int64, map[string]string) {
-			ev, err := r.Client().HGetAll(t.Context(), writers.RedisEventsKey(job)).Result()
+			ev, err := r.Client().HGetAll(t.Context(), redissink.EventsKey(job)).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			amounts, err := r.Client().HGetAll(t.Context(), writers.RedisAmountKey(job)).Result()
+			amounts, err := r.Client().HGetAll(t.Context(), redissink.AmountKey(job)).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // storedNext is where the job will resume: mb_offsets for the exactly-once
@@ -28,12 +29,12 @@ import (
 func storedNext(t *testing.T, strategy, sink, brokers, job, topic string) map[int32]int64 {
 	switch strategy {
 	case strategies.StrategyIdempotent:
-		r, err := writers.OpenRedis(t.Context(), sink)
+		r, err := redissink.Open(t.Context(), sink)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		next, err := r.Offsets(t.Context(), job, topic)
+		next, err := redisJobOf(t, r, job).Offsets(t.Context(), topic)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +113,7 @@ func checkCrashPerKey(t *testing.T, w *writers.SQL, job string, produced int64) 
 type groupSink struct {
 	dsn   string
 	sql   *writers.SQL
-	redis *writers.Redis
+	redis *redissink.Sink
 }
 
 func openGroupSink(t *testing.T, strategy, dsn string) *groupSink {
@@ -122,7 +123,7 @@ func openGroupSink(t *testing.T, strategy, dsn string) *groupSink {
 		gs.sql = sinktest.OpenSQL(t, dsn)
 		return gs
 	}
-	r, err := writers.OpenRedis(t.Context(), dsn)
+	r, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func (gs *groupSink) next(t *testing.T, job, topic string) map[int32]int64 {
 	if gs.sql != nil {
 		return sinktest.StoredOffsets(t, gs.sql.DB(), job, topic)
 	}
-	next, err := gs.redis.Offsets(t.Context(), job, topic)
+	next, err := redisJobOf(t, gs.redis, job).Offsets(t.Context(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +154,11 @@ func (gs *groupSink) checkPerKey(t *testing.T, job string, produced int64) {
 		return
 	}
 	ctx := t.Context()
-	evs, err := gs.redis.Client().HGetAll(ctx, writers.RedisEventsKey(job)).Result()
+	evs, err := gs.redis.Client().HGetAll(ctx, redissink.EventsKey(job)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ams, err := gs.redis.Client().HGetAll(ctx, writers.RedisAmountKey(job)).Result()
+	ams, err := gs.redis.Client().HGetAll(ctx, redissink.AmountKey(job)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,4 +255,14 @@ func count(t *testing.T, re *regexp.Regexp, out string) int64 {
 	}
 	n, _ := strconv.ParseInt(m[1], 10, 64)
 	return n
+}
+
+// redisJobOf binds s to job.
+func redisJobOf(t testing.TB, s *redissink.Sink, job string) *redissink.Job {
+	t.Helper()
+	j, err := s.Job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

@@ -63,10 +63,3 @@ func IsRetryable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne)
 }
-
-// ErrRedisMissing means a key a Redis fold needs is gone: the batch's logged
-// plan, or the contribution of a range that is still to be folded. The fold
-// changed nothing. Write the contributions of the logged plan again and fold
-// again; if the job's offsets are gone too, the Redis data was lost and the
-// job must be restarted from a known position.
-var ErrRedisMissing = errors.New("writers: redis key missing for the fold")

@@ -105,8 +105,9 @@ func WithRootCAs(dsn string, roots *x509.CertPool) (string, error) {
 	return cfg.FormatDSN(), nil
 }
 
-// redisRootCAs returns the roots set by WithRootCAs (nil: the system's).
-func redisRootCAs() *x509.CertPool {
+// RedisRootCAs returns the roots WithRootCAs set for rediss:// sinks (nil:
+// the system's). The Redis sink (writers/redissink) dials with them.
+func RedisRootCAs() *x509.CertPool {
 	redisTLS.Lock()
 	defer redisTLS.Unlock()
 	return redisTLS.roots

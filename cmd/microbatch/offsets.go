@@ -21,6 +21,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // offsetsTimeout bounds one show or reset once Kafka and the sink answer: a
@@ -418,14 +419,19 @@ type offsetStore interface {
 func openOffsetStore(ctx context.Context, oj offsetsJob, client sarama.Client) (offsetStore, error) {
 	switch oj.strategy {
 	case strategies.StrategyIdempotent:
-		var r *writers.Redis
+		var r *redissink.Sink
 		if err := strategies.Connect(ctx, oj.connectTimeout, func(actx context.Context) (err error) {
-			r, err = writers.OpenRedis(actx, oj.sink)
+			r, err = redissink.Open(actx, oj.sink)
 			return err
 		}); err != nil {
 			return nil, err
 		}
-		return &redisStore{Redis: r, job: oj.job, topic: oj.topic}, nil
+		j, err := r.Job(oj.job)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		return &redisStore{Sink: r, job: j, topic: oj.topic}, nil
 	case strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce:
 		return &groupStore{g: offsets.NewKafkaGroup(client, oj.group, oj.topic), group: oj.group}, nil
 	}
@@ -482,12 +488,13 @@ func (s *sqlStore) reset(ctx context.Context, to map[int32]int64) (int64, []offs
 }
 
 type redisStore struct {
-	*writers.Redis
-	job, topic string
+	*redissink.Sink
+	job   *redissink.Job
+	topic string
 }
 
 func (s *redisStore) load(ctx context.Context, _ []int32) (map[int32]storedPosition, error) {
-	pos, err := s.Positions(ctx, s.job, s.topic)
+	pos, err := s.job.Positions(ctx, s.topic)
 	if err != nil {
 		return nil, err
 	}
@@ -506,7 +513,7 @@ func (s *redisStore) load(ctx context.Context, _ []int32) (map[int32]storedPosit
 }
 
 func (s *redisStore) reset(ctx context.Context, to map[int32]int64) (int64, []offsets.Change, error) {
-	return s.ResetOffsets(ctx, s.job, s.topic, to)
+	return s.job.ResetOffsets(ctx, s.topic, to)
 }
 
 // groupStore is the controls' store: the consumer group's committed

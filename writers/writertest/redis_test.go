@@ -11,7 +11,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
 	"github.com/microbatch/microbatch/writers/writertest"
 )
 
@@ -23,7 +23,7 @@ import (
 //     position in one WATCH/MULTI/EXEC, checked against From and the
 //     epoch). Replays are refused.
 //
-// Rows are the totals' events hash (writers.RedisEventsKey).
+// Rows are the totals' events hash (redissink.EventsKey).
 
 func TestConformanceRedis(t *testing.T) {
 	t.Parallel()
@@ -43,13 +43,13 @@ const (
 
 type redisSubject struct {
 	dsn    string
-	reader *writers.Redis
+	reader *redissink.Sink
 	job    string
 	source bool
 }
 
 func newRedisSubject(t *testing.T, dsn string, source bool) *redisSubject {
-	reader, err := writers.OpenRedis(t.Context(), dsn)
+	reader, err := redissink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,17 +90,21 @@ func (s *redisSubject) Capabilities() writertest.Capabilities {
 // Open claims the job (Claim and InitOffsets at 0, or ClaimSource) with a
 // client of its own.
 func (s *redisSubject) Open(ctx context.Context) (writertest.Writer, error) {
-	w, err := writers.OpenRedis(ctx, s.dsn)
+	w, err := redissink.Open(ctx, s.dsn)
 	if err != nil {
 		return nil, err
 	}
 	rw := &redisWriter{s: s, w: w}
+	if rw.j, err = w.Job(s.job); err != nil {
+		w.Close()
+		return nil, err
+	}
 	if s.source {
 		var p offsets.SourcePosition
 		p, err = w.ClaimSource(ctx, s.job, redisSource)
 		rw.epoch = p.Epoch
-	} else if rw.epoch, err = w.Claim(ctx, s.job); err == nil {
-		err = w.InitOffsets(ctx, s.job, redisTopic, map[int32]int64{0: 0})
+	} else if rw.epoch, err = rw.j.Claim(ctx); err == nil {
+		err = rw.j.InitOffsets(ctx, redisTopic, map[int32]int64{0: 0})
 	}
 	if err != nil {
 		w.Close()
@@ -110,7 +114,7 @@ func (s *redisSubject) Open(ctx context.Context) (writertest.Writer, error) {
 }
 
 func (s *redisSubject) Read(ctx context.Context) (writertest.State, error) {
-	m, err := s.reader.Client().HGetAll(ctx, writers.RedisEventsKey(s.job)).Result()
+	m, err := s.reader.Client().HGetAll(ctx, redissink.EventsKey(s.job)).Result()
 	if err != nil {
 		return writertest.State{}, err
 	}
@@ -125,7 +129,11 @@ func (s *redisSubject) Read(ctx context.Context) (writertest.State, error) {
 		st.Position = p.Position
 		return st, err
 	}
-	offs, err := s.reader.Offsets(ctx, s.job, redisTopic)
+	j, err := s.reader.Job(s.job)
+	if err != nil {
+		return st, err
+	}
+	offs, err := j.Offsets(ctx, redisTopic)
 	if off, ok := offs[0]; ok {
 		st.Position = strconv.FormatInt(off, 10)
 	}
@@ -134,7 +142,8 @@ func (s *redisSubject) Read(ctx context.Context) (writertest.State, error) {
 
 type redisWriter struct {
 	s     *redisSubject
-	w     *writers.Redis
+	w     *redissink.Sink
+	j     *redissink.Job
 	epoch int64
 }
 
@@ -153,17 +162,17 @@ func (w *redisWriter) Begin(ctx context.Context, b writertest.Batch) (writertest
 		return nil, err
 	}
 	t.r = record.Range{Topic: redisTopic, Partition: 0, From: from, To: to}
-	if t.id, err = w.w.NextBatchID(ctx, w.s.job); err != nil {
+	if t.id, err = w.j.NextBatchID(ctx); err != nil {
 		return nil, err
 	}
-	if err := w.w.LogPlan(ctx, w.s.job, w.epoch, t.id, []record.Range{t.r}); err != nil {
+	if err := w.j.LogPlan(ctx, w.epoch, t.id, []record.Range{t.r}); err != nil {
 		return nil, err
 	}
-	totals := make([]writers.Total, len(b.Rows))
+	totals := make([]redissink.Total, len(b.Rows))
 	for i, r := range b.Rows {
-		totals[i] = writers.Total{Key: r.Key, Events: r.Value, Amount: r.Value}
+		totals[i] = redissink.Total{Key: r.Key, Events: r.Value, Amount: r.Value}
 	}
-	if err := w.w.WriteContribution(ctx, w.s.job, w.epoch, t.r, totals, nil); err != nil {
+	if err := w.j.WriteContribution(ctx, w.epoch, t.r, totals, nil); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -184,7 +193,7 @@ func (t *redisTxn) Commit(ctx context.Context) error {
 	if t.w.s.source {
 		return t.w.w.CommitSource(ctx, t.advance(), t.write(ctx))
 	}
-	_, err := t.w.w.Fold(ctx, t.w.s.job, t.w.epoch, t.id, []record.Range{t.r})
+	_, err := t.w.j.Fold(ctx, t.w.epoch, t.id, []record.Range{t.r})
 	return err
 }
 
@@ -221,7 +230,7 @@ func (t *redisTxn) advance() offsets.SourceAdvance {
 func (t *redisTxn) write(ctx context.Context) func(p redis.Pipeliner) error {
 	return func(p redis.Pipeliner) error {
 		for _, r := range t.b.Rows {
-			p.HIncrBy(ctx, writers.RedisEventsKey(t.w.s.job), r.Key, r.Value)
+			p.HIncrBy(ctx, redissink.EventsKey(t.w.s.job), r.Key, r.Value)
 		}
 		return nil
 	}

@@ -1,4 +1,4 @@
-package writers
+package redissink
 
 import (
 	"errors"
@@ -14,40 +14,43 @@ import (
 // with its own connection, epoch and partitions of topic "in".
 
 // groupJob starts partitions 0..parts-1 of topic "in" at offset 0.
-func groupJob(t *testing.T, w *Redis, parts int) string {
+func groupJob(t *testing.T, w *Sink, parts int) *Job {
 	t.Helper()
 	job := redisJob(t, w)
 	start := make(map[int32]int64)
 	for p := range parts {
 		start[int32(p)] = 0
 	}
-	if err := w.InitOffsets(t.Context(), job, "in", start); err != nil {
+	if err := job.InitOffsets(t.Context(), "in", start); err != nil {
 		t.Fatalf("InitOffsets: %v", err)
 	}
 	return job
 }
 
-func mustClaimParts(t *testing.T, w *Redis, job string, parts []int32, minEpoch int64) int64 {
+func mustClaimParts(t *testing.T, w *Sink, job *Job, parts []int32, minEpoch int64) int64 {
 	t.Helper()
-	e, err := w.ClaimPartitions(t.Context(), job, "in", parts, minEpoch)
+	job = on(w, job)
+	e, err := job.ClaimPartitions(t.Context(), "in", parts, minEpoch)
 	if err != nil {
 		t.Fatalf("ClaimPartitions(%v, %d): %v", parts, minEpoch, err)
 	}
 	return e
 }
 
-func mustBatchID(t *testing.T, w *Redis, job string) int64 {
+func mustBatchID(t *testing.T, w *Sink, job *Job) int64 {
 	t.Helper()
-	id, err := w.NextBatchID(t.Context(), job)
+	job = on(w, job)
+	id, err := job.NextBatchID(t.Context())
 	if err != nil {
 		t.Fatalf("NextBatchID: %v", err)
 	}
 	return id
 }
 
-func mustLogPlan(t *testing.T, w *Redis, job string, epoch, id int64, ranges []record.Range) {
+func mustLogPlan(t *testing.T, w *Sink, job *Job, epoch, id int64, ranges []record.Range) {
 	t.Helper()
-	if err := w.LogPlan(t.Context(), job, epoch, id, ranges); err != nil {
+	job = on(w, job)
+	if err := job.LogPlan(t.Context(), epoch, id, ranges); err != nil {
 		t.Fatalf("LogPlan batch %d %v: %v", id, ranges, err)
 	}
 }
@@ -90,7 +93,7 @@ func TestRedisGroupRebalanceFencesMovedPartition(t *testing.T) {
 	}
 	mustFold(t, b, job, eB, idB, theirs, 2)
 	// A member can't touch the other's partitions.
-	if err := a.LogPlan(ctx, job, eA, mustBatchID(t, a, job), []record.Range{inRange(2, 10, 20)}); !errors.Is(err, offsets.ErrFenced) {
+	if err := on(a, job).LogPlan(ctx, eA, mustBatchID(t, a, job), []record.Range{inRange(2, 10, 20)}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("A logging B's partition = %v, want ErrFenced", err)
 	}
 
@@ -103,28 +106,28 @@ func TestRedisGroupRebalanceFencesMovedPartition(t *testing.T) {
 	}
 	eB2 := mustClaimParts(t, b, job, []int32{0, 2, 3}, 2)
 	before := snapshot(t, a, job)
-	err := a.WriteContribution(ctx, job, eA, second[0], []Total{{Key: "zombie", Events: 1}}, nil)
-	if !errors.Is(err, offsets.ErrFenced) || IsRedisRetryable(err) {
+	err := on(a, job).WriteContribution(ctx, eA, second[0], []Total{{Key: "zombie", Events: 1}}, nil)
+	if !errors.Is(err, offsets.ErrFenced) || IsRetryable(err) {
 		t.Fatalf("A's write of a moved partition = %v, want ErrFenced, not retryable", err)
 	}
-	if _, err := a.Fold(ctx, job, eA, idA2, second); !errors.Is(err, offsets.ErrFenced) {
+	if _, err := on(a, job).Fold(ctx, eA, idA2, second); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("A's fold including a moved partition = %v, want ErrFenced", err)
 	}
-	if _, err := a.Fold(ctx, job, eA, idA2, second[:1]); !errors.Is(err, offsets.ErrFenced) {
+	if _, err := on(a, job).Fold(ctx, eA, idA2, second[:1]); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("A's fold of a moved partition = %v, want ErrFenced", err)
 	}
-	if err := a.LogPlan(ctx, job, eA, mustBatchID(t, a, job), []record.Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrFenced) {
+	if err := on(a, job).LogPlan(ctx, eA, mustBatchID(t, a, job), []record.Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("A's plan for a moved partition = %v, want ErrFenced", err)
 	}
 	after := snapshot(t, a, job)
-	delete(before, redisBatchKey(job)) // the ids taken above
-	delete(after, redisBatchKey(job))
+	delete(before, job.keys.batch()) // the ids taken above
+	delete(after, job.keys.batch())
 	sameSnapshot(t, "fenced calls of the partition's old holder", before, after)
 
 	// Partition 1 is still A's.
 	mustFold(t, a, job, eA, idA2, second[1:], 1)
 	// B finishes what A left on partition 0: the same range, A's batch id.
-	pend, err := b.PendingRanges(ctx, job, "in", []int32{0, 2, 3})
+	pend, err := on(b, job).PendingRanges(ctx, "in", []int32{0, 2, 3})
 	if want := []PlannedRange{{BatchID: idA2, Range: second[0]}}; err != nil || !reflect.DeepEqual(pend, want) {
 		t.Fatalf("PendingRanges = %v, %v; want %v", pend, err, want)
 	}
@@ -151,23 +154,23 @@ func TestRedisClaimAfterClaimPartitionsFencesAll(t *testing.T) {
 	mustLogPlan(t, b, job, eB, mustBatchID(t, b, job), all[2:3])
 	mustWrite(t, a, job, eA, all[0], partTotal(all[0]), nil)
 
-	eC, err := c.Claim(ctx, job)
+	eC, err := on(c, job).Claim(ctx)
 	if err != nil || eC <= eB {
 		t.Fatalf("Claim = %d, %v; want above %d", eC, err, eB)
 	}
 	before := snapshot(t, a, job)
 	for _, m := range []struct {
-		w     *Redis
+		w     *Sink
 		epoch int64
 	}{{a, eA}, {b, eB}} {
 		for _, r := range all {
-			if err := m.w.WriteContribution(ctx, job, m.epoch, r, nil, nil); !errors.Is(err, offsets.ErrFenced) {
+			if err := on(m.w, job).WriteContribution(ctx, m.epoch, r, nil, nil); !errors.Is(err, offsets.ErrFenced) {
 				t.Errorf("write of %v with epoch %d after Claim = %v, want ErrFenced", r, m.epoch, err)
 			}
-			if _, err := m.w.Fold(ctx, job, m.epoch, id, []record.Range{r}); !errors.Is(err, offsets.ErrFenced) {
+			if _, err := on(m.w, job).Fold(ctx, m.epoch, id, []record.Range{r}); !errors.Is(err, offsets.ErrFenced) {
 				t.Errorf("fold of %v with epoch %d after Claim = %v, want ErrFenced", r, m.epoch, err)
 			}
-			if err := m.w.LogPlan(ctx, job, m.epoch, 1000, []record.Range{r}); !errors.Is(err, offsets.ErrFenced) {
+			if err := on(m.w, job).LogPlan(ctx, m.epoch, 1000, []record.Range{r}); !errors.Is(err, offsets.ErrFenced) {
 				t.Errorf("plan of %v with epoch %d after Claim = %v, want ErrFenced", r, m.epoch, err)
 			}
 		}
@@ -187,7 +190,7 @@ func TestRedisClaimAfterClaimPartitionsFencesAll(t *testing.T) {
 	if e := mustClaimParts(t, a, job, []int32{0}, 0); e != eC+1 {
 		t.Fatalf("ClaimPartitions after Claim = %d, want %d", e, eC+1)
 	}
-	if err := c.WriteContribution(ctx, job, eC, inRange(0, 5, 10), nil, nil); !errors.Is(err, offsets.ErrFenced) {
+	if err := on(c, job).WriteContribution(ctx, eC, inRange(0, 5, 10), nil, nil); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("the whole-job holder's write of a claimed partition = %v, want ErrFenced", err)
 	}
 }
@@ -213,27 +216,30 @@ func TestRedisClaimPartitionsEpochs(t *testing.T) {
 			t.Fatalf("ClaimPartitions(%v, %d) = %d, want %d", s.parts, s.minEpoch, got, s.want)
 		}
 	}
-	got := w.Client().HGetAll(ctx, redisEpochsKey(job)).Val()
+	got := w.Client().HGetAll(ctx, job.keys.epochs()).Val()
 	want := map[string]string{"in/0": "6", "in/1": "7", "in/2": "5", "in/3": "20"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("epochs = %v, want %v", got, want)
 	}
-	if e := w.Client().Get(ctx, redisEpochKey(job)).Val(); e != "20" {
+	if e := w.Client().Get(ctx, job.keys.epoch()).Val(); e != "20" {
 		t.Fatalf("job epoch = %s, want 20", e)
 	}
-	if e, err := w.Claim(ctx, job); err != nil || e != 21 {
+	if e, err := job.Claim(ctx); err != nil || e != 21 {
 		t.Fatalf("Claim = %d, %v; want 21", e, err)
 	}
-	if n := w.Client().Exists(ctx, redisEpochsKey(job)).Val(); n != 0 {
+	if n := w.Client().Exists(ctx, job.keys.epochs()).Val(); n != 0 {
 		t.Fatalf("Claim left the partitions' epochs")
 	}
 	for _, bad := range []struct {
-		job, topic string
-		parts      []int32
-	}{{"a}b", "in", []int32{0}}, {job, "in:x", []int32{0}}, {job, "in", []int32{-1}}} {
-		if _, err := w.ClaimPartitions(ctx, bad.job, bad.topic, bad.parts, 0); err == nil {
-			t.Errorf("ClaimPartitions(%q, %q, %v) accepted", bad.job, bad.topic, bad.parts)
+		topic string
+		parts []int32
+	}{{"in:x", []int32{0}}, {"in", []int32{-1}}} {
+		if _, err := job.ClaimPartitions(ctx, bad.topic, bad.parts, 0); err == nil {
+			t.Errorf("ClaimPartitions(%q, %v) accepted", bad.topic, bad.parts)
 		}
+	}
+	if _, err := w.Job("a}b"); err == nil {
+		t.Error(`Job("a}b") accepted a name that breaks the hash tag`)
 	}
 }
 
@@ -258,18 +264,18 @@ func TestRedisPendingRangesAfterMemberDies(t *testing.T) {
 	a.Close() // dies before the fold
 	// The batch's plan:{id} key is for inspection only: the fold must not
 	// need it.
-	if err := b.Client().Del(ctx, redisPlanKey(job, id)).Err(); err != nil {
+	if err := b.Client().Del(ctx, job.keys.plan(id)).Err(); err != nil {
 		t.Fatal(err)
 	}
 
 	eB := mustClaimParts(t, b, job, []int32{0, 1, 2, 3}, 0)
-	pend, err := b.PendingRanges(ctx, job, "in", []int32{3, 2, 1, 0, 1})
+	pend, err := on(b, job).PendingRanges(ctx, "in", []int32{3, 2, 1, 0, 1})
 	want := []PlannedRange{{BatchID: id, Range: inRange(0, 0, 20)}, {BatchID: id, Range: inRange(1, 0, 30)}}
 	if err != nil || !reflect.DeepEqual(pend, want) {
 		t.Fatalf("PendingRanges = %v, %v; want %v", pend, err, want)
 	}
 	// Until they are folded, the partitions take no other range.
-	if err := b.LogPlan(ctx, job, eB, mustBatchID(t, b, job), []record.Range{inRange(0, 0, 25)}); !errors.Is(err, offsets.ErrConflict) {
+	if err := on(b, job).LogPlan(ctx, eB, mustBatchID(t, b, job), []record.Range{inRange(0, 0, 25)}); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("a new plan over a pending range = %v, want ErrConflict", err)
 	}
 	var ranges []record.Range
@@ -282,10 +288,10 @@ func TestRedisPendingRangesAfterMemberDies(t *testing.T) {
 	before := snapshot(t, b, job)
 	mustFold(t, b, job, eB, id, ranges, 0)
 	sameSnapshot(t, "a second fold", before, snapshot(t, b, job))
-	if pend, err := b.PendingRanges(ctx, job, "in", []int32{0, 1, 2, 3}); err != nil || len(pend) != 0 {
+	if pend, err := on(b, job).PendingRanges(ctx, "in", []int32{0, 1, 2, 3}); err != nil || len(pend) != 0 {
 		t.Fatalf("PendingRanges after the fold = %v, %v; want none", pend, err)
 	}
-	if keys := b.Client().Keys(ctx, redisKey(job, "contrib", "*")).Val(); len(keys) != 0 {
+	if keys := b.Client().Keys(ctx, job.keys.key("contrib", "*")).Val(); len(keys) != 0 {
 		t.Fatalf("contributions left: %v", keys)
 	}
 	wantOffsets(t, b, job, map[int32]int64{0: 20, 1: 30, 2: 7, 3: 0})
@@ -301,7 +307,7 @@ func TestRedisLogPlanDeterminismGuard(t *testing.T) {
 	mustLogPlan(t, w, job, e, 1, []record.Range{inRange(0, 0, 10)})
 	before := snapshot(t, w, job)
 	for _, r := range []record.Range{inRange(0, 0, 15), inRange(0, 0, 5), inRange(0, 10, 20)} {
-		if err := w.LogPlan(ctx, job, e, 2, []record.Range{inRange(1, 0, 3), r}); !errors.Is(err, offsets.ErrConflict) {
+		if err := job.LogPlan(ctx, e, 2, []record.Range{inRange(1, 0, 3), r}); !errors.Is(err, offsets.ErrConflict) {
 			t.Fatalf("LogPlan of %v over the pending 0-10 = %v, want ErrConflict", r, err)
 		}
 	}
@@ -314,7 +320,7 @@ func TestRedisLogPlanDeterminismGuard(t *testing.T) {
 	mustFold(t, w, job, e, 1, []record.Range{inRange(0, 0, 10)}, 1)
 	// Folded, the partition takes its next range, from the folded To.
 	mustLogPlan(t, w, job, e, 4, []record.Range{inRange(0, 10, 25)})
-	if err := w.LogPlan(ctx, job, e, 5, []record.Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrConflict) {
+	if err := job.LogPlan(ctx, e, 5, []record.Range{inRange(0, 10, 30)}); !errors.Is(err, offsets.ErrConflict) {
 		t.Fatalf("LogPlan over the pending 10-25 = %v, want ErrConflict", err)
 	}
 }
@@ -323,7 +329,7 @@ func TestRedisNextBatchID(t *testing.T) {
 	w := openRedisSink(t)
 	ctx := t.Context()
 	job := groupJob(t, w, 1)
-	e, err := w.Claim(ctx, job)
+	e, err := job.Claim(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +360,7 @@ func TestRedisNextBatchID(t *testing.T) {
 		p := openRedisSink(t)
 		wg.Go(func() {
 			for range each {
-				id, err := p.NextBatchID(ctx, job)
+				id, err := on(p, job).NextBatchID(ctx)
 				if err != nil {
 					t.Error(err)
 					return

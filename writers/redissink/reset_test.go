@@ -1,4 +1,4 @@
-package writers
+package redissink
 
 import (
 	"errors"
@@ -9,6 +9,33 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
 )
+
+// wantResetState checks what a reset to epoch newEpoch leaves besides the
+// offsets: the pending range's contribution and every logged range gone,
+// the new epoch the job's and the partitions'.
+func wantResetState(t *testing.T, w *Sink, job *Job, pending record.Range, newEpoch int64) {
+	t.Helper()
+	ctx := t.Context()
+	c := w.Client()
+	if n := c.Exists(ctx, job.keys.contrib(pending)).Val(); n != 0 {
+		t.Fatal("the pending range's contribution survived the reset")
+	}
+	if n := c.HLen(ctx, job.keys.planParts()).Val(); n != 0 {
+		t.Fatalf("plan:parts has %d entries after the reset, want 0", n)
+	}
+	if e := c.Get(ctx, job.keys.epoch()).Val(); e != fmt.Sprint(newEpoch) {
+		t.Fatalf("job epoch = %s, want %d", e, newEpoch)
+	}
+	after, err := job.Positions(ctx, "in")
+	if err != nil || len(after) != 3 {
+		t.Fatalf("Positions after reset = %v, %v; want 3 partitions", after, err)
+	}
+	for p, got := range after {
+		if got.Epoch != newEpoch || got.Logged != nil {
+			t.Fatalf("partition %d after reset: %+v, want epoch %d and no logged range", p, got, newEpoch)
+		}
+	}
+}
 
 // TestRedisResetOffsets resets a job with a folded batch on two partitions
 // and a logged, written, but not folded range on one of them, then checks
@@ -27,12 +54,12 @@ func TestRedisResetOffsets(t *testing.T) {
 	}
 	mustFold(t, w, job, epoch, 1, ranges, 2)
 	pending := record.Range{Topic: "in", Partition: 0, From: 100, To: 150}
-	if err := w.LogPlan(ctx, job, epoch, 2, []record.Range{pending}); err != nil {
+	if err := job.LogPlan(ctx, epoch, 2, []record.Range{pending}); err != nil {
 		t.Fatal(err)
 	}
 	mustWrite(t, w, job, epoch, pending, one(pending), nil)
 
-	pos, err := w.Positions(ctx, job, "in")
+	pos, err := job.Positions(ctx, "in")
 	if err != nil {
 		t.Fatalf("Positions: %v", err)
 	}
@@ -45,7 +72,7 @@ func TestRedisResetOffsets(t *testing.T) {
 
 	// Partition 1 goes back to 0, the From of its folded range: without the
 	// plan entry dropped, the next run would take it for a pending range.
-	newEpoch, changes, err := w.ResetOffsets(ctx, job, "in", map[int32]int64{1: 0, 0: 20, 2: 5})
+	newEpoch, changes, err := job.ResetOffsets(ctx, "in", map[int32]int64{1: 0, 0: 20, 2: 5})
 	if err != nil {
 		t.Fatalf("ResetOffsets: %v", err)
 	}
@@ -58,48 +85,30 @@ func TestRedisResetOffsets(t *testing.T) {
 	}
 	wantOffsets(t, w, job, map[int32]int64{0: 20, 1: 0, 2: 5})
 	wantTotals(t, w, job, map[string]total{"k": {200, 400}})
-	c := w.Client()
-	if n := c.Exists(ctx, redisContribKey(job, pending)).Val(); n != 0 {
-		t.Fatal("the pending range's contribution survived the reset")
-	}
-	if n := c.HLen(ctx, redisPlanPartsKey(job)).Val(); n != 0 {
-		t.Fatalf("plan:parts has %d entries after the reset, want 0", n)
-	}
-	if e := c.Get(ctx, redisEpochKey(job)).Val(); e != fmt.Sprint(newEpoch) {
-		t.Fatalf("job epoch = %s, want %d", e, newEpoch)
-	}
-	after, err := w.Positions(ctx, job, "in")
-	if err != nil || len(after) != 3 {
-		t.Fatalf("Positions after reset = %v, %v; want 3 partitions", after, err)
-	}
-	for p, got := range after {
-		if got.Epoch != newEpoch || got.Logged != nil {
-			t.Fatalf("partition %d after reset: %+v, want epoch %d and no logged range", p, got, newEpoch)
-		}
-	}
+	wantResetState(t, w, job, pending, newEpoch)
 
 	// The old run is fenced on the reset partitions.
-	if _, err := w.Fold(ctx, job, epoch, 2, []record.Range{pending}); !errors.Is(err, offsets.ErrFenced) {
+	if _, err := job.Fold(ctx, epoch, 2, []record.Range{pending}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("old run's Fold after reset = %v, want ErrFenced", err)
 	}
-	if err := w.LogPlan(ctx, job, epoch, 3, []record.Range{{Topic: "in", Partition: 1, From: 0, To: 10}}); !errors.Is(err, offsets.ErrFenced) {
+	if err := job.LogPlan(ctx, epoch, 3, []record.Range{{Topic: "in", Partition: 1, From: 0, To: 10}}); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("old run's LogPlan after reset = %v, want ErrFenced", err)
 	}
 
 	// A new run: claim, nothing pending, plan from the reset offsets, fold.
-	runEpoch, err := w.ClaimPartitions(ctx, job, "in", []int32{0, 1, 2}, 1)
+	runEpoch, err := job.ClaimPartitions(ctx, "in", []int32{0, 1, 2}, 1)
 	if err != nil || runEpoch <= newEpoch {
 		t.Fatalf("ClaimPartitions = %d, %v; want > %d", runEpoch, err, newEpoch)
 	}
-	if pend, err := w.PendingRanges(ctx, job, "in", []int32{0, 1, 2}); err != nil || len(pend) != 0 {
+	if pend, err := job.PendingRanges(ctx, "in", []int32{0, 1, 2}); err != nil || len(pend) != 0 {
 		t.Fatalf("PendingRanges after reset = %v, %v; want none", pend, err)
 	}
-	id, err := w.NextBatchID(ctx, job)
+	id, err := job.NextBatchID(ctx)
 	if err != nil || id <= 2 {
 		t.Fatalf("NextBatchID = %d, %v; want > 2", id, err)
 	}
 	next := []record.Range{{Topic: "in", Partition: 0, From: 20, To: 150}, {Topic: "in", Partition: 1, From: 0, To: 100}, {Topic: "in", Partition: 2, From: 5, To: 6}}
-	if err := w.LogPlan(ctx, job, runEpoch, id, next); err != nil {
+	if err := job.LogPlan(ctx, runEpoch, id, next); err != nil {
 		t.Fatalf("LogPlan after reset: %v", err)
 	}
 	for _, r := range next {
@@ -109,7 +118,7 @@ func TestRedisResetOffsets(t *testing.T) {
 	wantOffsets(t, w, job, map[int32]int64{0: 150, 1: 100, 2: 6})
 	wantTotals(t, w, job, map[string]total{"k": {200 + 130 + 100 + 1, 2 * (200 + 130 + 100 + 1)}})
 
-	if _, _, err := w.ResetOffsets(ctx, job, "in", map[int32]int64{0: -1}); err == nil {
+	if _, _, err := job.ResetOffsets(ctx, "in", map[int32]int64{0: -1}); err == nil {
 		t.Fatal("ResetOffsets to -1 succeeded")
 	}
 }

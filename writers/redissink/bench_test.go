@@ -1,4 +1,4 @@
-package writers
+package redissink
 
 import (
 	"fmt"
@@ -11,19 +11,22 @@ import (
 // BenchmarkRedisFold folds a batch of 4 ranges of 1,000 keys each into
 // totals that exist: the script's time, during which it holds Redis.
 func BenchmarkRedisFold(b *testing.B) {
-	w, err := OpenRedis(b.Context(), testutil.NeedServer(b, testutil.EnvRedis))
+	w, err := Open(b.Context(), testutil.NeedServer(b, testutil.EnvRedis))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	job := fmt.Sprintf("bench-fold-%d", b.N)
+	job, err := w.Job(fmt.Sprintf("bench-fold-%d", b.N))
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := b.Context()
 	defer func() {
-		if keys, _ := w.Client().Keys(ctx, "mb:{"+job+"}:*").Result(); len(keys) > 0 {
+		if keys, _ := w.Client().Keys(ctx, "mb:{"+job.Name()+"}:*").Result(); len(keys) > 0 {
 			w.Client().Del(ctx, keys...)
 		}
 	}()
-	epoch, err := w.Claim(ctx, job)
+	epoch, err := job.Claim(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,7 +35,7 @@ func BenchmarkRedisFold(b *testing.B) {
 	for p := range parts {
 		start[int32(p)] = 0
 	}
-	if err := w.InitOffsets(ctx, job, "in", start); err != nil {
+	if err := job.InitOffsets(ctx, "in", start); err != nil {
 		b.Fatal(err)
 	}
 	totals := make([]Total, keys)
@@ -44,17 +47,17 @@ func BenchmarkRedisFold(b *testing.B) {
 		for p := range ranges {
 			ranges[p] = record.Range{Topic: "in", Partition: int32(p), From: (id - 1) * 10, To: id * 10}
 		}
-		if err := w.LogPlan(ctx, job, epoch, id, ranges); err != nil {
+		if err := job.LogPlan(ctx, epoch, id, ranges); err != nil {
 			b.Fatal(err)
 		}
 		for _, r := range ranges {
-			if err := w.WriteContribution(ctx, job, epoch, r, totals, nil); err != nil {
+			if err := job.WriteContribution(ctx, epoch, r, totals, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
 		return ranges
 	}
-	if _, err := w.Fold(ctx, job, epoch, 1, batch(1)); err != nil { // the totals exist from here on
+	if _, err := job.Fold(ctx, epoch, 1, batch(1)); err != nil { // the totals exist from here on
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -63,7 +66,7 @@ func BenchmarkRedisFold(b *testing.B) {
 		id := int64(i) + 2
 		ranges := batch(id)
 		b.StartTimer()
-		if n, err := w.Fold(ctx, job, epoch, id, ranges); err != nil || n != parts {
+		if n, err := job.Fold(ctx, epoch, id, ranges); err != nil || n != parts {
 			b.Fatalf("Fold = %d, %v", n, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package writers
+package redissink
 
 import (
 	"errors"
@@ -10,26 +10,29 @@ import (
 
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // The rows of a user-defined job (WriteRowsContribution, FoldRows): the
 // same protocol as the built-in totals, into hashes per value column.
 
 var (
-	rowsAdd     = Upsert{Table: "per_key", Keys: []string{"k"}, Values: []string{"n", "total"}, Merge: MergeAdd}
-	rowsReplace = Upsert{Table: "last_seen", Keys: []string{"region", "k"}, Values: []string{"at"}, Merge: MergeReplace}
+	rowsAdd     = writers.Upsert{Table: "per_key", Keys: []string{"k"}, Values: []string{"n", "total"}, Merge: writers.MergeAdd}
+	rowsReplace = writers.Upsert{Table: "last_seen", Keys: []string{"region", "k"}, Values: []string{"at"}, Merge: writers.MergeReplace}
 )
 
-func mustWriteRows(t *testing.T, w *Redis, job string, epoch int64, r record.Range, u Upsert, rows [][]any, dls []record.DeadLetter) {
+func mustWriteRows(t *testing.T, w *Sink, job *Job, epoch int64, r record.Range, u writers.Upsert, rows [][]any, dls []record.DeadLetter) {
 	t.Helper()
-	if err := w.WriteRowsContribution(t.Context(), job, epoch, r, u, rows, dls); err != nil {
+	job = on(w, job)
+	if err := job.WriteRowsContribution(t.Context(), epoch, r, u, rows, dls); err != nil {
 		t.Fatalf("WriteRowsContribution %v: %v", r, err)
 	}
 }
 
-func mustFoldRows(t *testing.T, w *Redis, job string, epoch, batch int64, ranges []record.Range, u Upsert, want int) {
+func mustFoldRows(t *testing.T, w *Sink, job *Job, epoch, batch int64, ranges []record.Range, u writers.Upsert, want int) {
 	t.Helper()
-	n, err := w.FoldRows(t.Context(), job, epoch, batch, ranges, u)
+	job = on(w, job)
+	n, err := job.FoldRows(t.Context(), epoch, batch, ranges, u)
 	if err != nil {
 		t.Fatalf("FoldRows: %v", err)
 	}
@@ -38,9 +41,10 @@ func mustFoldRows(t *testing.T, w *Redis, job string, epoch, batch int64, ranges
 	}
 }
 
-func wantRows(t *testing.T, w *Redis, job, table, column string, want map[string]string) {
+func wantRows(t *testing.T, w *Sink, job *Job, table, column string, want map[string]string) {
 	t.Helper()
-	got, err := w.Rows(t.Context(), job, table, column)
+	job = on(w, job)
+	got, err := job.Rows(t.Context(), table, column)
 	if err != nil {
 		t.Fatalf("Rows(%s, %s): %v", table, column, err)
 	}
@@ -71,19 +75,19 @@ func TestRedisRowField(t *testing.T) {
 		{[]any{"a", "1:b"}, "1:a3:1:b"},
 		{[]any{"", 7}, "0:1:7"},
 	} {
-		got, err := RedisRowField(c.keys)
+		got, err := RowField(c.keys)
 		if err != nil || got != c.want {
-			t.Errorf("RedisRowField(%v) = %q, %v; want %q", c.keys, got, err, c.want)
+			t.Errorf("RowField(%v) = %q, %v; want %q", c.keys, got, err, c.want)
 		}
 	}
 	for _, bad := range [][]any{nil, {nil}, {"a", nil}, {struct{}{}}, {[]int{1}}} {
-		if got, err := RedisRowField(bad); !errors.Is(err, ErrRedisValue) {
-			t.Errorf("RedisRowField(%v) = %q, %v; want ErrRedisValue", bad, got, err)
+		if got, err := RowField(bad); !errors.Is(err, ErrValue) {
+			t.Errorf("RowField(%v) = %q, %v; want ErrValue", bad, got, err)
 		}
 	}
 }
 
-// Rows with MergeAdd: summed per key in the contribution and into the hash
+// Rows with writers.MergeAdd: summed per key in the contribution and into the hash
 // by the fold, with the dead letters and the offsets in the same step; a
 // contribution written again replaces the first, a second fold adds
 // nothing, a fenced epoch writes and folds nothing.
@@ -103,7 +107,7 @@ func TestRedisRowsFold(t *testing.T) {
 		[]record.DeadLetter{{Topic: "in", Partition: 0, Offset: 4, Reason: "no key", Payload: []byte("{}")}})
 	mustWriteRows(t, w, job, epoch, ranges[1], rowsAdd, [][]any{{"x", uint8(1), int32(100)}, {"z", 2, 0}}, nil)
 	wantRows(t, w, job, "per_key", "n", nil) // nothing visible before the fold
-	if n, _ := w.DeadLetterCount(ctx, job); n != 0 {
+	if n, _ := job.DeadLetterCount(ctx); n != 0 {
 		t.Fatalf("%d dead letters visible before the fold", n)
 	}
 	wantOffsets(t, w, job, map[int32]int64{0: 0, 1: 0})
@@ -112,14 +116,14 @@ func TestRedisRowsFold(t *testing.T) {
 	wantRows(t, w, job, "per_key", "n", map[string]string{"x": "3", "y": "1", "z": "2"})
 	wantRows(t, w, job, "per_key", "total", map[string]string{"x": "107", "y": "5", "z": "0"})
 	wantOffsets(t, w, job, map[int32]int64{0: 10, 1: 10})
-	if n, err := w.DeadLetterCount(ctx, job); err != nil || n != 1 {
+	if n, err := job.DeadLetterCount(ctx); err != nil || n != 1 {
 		t.Fatalf("DeadLetterCount = %d, %v; want 1", n, err)
 	}
-	if keys, _ := w.Client().Keys(ctx, "mb:{"+job+"}:contrib:*").Result(); len(keys) != 0 {
+	if keys, _ := w.Client().Keys(ctx, "mb:{"+job.Name()+"}:contrib:*").Result(); len(keys) != 0 {
 		t.Fatalf("contributions left after the fold: %v", keys)
 	}
 	wantTotals(t, w, job, nil)
-	if _, ok := before[RedisEventsKey(job)]; ok {
+	if _, ok := before[EventsKey(job.Name())]; ok {
 		t.Fatal("the test expects no built-in totals")
 	}
 
@@ -131,19 +135,19 @@ func TestRedisRowsFold(t *testing.T) {
 
 	// The next batch adds to what is there.
 	next := []record.Range{{Topic: "in", Partition: 0, From: 10, To: 20}}
-	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
+	if err := job.LogPlan(ctx, epoch, 2, next); err != nil {
 		t.Fatal(err)
 	}
 	mustWriteRows(t, w, job, epoch, next[0], rowsAdd, [][]any{{"x", 1, 1}, {"new", 1, 1}}, nil)
 	// Another instance takes over: the old one neither writes nor folds.
-	if _, err := w.Claim(ctx, job); err != nil {
+	if _, err := job.Claim(ctx); err != nil {
 		t.Fatal(err)
 	}
 	before = snapshot(t, w, job)
-	if err := w.WriteRowsContribution(ctx, job, epoch, next[0], rowsAdd, [][]any{{"zombie", 1, 1}}, nil); !errors.Is(err, offsets.ErrFenced) {
+	if err := job.WriteRowsContribution(ctx, epoch, next[0], rowsAdd, [][]any{{"zombie", 1, 1}}, nil); !errors.Is(err, offsets.ErrFenced) {
 		t.Fatalf("WriteRowsContribution with a stale epoch = %v, want ErrFenced", err)
 	}
-	if _, err := w.FoldRows(ctx, job, epoch, 2, next, rowsAdd); !errors.Is(err, offsets.ErrFenced) || IsRedisRetryable(err) {
+	if _, err := job.FoldRows(ctx, epoch, 2, next, rowsAdd); !errors.Is(err, offsets.ErrFenced) || IsRetryable(err) {
 		t.Fatalf("FoldRows with a stale epoch = %v, want ErrFenced, not retryable", err)
 	}
 	sameSnapshot(t, "a fenced write and fold", before, snapshot(t, w, job))
@@ -160,32 +164,32 @@ func TestRedisRowsFoldRefusalsChangeNothing(t *testing.T) {
 	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"a", 1, 1}}, nil)
 	mustWriteRows(t, w, job, epoch, ranges[1], rowsAdd, [][]any{{"b", 1, int64(1 << 40)}}, nil)
 	before := snapshot(t, w, job)
-	if _, err := w.Fold(ctx, job, epoch, 1, ranges); !errors.Is(err, offsets.ErrConflict) || !strings.Contains(err.Error(), "FoldRows") {
+	if _, err := job.Fold(ctx, epoch, 1, ranges); !errors.Is(err, offsets.ErrConflict) || !strings.Contains(err.Error(), "FoldRows") {
 		t.Fatalf("Fold of rows contributions = %v, want ErrConflict pointing to FoldRows", err)
 	}
-	other := Upsert{Table: "per_key", Keys: []string{"k"}, Values: []string{"n"}, Merge: MergeAdd}
-	if _, err := w.FoldRows(ctx, job, epoch, 1, ranges, other); !errors.Is(err, offsets.ErrConflict) || !strings.Contains(err.Error(), "per_key:total") {
+	other := writers.Upsert{Table: "per_key", Keys: []string{"k"}, Values: []string{"n"}, Merge: writers.MergeAdd}
+	if _, err := job.FoldRows(ctx, epoch, 1, ranges, other); !errors.Is(err, offsets.ErrConflict) || !strings.Contains(err.Error(), "per_key:total") {
 		t.Fatalf("FoldRows without the total column = %v, want ErrConflict naming per_key:total", err)
 	}
 	sameSnapshot(t, "folds without the contributions' hashes", before, snapshot(t, w, job))
 
-	if err := w.Client().HSet(ctx, RedisRowsKey(job, "per_key", "total"), "b", "text").Err(); err != nil {
+	if err := w.Client().HSet(ctx, RowsKey(job.Name(), "per_key", "total"), "b", "text").Err(); err != nil {
 		t.Fatal(err)
 	}
 	before = snapshot(t, w, job)
-	if _, err := w.FoldRows(ctx, job, epoch, 1, ranges, rowsAdd); err == nil || !strings.Contains(err.Error(), "not an integer") {
+	if _, err := job.FoldRows(ctx, epoch, 1, ranges, rowsAdd); err == nil || !strings.Contains(err.Error(), "not an integer") {
 		t.Fatalf("FoldRows into a text field = %v, want a not-an-integer error", err)
 	}
 	sameSnapshot(t, "a fold into a text field", before, snapshot(t, w, job))
 
-	if err := w.Client().HDel(ctx, RedisRowsKey(job, "per_key", "total"), "b").Err(); err != nil {
+	if err := w.Client().HDel(ctx, RowsKey(job.Name(), "per_key", "total"), "b").Err(); err != nil {
 		t.Fatal(err)
 	}
 	mustFoldRows(t, w, job, epoch, 1, ranges, rowsAdd, 2)
 	wantRows(t, w, job, "per_key", "total", map[string]string{"a": "1", "b": "1099511627776"})
 }
 
-// MergeAdd sums are exact past int64: rows of one key in a contribution,
+// writers.MergeAdd sums are exact past int64: rows of one key in a contribution,
 // and a stored sum near the bound.
 func TestRedisRowsPastInt64(t *testing.T) {
 	w := openRedisSink(t)
@@ -194,7 +198,7 @@ func TestRedisRowsPastInt64(t *testing.T) {
 	epoch, ranges := jobSetup(t, w, job, 2, 10)
 	mustWriteRows(t, w, job, epoch, ranges[0], rowsAdd, [][]any{{"a", 1, int64(math.MaxInt64)}, {"a", 1, int64(math.MaxInt64)}}, nil)
 	mustWriteRows(t, w, job, epoch, ranges[1], rowsAdd, [][]any{{"b", 1, int64(1 << 40)}, {"c", 1, int64(math.MinInt64)}}, nil)
-	if err := w.Client().HSet(ctx, RedisRowsKey(job, "per_key", "total"), "b", int64(math.MaxInt64)-(1<<30), "c", int64(-1)).Err(); err != nil {
+	if err := w.Client().HSet(ctx, RowsKey(job.Name(), "per_key", "total"), "b", int64(math.MaxInt64)-(1<<30), "c", int64(-1)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	mustFoldRows(t, w, job, epoch, 1, ranges, rowsAdd, 2)
@@ -206,7 +210,7 @@ func TestRedisRowsPastInt64(t *testing.T) {
 	wantRows(t, w, job, "per_key", "n", map[string]string{"a": "2", "b": "1", "c": "1"})
 }
 
-// MergeReplace: the fold sets the values' text; of rows with the same key
+// writers.MergeReplace: the fold sets the values' text; of rows with the same key
 // in one contribution the last wins, and a later batch replaces.
 func TestRedisRowsReplace(t *testing.T) {
 	w := openRedisSink(t)
@@ -222,7 +226,7 @@ func TestRedisRowsReplace(t *testing.T) {
 		"2:eu2:k1": "2026-11-30T12:01:00Z", "2:us2:k1": "text", "2:eu2:k2": "2.5",
 	})
 	next := []record.Range{{Topic: "in", Partition: 0, From: 10, To: 12}}
-	if err := w.LogPlan(ctx, job, epoch, 2, next); err != nil {
+	if err := job.LogPlan(ctx, epoch, 2, next); err != nil {
 		t.Fatal(err)
 	}
 	mustWriteRows(t, w, job, epoch, next[0], rowsReplace, [][]any{{"eu", "k1", "later"}}, nil)
@@ -234,7 +238,7 @@ func TestRedisRowsReplace(t *testing.T) {
 }
 
 // Rows that can't be stored are refused before anything is written, with
-// an ErrRedisValue naming the column.
+// an ErrValue naming the column.
 func TestRedisRowsBadValues(t *testing.T) {
 	w := openRedisSink(t)
 	job := redisJob(t, w)
@@ -243,7 +247,7 @@ func TestRedisRowsBadValues(t *testing.T) {
 	before := snapshot(t, w, job)
 	for _, c := range []struct {
 		name string
-		u    Upsert
+		u    writers.Upsert
 		rows [][]any
 		want string
 	}{
@@ -255,13 +259,13 @@ func TestRedisRowsBadValues(t *testing.T) {
 		{"nil key", rowsAdd, [][]any{{nil, 1, 1}}, "key value"},
 		{"short row", rowsAdd, [][]any{{"a", 1}}, "want 3"},
 	} {
-		err := w.WriteRowsContribution(ctx, job, epoch, ranges[0], c.u, c.rows, nil)
-		if !errors.Is(err, ErrRedisValue) || !strings.Contains(err.Error(), c.want) || IsRedisRetryable(err) {
-			t.Errorf("%s: WriteRowsContribution = %v, want a non-retryable ErrRedisValue mentioning %q", c.name, err, c.want)
+		err := job.WriteRowsContribution(ctx, epoch, ranges[0], c.u, c.rows, nil)
+		if !errors.Is(err, ErrValue) || !strings.Contains(err.Error(), c.want) || IsRetryable(err) {
+			t.Errorf("%s: WriteRowsContribution = %v, want a non-retryable ErrValue mentioning %q", c.name, err, c.want)
 		}
 	}
 	sameSnapshot(t, "refused rows", before, snapshot(t, w, job))
-	if err := w.WriteRowsContribution(ctx, job, epoch, ranges[0], Upsert{Table: "t; drop", Keys: []string{"k"}, Values: []string{"v"}}, nil, nil); !errors.Is(err, ErrBadIdentifier) {
-		t.Errorf("a bad table name = %v, want ErrBadIdentifier", err)
+	if err := job.WriteRowsContribution(ctx, epoch, ranges[0], writers.Upsert{Table: "t; drop", Keys: []string{"k"}, Values: []string{"v"}}, nil, nil); !errors.Is(err, writers.ErrBadIdentifier) {
+		t.Errorf("a bad table name = %v, want writers.ErrBadIdentifier", err)
 	}
 }
