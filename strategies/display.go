@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -17,10 +18,10 @@ func SinkDisplay(dsn string) string {
 		if err != nil {
 			break
 		}
-		if spec.kind == "kafka" {
-			return fmt.Sprintf("kafka://%s/%s", strings.Join(spec.brokers, ","), spec.topic)
+		if spec.Kind == checkpoint.SinkKafka {
+			return fmt.Sprintf("kafka://%s/%s", strings.Join(spec.Brokers, ","), spec.Topic)
 		}
-		return "file://" + spec.dir
+		return "file://" + spec.Dir
 	case isRedisDSN(dsn):
 		if _, display, err := writers.ParseRedisDSN(dsn); err == nil {
 			return display
