@@ -128,6 +128,21 @@ type Config struct {
 	CrashPoint func(point string)
 }
 
+// defaultConnectTimeout is Config.ConnectTimeout's default, as
+// strategies.DefaultConnectTimeout.
+const defaultConnectTimeout = 30 * time.Second
+
+// setDefaults fills what Run needs and may be left zero: the logger and
+// the connect timeout. Every other setting is the caller's (Validate).
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = defaultConnectTimeout
+	}
+}
+
 // Validate checks the settings of checkpoint mode; each error wraps
 // ErrConfig and names the setting at fault.
 func (c Config) Validate() error {

@@ -32,8 +32,9 @@ const (
 // Run runs checkpoint mode, reading src, until ctx is cancelled (a final
 // checkpoint is taken and committed first), until idle for UntilIdle, or
 // until it fails. A failed attempt restarts in-process from the latest
-// complete checkpoint. cfg must be valid (Validate) and its Logger set.
+// complete checkpoint. cfg must be valid (Validate).
 func Run(ctx context.Context, cfg Config, src *batch.KafkaSource) (Result, error) {
+	cfg.setDefaults()
 	spec, err := ParseSink(cfg.Sink, cfg.SinkMode)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrConfig, err)
