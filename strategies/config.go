@@ -71,8 +71,6 @@ const (
 	// assigned this process its partitions; none is claimed yet. A process
 	// that dies here is a member that died in the middle of its join.
 	CrashAfterJoin = "after-join"
-
-	// Checkpoint mode: see checkpoint.go.
 )
 
 // CrashPoints lists the crash points of the micro-batch strategies.

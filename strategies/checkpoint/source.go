@@ -30,10 +30,10 @@ const chunkDeadBytes = 256 << 10
 // routed by key before it.
 const transformTarget = 0
 
-// source is one partition's source task: it reads the partition from the
+// sourceTask is one partition's source: it reads the partition from the
 // checkpoint's offset on, routes each record to the operator owning its
 // key, and turns barrier requests into acks and barriers downstream.
-type source struct {
+type sourceTask struct {
 	p    *pipeline
 	idx  int // in p.parts
 	part int32
@@ -48,12 +48,12 @@ type source struct {
 // source runs partition part's source task.
 func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 	nOps := len(p.toOp)
-	s := &source{p: p, idx: idx, part: part, next: p.chk.Offsets[part],
+	s := &sourceTask{p: p, idx: idx, part: part, next: p.chk.Offsets[part],
 		bufs: make([][]output, nOps), deadBytes: make([]int, nOps)}
 	return s.run(ctx)
 }
 
-func (s *source) run(ctx context.Context) error {
+func (s *sourceTask) run(ctx context.Context) error {
 	readFails := 0
 	for {
 		end := (*s.p.bounds.Load())[s.part].End
@@ -84,7 +84,7 @@ func (s *source) run(ctx context.Context) error {
 }
 
 // wait, caught up, for a barrier request or new records.
-func (s *source) wait(ctx context.Context) error {
+func (s *sourceTask) wait(ctx context.Context) error {
 	select {
 	case n := <-s.p.barriers[s.idx]:
 		return s.barrier(ctx, n)
@@ -96,7 +96,7 @@ func (s *source) wait(ctx context.Context) error {
 }
 
 // emit routes one record, and takes a barrier request that came.
-func (s *source) emit(ctx context.Context, rec *batch.Record) error {
+func (s *sourceTask) emit(ctx context.Context, rec *batch.Record) error {
 	o, target := s.route(rec)
 	s.records++
 	s.next = rec.Offset + 1
@@ -120,7 +120,7 @@ func (s *source) emit(ctx context.Context, rec *batch.Record) error {
 // route decodes rec into what goes downstream, and the operator it goes
 // to: the key's owner; a Transform's values all to transformTarget; a
 // dead letter to the partition's operator.
-func (s *source) route(rec *batch.Record) (output, int) {
+func (s *sourceTask) route(rec *batch.Record) (output, int) {
 	cfg := s.p.r.cfg
 	nOps := len(s.p.toOp)
 	var derr error
@@ -140,7 +140,7 @@ func (s *source) route(rec *batch.Record) (output, int) {
 }
 
 // send passes operator o's buffered records on.
-func (s *source) send(ctx context.Context, o int) error {
+func (s *sourceTask) send(ctx context.Context, o int) error {
 	if len(s.bufs[o]) == 0 {
 		return nil
 	}
@@ -154,7 +154,7 @@ func (s *source) send(ctx context.Context, o int) error {
 }
 
 // flush passes every operator's buffered records on.
-func (s *source) flush(ctx context.Context) error {
+func (s *sourceTask) flush(ctx context.Context) error {
 	for o := range s.bufs {
 		if err := s.send(ctx, o); err != nil {
 			return err
@@ -165,7 +165,7 @@ func (s *source) flush(ctx context.Context) error {
 
 // barrier acks barrier n with the offset to resume at, after everything
 // read before it, and forwards it to every operator.
-func (s *source) barrier(ctx context.Context, n int64) error {
+func (s *sourceTask) barrier(ctx context.Context, n int64) error {
 	if err := s.flush(ctx); err != nil {
 		return err
 	}
