@@ -21,11 +21,11 @@ import (
 // Checkpoint mode with totals past int64 (issue #14, item 5): the keyed
 // state's running totals, the output records and mb_totals stay exact.
 
-// ckptOverflowEvents are n events from id first on, as produceRaw places
+// overflowEvents are n events from id first on, as produceRaw places
 // them (record i on partition i % testPartitions): "hot" (+10^12) only on
 // partition 0 and "cold" (-10^12) only on partition 1, so that each key's
 // events reach the operator in id order; small keys on the others.
-func ckptOverflowEvents(first, n int64) (values []string, evs []event.Event) {
+func overflowEvents(first, n int64) (values []string, evs []event.Event) {
 	for i := range n {
 		id := first + i
 		ev := event.Event{ID: id, TS: 1_764_489_600_000 + id}
@@ -43,7 +43,7 @@ func ckptOverflowEvents(first, n int64) (values []string, evs []event.Event) {
 	return values, evs
 }
 
-var ckptSeeds = map[string][2]int64{"hot": {3, math.MaxInt64 - 100}, "cold": {2, math.MinInt64 + 100}}
+var overflowSeeds = map[string][2]int64{"hot": {3, math.MaxInt64 - 100}, "cold": {2, math.MinInt64 + 100}}
 
 func checkpointConfig(t *testing.T, brokers []string, topic, job, sink, mode, stateDir string) strategies.Config {
 	cfg := baseConfig(t, brokers, topic, job, sink)
@@ -70,7 +70,7 @@ func TestCheckpointOutputsPastInt64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(map[string]any{"subtasks": 1, "state": ckptSeeds, "pending": nil})
+	data, _ := json.Marshal(map[string]any{"subtasks": 1, "state": overflowSeeds, "pending": nil})
 	if err := store.Save(t.Context(), &offsets.Checkpoint{Job: job, ID: time.Now().UnixMilli(), Topic: topic,
 		Offsets: map[int32]int64{}, Data: data, Time: time.Now()}); err != nil {
 		t.Fatal(err)
@@ -83,13 +83,13 @@ func TestCheckpointOutputsPastInt64(t *testing.T) {
 		total *big.Int
 	}
 	keys := map[string]*running{}
-	for k, s := range ckptSeeds {
+	for k, s := range overflowSeeds {
 		keys[k] = &running{s[0], big.NewInt(s[1])}
 	}
 	want := map[int64][2]string{}
 	var produced int64
 	step := func(n int64) {
-		values, evs := ckptOverflowEvents(produced, n)
+		values, evs := overflowEvents(produced, n)
 		produced += n
 		produceRaw(t, brokers, topic, values) // record i of the call on partition i % testPartitions: ids keep it
 		for _, ev := range evs {
@@ -172,7 +172,7 @@ func TestCheckpointMbTotalsPastInt64(t *testing.T) {
 			seeds := [][]any{}
 			want := map[string]*big.Int{}
 			events := map[string]int64{}
-			for k, s := range ckptSeeds {
+			for k, s := range overflowSeeds {
 				seeds = append(seeds, []any{job, k, s[0], s[1]})
 				want[k], events[k] = big.NewInt(s[1]), s[0]
 			}
@@ -186,7 +186,7 @@ func TestCheckpointMbTotalsPastInt64(t *testing.T) {
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			values, evs := ckptOverflowEvents(0, 400)
+			values, evs := overflowEvents(0, 400)
 			produceRaw(t, brokers, topic, values)
 			for _, ev := range evs {
 				k := string(ev.Key)

@@ -71,12 +71,6 @@ const (
 	// assigned this process its partitions; none is claimed yet. A process
 	// that dies here is a member that died in the middle of its join.
 	CrashAfterJoin = "after-join"
-
-	// Checkpoint mode.
-	CrashAfterBarrier                = "after-barrier"                  // a source forwarded barrier n
-	CrashAfterPrecommit              = "after-precommit"                // a sink pre-committed, not yet acked
-	CrashAfterCheckpointBeforeCommit = "after-checkpoint-before-commit" // checkpoint saved, no sink told to commit
-	CrashMidCommit                   = "mid-commit"                     // a sink committed, others may not have
 )
 
 // CrashPoints lists the crash points of the micro-batch strategies.
@@ -84,9 +78,6 @@ var CrashPoints = []string{CrashAfterPlan, CrashMidWrite, CrashAfterWriteBeforeO
 
 // GroupCrashPoints lists the crash points of the consumer group.
 var GroupCrashPoints = []string{CrashAfterJoin}
-
-// CheckpointCrashPoints lists the crash points of checkpoint mode.
-var CheckpointCrashPoints = []string{CrashAfterBarrier, CrashAfterPrecommit, CrashAfterCheckpointBeforeCommit, CrashMidCommit}
 
 // Start-from values for partitions without a stored offset.
 const (
@@ -291,7 +282,7 @@ func (c Config) Validate() error {
 	case c.Transform != nil && c.Transform.validate() != nil:
 		return bad("transform: %v", c.Transform.validate())
 	case c.Strategy == StrategyCheckpoint:
-		return c.validateCheckpoint(bad)
+		return c.validateCheckpoint()
 	case isKafkaDSN(c.Sink) || isFileDSN(c.Sink):
 		return bad("sink: a kafka:// or file:// sink needs --strategy checkpoint (strategy %s writes to SQL)", c.Strategy)
 	case c.Strategy == StrategyIdempotent && !isRedisDSN(c.Sink):

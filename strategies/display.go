@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
 )
@@ -18,10 +19,10 @@ func SinkDisplay(dsn string) string {
 		if err != nil {
 			break
 		}
-		if spec.kind == "kafka" {
-			return fmt.Sprintf("kafka://%s/%s", strings.Join(spec.brokers, ","), spec.topic)
+		if spec.Kind == checkpoint.SinkKafka {
+			return fmt.Sprintf("kafka://%s/%s", strings.Join(spec.Brokers, ","), spec.Topic)
 		}
-		return "file://" + spec.dir
+		return "file://" + spec.Dir
 	case isRedisDSN(dsn):
 		if _, display, err := redissink.ParseDSN(dsn); err == nil {
 			return display

@@ -14,12 +14,13 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/strategies/checkpoint"
 )
 
 var (
 	// ErrConfig means the configuration is invalid; the message names the
 	// setting. Fix it and start again.
-	ErrConfig = errors.New("strategies: invalid configuration")
+	ErrConfig = checkpoint.ErrConfig
 
 	// ErrUnreachable means Kafka or the sink did not answer within the
 	// connect timeout; the message names the address. Check that the

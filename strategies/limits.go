@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/microbatch/microbatch/strategies/checkpoint"
 )
 
 // The broker settings the preflight reads.
@@ -62,11 +64,11 @@ func checkBrokerLimits(cfg Config, client sarama.Client) error {
 		return nil
 	}
 	spec, err := parseCheckpointSink(cfg.Sink, cfg.SinkMode)
-	if err != nil || spec.kind != "kafka" {
+	if err != nil || spec.Kind != checkpoint.SinkKafka {
 		return nil // Validate reported a bad sink; no other uses transactions
 	}
 	sinkClient := client
-	if !sameBrokers(spec.brokers, cfg.Brokers) {
+	if !sameBrokers(spec.Brokers, cfg.Brokers) {
 		conf, err := cfg.kafkaConfig(clientIDPrefix + cfg.Job)
 		if err != nil {
 			return err
@@ -75,8 +77,8 @@ func checkBrokerLimits(cfg Config, client sarama.Client) error {
 		// preflight does not wait for it longer than a try.
 		conf.Metadata.Retry.Max = 0
 		conf.Net.DialTimeout = min(conf.Net.DialTimeout, 10*time.Second)
-		if sinkClient, err = sarama.NewClient(spec.brokers, conf); err != nil {
-			log.Debug(brokerLimitsLogMessage, "brokers", spec.brokers, "err", err)
+		if sinkClient, err = sarama.NewClient(spec.Brokers, conf); err != nil {
+			log.Debug(brokerLimitsLogMessage, "brokers", spec.Brokers, "err", err)
 			return nil
 		}
 		defer sinkClient.Close()
@@ -87,7 +89,7 @@ func checkBrokerLimits(cfg Config, client sarama.Client) error {
 	// which a dry run must not.)
 	brokers := sinkClient.Brokers()
 	if len(brokers) == 0 {
-		log.Debug(brokerLimitsLogMessage, "brokers", spec.brokers, "err", "no brokers in the metadata")
+		log.Debug(brokerLimitsLogMessage, "brokers", spec.Brokers, "err", "no brokers in the metadata")
 		return nil
 	}
 	b := slices.MinFunc(brokers, func(x, y *sarama.Broker) int { return int(x.ID()) - int(y.ID()) })

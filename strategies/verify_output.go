@@ -12,6 +12,7 @@ import (
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -41,17 +42,17 @@ func readOutputTotals(ctx context.Context, dsn, job string, sec kafkautil.Securi
 		keys[o.Key] = true
 		return nil
 	}
-	if spec.kind == "file" {
-		err := writers.ReadFileSink(spec.dir, job, add)
+	if spec.Kind == checkpoint.SinkFile {
+		err := writers.ReadFileSink(spec.Dir, job, add)
 		t.Keys, t.Amount = int64(len(keys)), amount.Big()
-		return t, "files in " + spec.dir, err
+		return t, "files in " + spec.Dir, err
 	}
-	where := fmt.Sprintf("kafka %s/%s", strings.Join(spec.brokers, ","), spec.topic)
-	if err := readTopic(ctx, sec, spec.brokers, spec.topic, add); err != nil {
+	where := fmt.Sprintf("kafka %s/%s", strings.Join(spec.Brokers, ","), spec.Topic)
+	if err := readTopic(ctx, sec, spec.Brokers, spec.Topic, add); err != nil {
 		return t, where, err
 	}
 	t.Keys, t.Amount = int64(len(keys)), amount.Big()
-	err = readTopic(ctx, sec, spec.brokers, spec.topic+DeadLetterTopicSuffix, func([]byte) error {
+	err = readTopic(ctx, sec, spec.Brokers, spec.Topic+DeadLetterTopicSuffix, func([]byte) error {
 		t.DeadLetters++
 		return nil
 	})

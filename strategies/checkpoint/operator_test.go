@@ -1,4 +1,4 @@
-package strategies
+package checkpoint
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func TestOperatorAlignsBarriers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- p.operator(ctx, 0, map[string]keyState{"a": {10, exact.New(100)}}) }()
+	go func() { done <- p.operator(ctx, 0, keyedState{"a": {10, exact.New(100)}}) }()
 
 	rec := func(key string, amount int64) item { return item{recs: []output{{Key: key, Amount: amount}}} }
 	in0, in1 := p.toOp[0][0], p.toOp[0][1]
@@ -50,7 +50,7 @@ func TestOperatorAlignsBarriers(t *testing.T) {
 	if snap.n != 1 || snap.kind != ackOperator {
 		t.Fatalf("ack = %+v, want operator ack of checkpoint 1", snap)
 	}
-	want := map[string]keyState{"a": {12, exact.New(103)}, "b": {1, exact.New(5)}}
+	want := keyedState{"a": {12, exact.New(103)}, "b": {1, exact.New(5)}}
 	if len(snap.state) != len(want) || snap.state["a"] != want["a"] || snap.state["b"] != want["b"] {
 		t.Fatalf("snapshot = %v, want %v (records before barrier 1 only)", snap.state, want)
 	}

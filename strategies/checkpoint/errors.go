@@ -1,0 +1,15 @@
+package checkpoint
+
+import "errors"
+
+// ErrConfig means the configuration is invalid (or a Transform made rows
+// that can't be written); the message names the setting. Fix it and start
+// again: no restart cures it. It is strategies.ErrConfig, which re-exports
+// it, so its text is the one users have always seen.
+var ErrConfig = errors.New("strategies: invalid configuration")
+
+// fatal marks an error that a restart can't cure.
+type fatal struct{ err error }
+
+func (f fatal) Error() string { return f.err.Error() }
+func (f fatal) Unwrap() error { return f.err }

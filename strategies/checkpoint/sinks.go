@@ -1,0 +1,242 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/reason"
+	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// sinkSet makes each attempt's sink subtasks.
+type sinkSet struct {
+	cfg  Config
+	spec SinkSpec
+	sql  *writers.SQL // xa, wal
+	open []subtask    // this attempt's subtasks
+}
+
+func openSinks(ctx context.Context, cfg Config, spec SinkSpec, partitions int32) (*sinkSet, error) {
+	s := &sinkSet{cfg: cfg, spec: spec}
+	switch spec.Kind {
+	case SinkXA, SinkWAL:
+		w, err := openSQL(ctx, cfg, spec)
+		if err != nil {
+			return nil, err
+		}
+		s.sql = w
+	case SinkKafka:
+		// Created if missing, like the input topic of `microbatch produce`.
+		for _, t := range []string{spec.Topic, spec.Topic + DeadLetterTopicSuffix} {
+			if err := cfg.Kafka.EnsureTopic(spec.Brokers, t, partitions); err != nil {
+				return nil, fmt.Errorf("kafka sink: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// openSQL opens an SQL sink with its tables, and checks a Transform's.
+func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*writers.SQL, error) {
+	octx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	w, err := writers.OpenSQL(octx, spec.DSN)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.CreateTables(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	if !cfg.Work.builtin() {
+		if err := checkTable(ctx, w, cfg.Work.Upsert); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	// An XA writer holds a connection per slot (3), plus short-lived
+	// ones for recovery.
+	w.DB().SetMaxOpenConns(3*cfg.OperatorParallelism + 8)
+	return w, nil
+}
+
+// checkTable makes sure a Transform's table exists with its columns and
+// key before the first checkpoint: a missing one is one clear message at
+// start instead of a failed checkpoint.
+func checkTable(ctx context.Context, w *writers.SQL, u writers.Upsert) error {
+	err := w.CheckUpsert(ctx, u)
+	if errors.Is(err, writers.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
+		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
+	}
+	return err
+}
+
+func (s *sinkSet) String() string {
+	switch s.spec.Kind {
+	case SinkKafka:
+		return fmt.Sprintf("kafka %s/%s (transactions)", strings.Join(s.spec.Brokers, ","), s.spec.Topic)
+	case SinkFile:
+		return fmt.Sprintf("files in %s (temp file + rename)", s.spec.Dir)
+	case SinkXA:
+		return s.sql.String() + " (XA)"
+	default:
+		return s.sql.String() + " (write-ahead)"
+	}
+}
+
+// subtask makes sink subtask i's writer.
+func (s *sinkSet) subtask(i int) (subtask, error) {
+	job := s.cfg.Job
+	switch s.spec.Kind {
+	case SinkKafka:
+		w, err := writers.NewKafkaTxn(writers.KafkaTxnConfig{
+			Brokers:         s.spec.Brokers,
+			TransactionalID: fmt.Sprintf("%s-%d", job, i),
+			Subtask:         i,
+			TxnTimeout:      s.cfg.KafkaTxnTimeout,
+			Security:        s.cfg.Kafka,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &kafkaSink{KafkaTxn: w, topic: s.spec.Topic}, nil
+	case SinkFile:
+		w, err := writers.NewFileTxn(s.spec.Dir, job, i)
+		if err != nil {
+			return nil, err
+		}
+		return &fileSink{FileTxn: w}, nil
+	case SinkXA:
+		w, err := writers.NewXA(s.sql, job, i)
+		if err != nil {
+			return nil, err
+		}
+		totals := totalsBuffer{job: job, work: s.cfg.Work}
+		if s.cfg.NewSpool != nil {
+			totals.spool = s.cfg.NewSpool()
+		}
+		return &xaSink{XA: w, totals: totals}, nil
+	default:
+		return &walSink{WAL: writers.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, work: s.cfg.Work}}, nil
+	}
+}
+
+// recover brings subtasks [0, n) to a clean state: it commits the pending
+// transactions given and aborts everything else they left behind. The
+// writers of the first OperatorParallelism subtasks stay open for the
+// attempt (s.open); the rest are closed.
+func (s *sinkSet) recover(ctx context.Context, n int, pending []writers.Pending) error {
+	s.closeOpen()
+	for i := range n {
+		w, err := s.subtask(i)
+		if err != nil {
+			return err
+		}
+		var keep []writers.Pending
+		for _, p := range pending {
+			if p.Subtask == i {
+				keep = append(keep, p)
+			}
+		}
+		if err := w.Recover(ctx, keep); err != nil {
+			w.Close()
+			s.closeOpen()
+			return fmt.Errorf("recovering sink subtask %d: %w", i, err)
+		}
+		if i < s.cfg.OperatorParallelism {
+			s.open = append(s.open, w)
+		} else {
+			w.Close()
+		}
+	}
+	return nil
+}
+
+func (s *sinkSet) closeOpen() {
+	for _, w := range s.open {
+		w.Close()
+	}
+	s.open = nil
+}
+
+func (s *sinkSet) close() {
+	s.closeOpen()
+	if s.sql != nil {
+		s.sql.Close()
+	}
+}
+
+// deadLetterJSON is a dead letter as the Kafka and file sinks write it.
+type deadLetterJSON struct {
+	Job       string `json:"job"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Reason    string `json:"reason"`
+	Payload   []byte `json:"payload"` // base64 in JSON
+}
+
+// encodeDeadLetter writes d as JSON; its reason as every sink stores it
+// (reason.Safe: JSON would turn bytes that are not UTF-8 into U+FFFD).
+func encodeDeadLetter(d *record.DeadLetter) []byte {
+	why := reason.Safe(d.Reason, writers.MaxReasonBytes)
+	b, _ := json.Marshal(deadLetterJSON{d.Job, d.Topic, d.Partition, d.Offset, why, d.Payload}) // plain types: can't fail
+	return b
+}
+
+// kafkaSink writes each output as a message keyed by the event key.
+type kafkaSink struct {
+	*writers.KafkaTxn
+	topic    string
+	key, buf []byte
+}
+
+func (k *kafkaSink) write(ctx context.Context, outs []output) error {
+	for i := range outs {
+		o := &outs[i]
+		if o.Dead != nil {
+			if err := k.Write(ctx, k.topic+DeadLetterTopicSuffix, nil, encodeDeadLetter(o.Dead)); err != nil {
+				return err
+			}
+			continue
+		}
+		// Write copies key and value: the buffers are reused.
+		k.buf = event.AppendOutput(k.buf[:0], o.ID, o.Key, o.Amount, o.TS, o.Count, o.Total)
+		k.key = append(k.key[:0], o.Key...)
+		if err := k.Write(ctx, k.topic, k.key, k.buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *kafkaSink) flush(context.Context) error { return nil }
+
+// fileSink writes each output as a JSON line; a dead letter as
+// {"dead_letter": {...}}.
+type fileSink struct {
+	*writers.FileTxn
+	buf []byte
+}
+
+func (f *fileSink) write(_ context.Context, outs []output) error {
+	for i := range outs {
+		o := &outs[i]
+		if o.Dead != nil {
+			f.buf = append(append(append(f.buf[:0], `{"dead_letter":`...), encodeDeadLetter(o.Dead)...), '}')
+		} else {
+			f.buf = event.AppendOutput(f.buf[:0], o.ID, o.Key, o.Amount, o.TS, o.Count, o.Total)
+		}
+		if err := f.Write(f.buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fileSink) flush(context.Context) error { return nil }

@@ -1,0 +1,205 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/reason"
+	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// chunkDeadBytes ends a message early once its dead letters carry this
+// much payload: a dead letter holds its whole record (up to the broker's
+// message size), so chunkRecords of them could be hundreds of MiB.
+const chunkDeadBytes = 256 << 10
+
+// transformTarget is the operator and sink subtask that a Transform's
+// values go to: all of them, so that one Rows call per checkpoint sees the
+// whole interval and one transaction writes every row of the user's table.
+// Spreading them would let two subtasks write the same row in one
+// checkpoint: with XA, the first one's prepared branch holds the row lock
+// until the checkpoint completes, which waits for the second one's
+// pre-commit, which waits for that lock (a deadlock until the lock wait
+// times out); and with MergeReplace their commit order would pick the
+// value. The rows' keys are known only after Rows, so they can't be
+// routed by key before it.
+const transformTarget = 0
+
+// sourceTask is one partition's source: it reads the partition from the
+// checkpoint's offset on, routes each record to the operator owning its
+// key, and turns barrier requests into acks and barriers downstream.
+type sourceTask struct {
+	p    *pipeline
+	idx  int // in p.parts
+	part int32
+
+	next          int64 // offset to read next
+	records, dead int64 // since the previous barrier; dead is a part of records
+	bufs          [][]output
+	deadBytes     []int // of the dead letters in bufs[o]
+	ev            event.Event
+}
+
+// source runs partition part's source task.
+func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
+	nOps := len(p.toOp)
+	s := &sourceTask{p: p, idx: idx, part: part, next: p.chk.Offsets[part],
+		bufs: make([][]output, nOps), deadBytes: make([]int, nOps)}
+	return s.run(ctx)
+}
+
+func (s *sourceTask) run(ctx context.Context) error {
+	readFails := 0
+	for {
+		end := (*s.p.bounds.Load())[s.part].End
+		if s.next >= end {
+			if err := s.wait(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		r := record.Range{Topic: s.p.r.cfg.Topic, Partition: s.part, From: s.next, To: min(end, s.next+readSpan)}
+		err := s.p.r.src.Read(ctx, r, func(rec *batch.Record) error { return s.emit(ctx, rec) })
+		if err != nil {
+			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < maxReadErrors {
+				// Re-read from next: nothing past it was emitted.
+				if err := sleepBackoff(ctx, readFails); err != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+		readFails = 0
+		s.next = r.To // the range's tail may be markers with no record
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// wait, caught up, for a barrier request or new records.
+func (s *sourceTask) wait(ctx context.Context) error {
+	select {
+	case n := <-s.p.barriers[s.idx]:
+		return s.barrier(ctx, n)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(boundsPoll / 2):
+		return nil
+	}
+}
+
+// emit routes one record, and takes a barrier request that came.
+func (s *sourceTask) emit(ctx context.Context, rec *batch.Record) error {
+	o, target := s.route(rec)
+	s.records++
+	s.next = rec.Offset + 1
+	s.bufs[target] = append(s.bufs[target], o)
+	if o.Dead != nil {
+		s.deadBytes[target] += dlSize(o.Dead)
+	}
+	if len(s.bufs[target]) >= chunkRecords || s.deadBytes[target] >= chunkDeadBytes {
+		if err := s.send(ctx, target); err != nil {
+			return err
+		}
+	}
+	select {
+	case n := <-s.p.barriers[s.idx]:
+		return s.barrier(ctx, n)
+	default:
+		return nil
+	}
+}
+
+// route decodes rec into what goes downstream, and the operator it goes
+// to: the key's owner; a Transform's values all to transformTarget; a
+// dead letter to the partition's operator.
+func (s *sourceTask) route(rec *batch.Record) (output, int) {
+	cfg := s.p.r.cfg
+	nOps := len(s.p.toOp)
+	var derr error
+	if !s.p.work.builtin() {
+		v, err := s.p.work.Decode(rec)
+		if err == nil {
+			return output{Val: v}, transformTarget
+		}
+		derr = err
+	} else if derr = event.Decode(rec.Value, &s.ev); derr == nil {
+		ev := &s.ev
+		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: string(ev.Key)}, keyOwner(ev.Key, nOps)
+	}
+	dl := deadLetter(cfg.Job, cfg.Topic, rec, derr)
+	s.dead++
+	return output{Dead: &dl}, int(s.part) % nOps
+}
+
+// send passes operator o's buffered records on.
+func (s *sourceTask) send(ctx context.Context, o int) error {
+	if len(s.bufs[o]) == 0 {
+		return nil
+	}
+	select {
+	case s.p.toOp[o][s.idx] <- item{recs: s.bufs[o]}:
+		s.bufs[o], s.deadBytes[o] = make([]output, 0, chunkRecords), 0
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush passes every operator's buffered records on.
+func (s *sourceTask) flush(ctx context.Context) error {
+	for o := range s.bufs {
+		if err := s.send(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// barrier acks barrier n with the offset to resume at, after everything
+// read before it, and forwards it to every operator.
+func (s *sourceTask) barrier(ctx context.Context, n int64) error {
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	if err := s.p.ack(ctx, ack{n: n, kind: ackSource, part: s.part, next: s.next, records: s.records, dead: s.dead}); err != nil {
+		return err
+	}
+	s.records, s.dead = 0, 0
+	for o := range s.p.toOp {
+		select {
+		case s.p.toOp[o][s.idx] <- item{barrier: n}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.p.r.crash(CrashAfterBarrier)
+	return nil
+}
+
+// deadLetter makes rec's dead letter. Its reason (the decoder's, or a
+// Transform's own error text, which may quote the input) is made storable
+// here, valid UTF-8 and within mb_dead_letters.reason (reason.Safe), so
+// that every sink and the checkpoint's JSON keep the same text, as the
+// micro-batch strategies do; the payload is the record's bytes.
+func deadLetter(job, topic string, rec *batch.Record, err error) record.DeadLetter {
+	why := err.Error()
+	var de *event.DecodeError
+	if errors.As(err, &de) {
+		why = de.Reason
+	}
+	return record.DeadLetter{
+		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
+		Reason: reason.Safe(why, writers.MaxReasonBytes), Payload: bytes.Clone(rec.Value),
+	}
+}
+
+// dlSize is what a dead letter weighs in a chunk: its payload and reason.
+func dlSize(d *record.DeadLetter) int { return len(d.Payload) + len(d.Reason) }
