@@ -55,6 +55,8 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/kafkasink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // State backends and sink modes of checkpoint mode.
@@ -120,7 +122,7 @@ func parseCheckpointSink(dsn, mode string) (ckptSinkSpec, error) {
 	case isRedisDSN(dsn):
 		return ckptSinkSpec{}, errors.New("sink: checkpoint mode writes to kafka://, mysql:// (XA), file:// or, with --sink-mode wal, mysql:// or sqlite://; redis:// is for --strategy idempotent")
 	}
-	t, err := writers.ParseSQLDSN(dsn)
+	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil {
 		return ckptSinkSpec{}, err
 	}
@@ -167,7 +169,7 @@ func (c Config) validateCheckpoint(bad func(string, ...any) error) error {
 		// timeout) plus a checkpoint timeout later; after a crash, a
 		// restart later still.
 		need := max(c.CheckpointInterval, c.CheckpointTimeout) + c.CheckpointTimeout + c.MaxRestartTime
-		if err := writers.CheckKafkaTxnTimeout(c.KafkaTxnTimeout, need); err != nil {
+		if err := kafkasink.CheckTxnTimeout(c.KafkaTxnTimeout, need); err != nil {
 			return bad("%v (need: max(checkpoint interval, checkpoint timeout) + checkpoint timeout + max restart time; raise --kafka-txn-timeout or lower the others)", err)
 		}
 	}

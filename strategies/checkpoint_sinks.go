@@ -12,6 +12,9 @@ import (
 	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
+	"github.com/microbatch/microbatch/writers/kafkasink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // output is what the keyed operator emits for one input record: the event
@@ -62,8 +65,8 @@ func encodeDeadLetter(d *record.DeadLetter) []byte {
 type ckptSinks struct {
 	cfg  Config
 	spec ckptSinkSpec
-	sql  *writers.SQL // xa, wal
-	open []ckptSink   // this attempt's subtasks
+	sql  *sqlsink.Writer // xa, wal
+	open []ckptSink      // this attempt's subtasks
 }
 
 func openCheckpointSinks(ctx context.Context, cfg Config, spec ckptSinkSpec, partitions int32) (*ckptSinks, error) {
@@ -72,7 +75,7 @@ func openCheckpointSinks(ctx context.Context, cfg Config, spec ckptSinkSpec, par
 	case "xa", "wal":
 		octx, cancel := context.WithTimeout(ctx, connectTimeout)
 		defer cancel()
-		w, err := writers.OpenSQL(octx, spec.dsn)
+		w, err := sqlsink.Open(octx, spec.dsn)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +122,7 @@ func (s *ckptSinks) subtask(i int) (ckptSink, error) {
 	job := s.cfg.Job
 	switch s.spec.kind {
 	case "kafka":
-		w, err := writers.NewKafkaTxn(writers.KafkaTxnConfig{
+		w, err := kafkasink.New(kafkasink.Config{
 			Brokers:         s.spec.brokers,
 			TransactionalID: fmt.Sprintf("%s-%d", job, i),
 			Subtask:         i,
@@ -129,21 +132,21 @@ func (s *ckptSinks) subtask(i int) (ckptSink, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &kafkaSink{KafkaTxn: w, topic: s.spec.topic}, nil
+		return &kafkaSink{Txn: w, topic: s.spec.topic}, nil
 	case "file":
-		w, err := writers.NewFileTxn(s.spec.dir, job, i)
+		w, err := filesink.New(s.spec.dir, job, i)
 		if err != nil {
 			return nil, err
 		}
-		return &fileSink{FileTxn: w}, nil
+		return &fileSink{Txn: w}, nil
 	case "xa":
-		w, err := writers.NewXA(s.sql, job, i)
+		w, err := sqlsink.NewXA(s.sql, job, i)
 		if err != nil {
 			return nil, err
 		}
 		return &xaSink{XA: w, totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg), spool: newDLSpool()}}, nil
 	default:
-		return &walSink{WAL: writers.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg)}}, nil
+		return &walSink{WAL: sqlsink.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, tw: streamWorkOf(s.cfg)}}, nil
 	}
 }
 
@@ -194,7 +197,7 @@ func (s *ckptSinks) close() {
 
 // kafkaSink writes each output as a message keyed by the event key.
 type kafkaSink struct {
-	*writers.KafkaTxn
+	*kafkasink.Txn
 	topic    string
 	key, buf []byte
 }
@@ -223,7 +226,7 @@ func (k *kafkaSink) flush(context.Context) error { return nil }
 // fileSink writes each output as a JSON line; a dead letter as
 // {"dead_letter": {...}}.
 type fileSink struct {
-	*writers.FileTxn
+	*filesink.Txn
 	buf []byte
 }
 
@@ -321,7 +324,7 @@ func (t *totalsBuffer) drop() {
 // xaSink adds each transaction's per-key sums to mb_totals in an XA branch,
 // and its dead letters, spooled until then (bounded memory).
 type xaSink struct {
-	*writers.XA
+	*sqlsink.XA
 	totals totalsBuffer
 }
 
@@ -369,7 +372,7 @@ func (x *xaSink) Close() error {
 
 // walSink buffers per-key sums for the write-ahead writer.
 type walSink struct {
-	*writers.WAL
+	*sqlsink.WAL
 	totals totalsBuffer
 }
 
@@ -407,7 +410,7 @@ func (w *walSink) Abort(ctx context.Context, p writers.Pending) error {
 // walRowsCheck refuses a Transform's row value that would not come back
 // the same from the checkpoint, where the WAL sink keeps its writes as JSON
 // until it applies them (strings, whatever their bytes, and []byte come
-// back exact: writers.WAL tags them): a time.Time would come back RFC 3339
+// back exact: sqlsink.WAL tags them): a time.Time would come back RFC 3339
 // text, a uint64 above 2^63-1 or a NaN not at all. Refusing it at the
 // barrier (ErrConfig: the job stops) beats writing something else into
 // the user's table after the checkpoint moved the offsets past the record.

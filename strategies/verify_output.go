@@ -12,7 +12,7 @@ import (
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 )
 
 // readOutputTotals sums the committed output records of checkpoint mode's
@@ -42,7 +42,7 @@ func readOutputTotals(ctx context.Context, dsn, job string, sec kafkautil.Securi
 		return nil
 	}
 	if spec.kind == "file" {
-		err := writers.ReadFileSink(spec.dir, job, add)
+		err := filesink.Read(spec.dir, job, add)
 		t.Keys, t.Amount = int64(len(keys)), amount.Big()
 		return t, "files in " + spec.dir, err
 	}

@@ -233,7 +233,7 @@ func checkJob(job string) error {
 func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) {
 	scheme, _, ok := strings.Cut(dsn, "://")
 	if !ok || (scheme != "redis" && scheme != "rediss") {
-		if ok && schemeRE.MatchString(dsn) {
+		if ok && HasScheme(dsn) {
 			return nil, "", fmt.Errorf("%w: unknown scheme %q (want redis:// or rediss://)", ErrBadDSN, scheme)
 		}
 		return nil, "", fmt.Errorf("%w: want redis://[:password@]host:port/db", ErrBadDSN)
@@ -282,7 +282,7 @@ func ParseRedisDSN(dsn string) (opts *redis.Options, display string, err error) 
 		}
 	}
 	if scheme == "rediss" {
-		opts.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12, RootCAs: redisRootCAs()}
+		opts.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12, RootCAs: RootCAs()}
 	}
 	return opts, redact.DSN(scheme + "://" + userinfo + opts.Addr + "/" + strconv.Itoa(db)), nil
 }
@@ -858,7 +858,7 @@ func (c *RedisContribution) encode(d *record.DeadLetter) (string, []byte, error)
 		reason = fmt.Sprintf("%s (payload cut from %d to %d bytes)", reason, len(payload), MaxPayloadBytes)
 		payload = payload[:MaxPayloadBytes]
 	}
-	v, err := json.Marshal(deadLetterJSON{Reason: storedReason(reason), Payload: payload})
+	v, err := json.Marshal(deadLetterJSON{Reason: StoredReason(reason), Payload: payload})
 	if err != nil {
 		return "", nil, fmt.Errorf("encoding dead letter: %w", err)
 	}

@@ -84,7 +84,7 @@ func WithRootCAs(dsn string, roots *x509.CertPool) (string, error) {
 	var cfg *mysql.Config
 	var err error
 	if isURL {
-		cfg, err = mysqlURL(dsn)
+		cfg, err = ParseMySQLURL(dsn)
 	} else if cfg, err = mysql.ParseDSN(dsn); err != nil {
 		err = fmt.Errorf("%w: not a go-sql-driver DSN ([user[:password]@]tcp(host:port)/db)", ErrBadDSN)
 	}
@@ -105,8 +105,9 @@ func WithRootCAs(dsn string, roots *x509.CertPool) (string, error) {
 	return cfg.FormatDSN(), nil
 }
 
-// redisRootCAs returns the roots set by WithRootCAs (nil: the system's).
-func redisRootCAs() *x509.CertPool {
+// RootCAs returns the roots set by WithRootCAs (nil: the system's), for a
+// sink that makes its own TLS configuration (Redis).
+func RootCAs() *x509.CertPool {
 	redisTLS.Lock()
 	defer redisTLS.Unlock()
 	return redisTLS.roots

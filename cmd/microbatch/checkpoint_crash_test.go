@@ -43,6 +43,8 @@ import (
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Checkpoint crash test parameters. The input is the crash tests' event
@@ -1344,7 +1346,7 @@ func (w *fileWatcher) stop() {
 func readFileOutputs(t *testing.T, dir, job string) []event.Output {
 	t.Helper()
 	var outs []event.Output
-	err := writers.ReadFileSink(dir, job, func(line []byte) error {
+	err := filesink.Read(dir, job, func(line []byte) error {
 		var o event.Output
 		if err := json.Unmarshal(line, &o); err != nil {
 			return fmt.Errorf("%q: %w", line, err)
@@ -1410,7 +1412,7 @@ func TestCheckpointCrashFile(t *testing.T) {
 // --- SQL --------------------------------------------------------------------
 
 // xaInspect: XA RECOVER lists the job's prepared branches.
-func xaInspect(t *testing.T, w *writers.SQL, job string) func() (bool, string) {
+func xaInspect(t *testing.T, w *sqlsink.Writer, job string) func() (bool, string) {
 	return func() (bool, string) {
 		rows, err := w.DB().QueryContext(t.Context(), "XA RECOVER")
 		if err != nil {
@@ -1477,7 +1479,7 @@ func TestCheckpointCrashXA(t *testing.T) {
 // walInspect: the write-ahead sink's open work after a crash is the
 // latest checkpoint's buffered writes that mb_wal_commits says were not
 // applied yet (recovery must apply them).
-func walInspect(t *testing.T, w *writers.SQL, stateDir, job string) func() (bool, string) {
+func walInspect(t *testing.T, w *sqlsink.Writer, stateDir, job string) func() (bool, string) {
 	return func() (bool, string) {
 		store, err := offsets.NewFileCheckpoints(stateDir, 0)
 		if err != nil {
@@ -1499,7 +1501,7 @@ func walInspect(t *testing.T, w *writers.SQL, stateDir, job string) func() (bool
 		var unapplied, bytes int
 		for _, p := range data.Pending {
 			var done int64
-			err := w.DB().QueryRowContext(t.Context(), `SELECT checkpoint_id FROM `+writers.WALTable+` WHERE job = ? AND subtask = ?`, job, p.Subtask).Scan(&done)
+			err := w.DB().QueryRowContext(t.Context(), `SELECT checkpoint_id FROM `+sqlsink.WALTable+` WHERE job = ? AND subtask = ?`, job, p.Subtask).Scan(&done)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				t.Fatal(err)
 			}

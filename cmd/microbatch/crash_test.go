@@ -23,6 +23,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Crash test parameters. A batch holds at most crashMaxBatch offsets per
@@ -536,7 +537,7 @@ func sum(m map[int32]int64) int64 {
 
 // checkCrashPerKey compares every key's totals with a replay of the first
 // produced events of the sequence.
-func checkCrashPerKey(t *testing.T, w *writers.SQL, job string, produced int64) {
+func checkCrashPerKey(t *testing.T, w *sqlsink.Writer, job string, produced int64) {
 	t.Helper()
 	want := map[string]event.Total{}
 	g := event.NewGenerator(crashSeed, crashKeys)

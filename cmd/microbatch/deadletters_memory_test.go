@@ -28,6 +28,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 )
 
 // The bad batch: dlmemBad records of dlmemBadBytes each (under the
@@ -267,7 +268,7 @@ func checkDeadLetters(t *testing.T, in dlmemInput, dsn, job string) {
 	}
 	switch {
 	case strings.HasPrefix(dsn, "file://"):
-		err := writers.ReadFileSink(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
+		err := filesink.Read(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
 			if !bytes.HasPrefix(line, []byte(`{"dead_letter":`)) {
 				return nil
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Group test parameters. The input is the crash tests' sequence (crashSeed,
@@ -451,7 +452,7 @@ func finishFeeder(t *testing.T, f *kafkautil.Feeder) (events, amount int64) {
 // Redis sink.
 type groupSink struct {
 	dsn   string
-	sql   *writers.SQL
+	sql   *sqlsink.Writer
 	redis *writers.Redis
 }
 

@@ -1,16 +1,16 @@
-package writers
+package kafkasink
 
 import "github.com/microbatch/microbatch/internal/kafkautil"
 
-// KafkaSecurity is how a Kafka writer (and strategies.Config.Kafka)
+// Security is how a Kafka writer (and strategies.Config.Kafka)
 // authenticates to the brokers and encrypts the connection: TLS (CAFile,
 // CertFile/KeyFile for mutual TLS) and SASL (SASLMechanism one of
 // SASLPlain, SASLScramSHA256, SASLScramSHA512, with User and Password).
 // The zero value is plaintext without authentication. The Password is
 // never logged or printed: String leaves it out.
-type KafkaSecurity = kafkautil.Security
+type Security = kafkautil.Security
 
-// SASL mechanisms for KafkaSecurity.SASLMechanism ("" = no SASL).
+// SASL mechanisms for Security.SASLMechanism ("" = no SASL).
 const (
 	SASLPlain       = kafkautil.SASLPlain
 	SASLScramSHA256 = kafkautil.SASLScramSHA256

@@ -1,4 +1,4 @@
-package writers
+package filesink
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/microbatch/microbatch/writers"
 )
 
 func twoPhaseOK(t *testing.T, what string, err error) {
@@ -35,11 +37,11 @@ func fileTxnJob(t *testing.T) string {
 	return "ft-" + hex.EncodeToString(b)
 }
 
-func newTestFileTxn(t *testing.T, dir, job string, subtask int) *FileTxn {
+func newTestFileTxn(t *testing.T, dir, job string, subtask int) *Txn {
 	t.Helper()
-	f, err := NewFileTxn(dir, job, subtask)
+	f, err := New(dir, job, subtask)
 	if err != nil {
-		t.Fatalf("NewFileTxn: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { f.Close() })
 	return f
@@ -55,7 +57,7 @@ func fileTxnLines(txn int64, n int) []string {
 	return out
 }
 
-func fileTxnWrite(t *testing.T, f *FileTxn, txn int64, n int) {
+func fileTxnWrite(t *testing.T, f *Txn, txn int64, n int) {
 	t.Helper()
 	twoPhaseOK(t, "Begin", f.Begin(t.Context(), txn))
 	for _, l := range fileTxnLines(txn, n) {
@@ -63,7 +65,7 @@ func fileTxnWrite(t *testing.T, f *FileTxn, txn int64, n int) {
 	}
 }
 
-func fileTxnPre(t *testing.T, f *FileTxn, txn int64, n int) Pending {
+func fileTxnPre(t *testing.T, f *Txn, txn int64, n int) writers.Pending {
 	t.Helper()
 	fileTxnWrite(t, f, txn, n)
 	p, err := f.PreCommit(t.Context())
@@ -74,7 +76,7 @@ func fileTxnPre(t *testing.T, f *FileTxn, txn int64, n int) Pending {
 func readFileSinkLines(t *testing.T, dir, job string) []string {
 	t.Helper()
 	var out []string
-	twoPhaseOK(t, "ReadFileSink", ReadFileSink(dir, job, func(line []byte) error {
+	twoPhaseOK(t, "Read", Read(dir, job, func(line []byte) error {
 		out = append(out, string(line))
 		return nil
 	}))
@@ -111,15 +113,15 @@ func pendingNames(t *testing.T, dir string) []string {
 func TestFileTxnNew(t *testing.T) {
 	dir := t.TempDir()
 	for _, job := range []string{"", ".", "..", ".hidden", "a/b", "a b", strings.Repeat("j", 201)} {
-		if _, err := NewFileTxn(dir, job, 0); err == nil {
-			t.Errorf("NewFileTxn(job %q) succeeded", job)
+		if _, err := New(dir, job, 0); err == nil {
+			t.Errorf("New(job %q) succeeded", job)
 		}
-		if err := ReadFileSink(dir, job, func([]byte) error { return nil }); err == nil {
-			t.Errorf("ReadFileSink(job %q) succeeded", job)
+		if err := Read(dir, job, func([]byte) error { return nil }); err == nil {
+			t.Errorf("Read(job %q) succeeded", job)
 		}
 	}
-	if _, err := NewFileTxn(dir, "j", -1); err == nil {
-		t.Error("NewFileTxn with subtask -1 succeeded")
+	if _, err := New(dir, "j", -1); err == nil {
+		t.Error("New with subtask -1 succeeded")
 	}
 	sub := filepath.Join(dir, "new", "sink")
 	f := newTestFileTxn(t, sub, "job-1.a_b", 7)
@@ -163,7 +165,7 @@ func TestFileTxnCommit(t *testing.T) {
 
 	// A committed file is never replaced, e.g. when txn numbers are reused.
 	p1again := fileTxnPre(t, f, 1, 2)
-	if err := f.Commit(ctx, p1again); err == nil || errors.Is(err, ErrTxnLost) {
+	if err := f.Commit(ctx, p1again); err == nil || errors.Is(err, writers.ErrTxnLost) {
 		t.Fatalf("Commit over a committed file: %v, want a refusal", err)
 	}
 	wantFileLines(t, dir, job, lines)
@@ -181,7 +183,7 @@ func TestFileTxnCommit(t *testing.T) {
 
 	other := p
 	other.Subtask = 1
-	if err := f.Commit(ctx, other); err == nil || errors.Is(err, ErrTxnLost) {
+	if err := f.Commit(ctx, other); err == nil || errors.Is(err, writers.ErrTxnLost) {
 		t.Fatalf("Commit of another subtask's pending: %v", err)
 	}
 }
@@ -196,14 +198,14 @@ func TestFileTxnAbort(t *testing.T) {
 	if names := pendingNames(t, dir); len(names) != 0 {
 		t.Fatalf(".pending after Abort: %v", names)
 	}
-	if err := f.Commit(ctx, p); !errors.Is(err, ErrTxnLost) {
+	if err := f.Commit(ctx, p); !errors.Is(err, writers.ErrTxnLost) {
 		t.Fatalf("Commit after Abort: %v, want ErrTxnLost", err)
 	}
 
 	// The zero Pending drops the open transaction.
 	fileTxnWrite(t, f, 2, 10)
-	twoPhaseOK(t, "Abort open", f.Abort(ctx, Pending{}))
-	twoPhaseOK(t, "Abort with nothing open", f.Abort(ctx, Pending{}))
+	twoPhaseOK(t, "Abort open", f.Abort(ctx, writers.Pending{}))
+	twoPhaseOK(t, "Abort with nothing open", f.Abort(ctx, writers.Pending{}))
 	if _, err := f.PreCommit(ctx); err == nil {
 		t.Fatal("PreCommit after Abort of the open transaction succeeded")
 	}
@@ -230,7 +232,7 @@ func TestFileTxnEmpty(t *testing.T) {
 		t.Fatal("an empty transaction made a pending file")
 	}
 	twoPhaseOK(t, "Commit", f.Commit(ctx, p))
-	twoPhaseOK(t, "Recover", newTestFileTxn(t, dir, job, 0).Recover(ctx, []Pending{p}))
+	twoPhaseOK(t, "Recover", newTestFileTxn(t, dir, job, 0).Recover(ctx, []writers.Pending{p}))
 	twoPhaseOK(t, "Abort", f.Abort(ctx, p))
 	entries, err := os.ReadDir(dir)
 	twoPhaseOK(t, "ReadDir", err)
@@ -267,7 +269,7 @@ func TestFileTxnWriteErrors(t *testing.T) {
 	}
 }
 
-// TestFileTxnOrder: ReadFileSink reads by (txn, subtask), whatever the
+// TestFileTxnOrder: Read reads by (txn, subtask), whatever the
 // commit order, and skips other jobs, including one whose name starts
 // with this one's.
 func TestFileTxnOrder(t *testing.T) {
@@ -281,8 +283,8 @@ func TestFileTxnOrder(t *testing.T) {
 	p12 := fileTxnPre(t, f12, 1, 5)
 	pl := fileTxnPre(t, lookalike, 1, 6)
 	for _, c := range []struct {
-		f *FileTxn
-		p Pending
+		f *Txn
+		p writers.Pending
 	}{{f0, p0b}, {lookalike, pl}, {f12, p12}, {f0, p0a}} {
 		twoPhaseOK(t, "Commit", c.f.Commit(ctx, c.p))
 	}
@@ -292,9 +294,9 @@ func TestFileTxnOrder(t *testing.T) {
 	// fn's error stops the read and comes back.
 	stop := errors.New("stop")
 	n := 0
-	err := ReadFileSink(dir, job, func([]byte) error { n++; return stop })
+	err := Read(dir, job, func([]byte) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
-		t.Fatalf("ReadFileSink with a failing fn: %v after %d lines", err, n)
+		t.Fatalf("Read with a failing fn: %v after %d lines", err, n)
 	}
 }
 
@@ -311,10 +313,10 @@ func TestFileTxnLongLine(t *testing.T) {
 	twoPhaseOK(t, "Commit", f.Commit(t.Context(), p))
 	wantFileLines(t, dir, job, []string{"a", long, "b"})
 
-	// A file without a final newline was not written by a FileTxn.
+	// A file without a final newline was not written by a Txn.
 	twoPhaseOK(t, "WriteFile", os.WriteFile(filepath.Join(dir, fileTxnName(job, 2, 0)), []byte("c\nd"), 0o644))
-	if err := ReadFileSink(dir, job, func([]byte) error { return nil }); err == nil {
-		t.Fatal("ReadFileSink accepted a file whose last line has no newline")
+	if err := Read(dir, job, func([]byte) error { return nil }); err == nil {
+		t.Fatal("Read accepted a file whose last line has no newline")
 	}
 }
 
@@ -329,7 +331,7 @@ func TestFileTxnRecover(t *testing.T) {
 	q1 := fileTxnPre(t, sub1, 1, 3)
 	oj := newTestFileTxn(t, dir, otherJob, 0)
 	o1 := fileTxnPre(t, oj, 1, 3)
-	for _, f := range []*FileTxn{old, sub1, oj} {
+	for _, f := range []*Txn{old, sub1, oj} {
 		twoPhaseOK(t, "Close", f.Close())
 	}
 	if n := len(pendingNames(t, dir)); n != 5 {
@@ -337,17 +339,17 @@ func TestFileTxnRecover(t *testing.T) {
 	}
 
 	f := newTestFileTxn(t, dir, job, 0)
-	if err := f.Recover(ctx, []Pending{q1}); err == nil {
+	if err := f.Recover(ctx, []writers.Pending{q1}); err == nil {
 		t.Fatal("Recover with another subtask's pending succeeded")
 	}
-	twoPhaseOK(t, "Recover", f.Recover(ctx, []Pending{p1}))
+	twoPhaseOK(t, "Recover", f.Recover(ctx, []writers.Pending{p1}))
 	wantFileLines(t, dir, job, fileTxnLines(1, 3))
 	want := []string{fileTxnName(job, 1, 1), fileTxnName(otherJob, 1, 0)}
 	slices.Sort(want)
 	if got := pendingNames(t, dir); !slices.Equal(got, want) {
 		t.Fatalf(".pending after Recover: %v, want %v", got, want)
 	}
-	twoPhaseOK(t, "Recover again", f.Recover(ctx, []Pending{p1}))
+	twoPhaseOK(t, "Recover again", f.Recover(ctx, []writers.Pending{p1}))
 	wantFileLines(t, dir, job, fileTxnLines(1, 3))
 
 	// Recover also drops this writer's own open transaction.
@@ -358,7 +360,7 @@ func TestFileTxnRecover(t *testing.T) {
 	}
 
 	twoPhaseOK(t, "Recover subtask 1", newTestFileTxn(t, dir, job, 1).Recover(ctx, nil))
-	twoPhaseOK(t, "Recover other job", newTestFileTxn(t, dir, otherJob, 0).Recover(ctx, []Pending{o1}))
+	twoPhaseOK(t, "Recover other job", newTestFileTxn(t, dir, otherJob, 0).Recover(ctx, []writers.Pending{o1}))
 	wantFileLines(t, dir, job, fileTxnLines(1, 3))
 	wantFileLines(t, dir, otherJob, fileTxnLines(1, 3))
 	if got := pendingNames(t, dir); len(got) != 0 {
@@ -366,8 +368,8 @@ func TestFileTxnRecover(t *testing.T) {
 	}
 
 	// A kept transaction that is gone for good is reported, not skipped.
-	lost := Pending{Sink: "file", Subtask: 0, Txn: 9, ID: fileTxnName(job, 9, 0)}
-	if err := f.Recover(ctx, []Pending{lost}); !errors.Is(err, ErrTxnLost) {
+	lost := writers.Pending{Sink: "file", Subtask: 0, Txn: 9, ID: fileTxnName(job, 9, 0)}
+	if err := f.Recover(ctx, []writers.Pending{lost}); !errors.Is(err, writers.ErrTxnLost) {
 		t.Fatalf("Recover of a lost transaction: %v, want ErrTxnLost", err)
 	}
 }
@@ -383,8 +385,8 @@ func TestFileTxnCrashChild(t *testing.T) {
 		t.Skip("helper process of TestFileTxnCrash")
 	}
 	dir, job, _ := strings.Cut(spec, "|")
-	f, err := NewFileTxn(dir, job, 0)
-	twoPhaseOK(t, "NewFileTxn", err)
+	f, err := New(dir, job, 0)
+	twoPhaseOK(t, "New", err)
 	for txn := int64(1); txn <= 2; txn++ {
 		p := fileTxnPre(t, f, txn, 100*int(txn))
 		data, err := json.Marshal(p)
@@ -463,7 +465,7 @@ func TestFileTxnReaderSeesWholeFiles(t *testing.T) {
 // lines, as written by fileTxnLines, are all there, in order.
 func checkWholeTxns(dir, job string) error {
 	var txn, next, n int64 = -1, 0, 0
-	err := ReadFileSink(dir, job, func(line []byte) error {
+	err := Read(dir, job, func(line []byte) error {
 		var lt, li, ln int64
 		if _, err := fmt.Sscanf(string(line), `{"txn":%d,"i":%d,"n":%d,`, &lt, &li, &ln); err != nil {
 			return fmt.Errorf("line %q: %w", line, err)
@@ -489,7 +491,7 @@ func checkWholeTxns(dir, job string) error {
 // runKilledChild runs the named test of this binary in a child process
 // with env added, requires that it died of SIGKILL and returns the
 // Pendings it printed ("PENDING <json>" lines).
-func runKilledChild(t *testing.T, test string, env ...string) []Pending {
+func runKilledChild(t *testing.T, test string, env ...string) []writers.Pending {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -505,10 +507,10 @@ func runKilledChild(t *testing.T, test string, env ...string) []Pending {
 	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child %s did not die of SIGKILL: %v\n%s%s", test, err, out, stderr.Bytes())
 	}
-	var ps []Pending
+	var ps []writers.Pending
 	for _, l := range strings.Split(string(out), "\n") {
 		if data, ok := strings.CutPrefix(l, "PENDING "); ok {
-			var p Pending
+			var p writers.Pending
 			twoPhaseOK(t, "decoding the child's pending", json.Unmarshal([]byte(data), &p))
 			ps = append(ps, p)
 		}

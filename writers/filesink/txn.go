@@ -1,4 +1,4 @@
-package writers
+package filesink
 
 import (
 	"bufio"
@@ -18,9 +18,10 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/internal/fsutil"
+	"github.com/microbatch/microbatch/writers"
 )
 
-// FileTxn is the file sink of checkpoint mode: each transaction is one
+// Txn is the file sink of checkpoint mode: each transaction is one
 // file of lines (JSON Lines, for the built-in job),
 //
 //	dir/.pending/<job>-<txn %012d>-<subtask %03d>.jsonl   while open or pre-committed
@@ -30,19 +31,19 @@ import (
 // it (and fsyncs .pending so the file survives a power loss), Commit
 // renames it into dir and fsyncs dir, Abort deletes it. Because .pending is
 // inside dir, the rename is on one filesystem and atomic: a reader of dir
-// (ReadFileSink) sees a transaction's file whole or not at all.
+// (Read) sees a transaction's file whole or not at all.
 //
 // An empty transaction makes no file: its Pending says so in Data
 // ({"empty":true}) and Commit has nothing to do. An idle stream thus does
 // not leave one empty file per checkpoint and subtask.
 //
 // Commit is idempotent: the temporary file gone and the committed one there
-// means it was committed before; both gone is ErrTxnLost. Commit never
+// means it was committed before; both gone is writers.ErrTxnLost. Commit never
 // replaces a committed file of the same name (the job name and txn numbers
 // were reused): it fails instead.
 //
-// Like every TwoPhase writer, a FileTxn is used by one goroutine.
-type FileTxn struct {
+// Like every writers.TwoPhase writer, a Txn is used by one goroutine.
+type Txn struct {
 	dir, pending string
 	job          string
 	subtask      int
@@ -51,7 +52,7 @@ type FileTxn struct {
 	closed bool
 }
 
-var _ TwoPhase = (*FileTxn)(nil)
+var _ writers.TwoPhase = (*Txn)(nil)
 
 // fileTxnPendingDir is where open and pre-committed transactions live.
 const fileTxnPendingDir = ".pending"
@@ -111,9 +112,9 @@ func parseFileTxnName(job, name string) (txn int64, subtask int, ok bool) {
 	return txn, subtask, true
 }
 
-// NewFileTxn returns the file writer of one sink subtask of job, writing
+// New returns the file writer of one sink subtask of job, writing
 // into dir (created, with dir/.pending, if missing).
-func NewFileTxn(dir, job string, subtask int) (*FileTxn, error) {
+func New(dir, job string, subtask int) (*Txn, error) {
 	if err := checkFileJob(job); err != nil {
 		return nil, err
 	}
@@ -127,16 +128,16 @@ func NewFileTxn(dir, job string, subtask int) (*FileTxn, error) {
 	if err := fsutil.SyncDir(dir); err != nil {
 		return nil, fmt.Errorf("opening file sink %s: %w", dir, err)
 	}
-	return &FileTxn{dir: dir, pending: pending, job: job, subtask: subtask}, nil
+	return &Txn{dir: dir, pending: pending, job: job, subtask: subtask}, nil
 }
 
 // String names the directory, job and subtask.
-func (f *FileTxn) String() string {
+func (f *Txn) String() string {
 	return fmt.Sprintf("file %s job %s subtask %d", f.dir, f.job, f.subtask)
 }
 
 // Begin opens transaction txn. Its file is created by the first Write.
-func (f *FileTxn) Begin(_ context.Context, txn int64) error {
+func (f *Txn) Begin(_ context.Context, txn int64) error {
 	if f.closed {
 		return errFileTxnClosed
 	}
@@ -153,7 +154,7 @@ func (f *FileTxn) Begin(_ context.Context, txn int64) error {
 // Write appends line and a newline to the open transaction. A line must not
 // contain a newline itself (refused without harm to the transaction); any
 // other failure leaves the transaction unable to pre-commit.
-func (f *FileTxn) Write(line []byte) error {
+func (f *Txn) Write(line []byte) error {
 	if f.closed {
 		return errFileTxnClosed
 	}
@@ -187,16 +188,16 @@ func (f *FileTxn) Write(line []byte) error {
 
 // PreCommit flushes, fsyncs and closes the open transaction's file. On
 // failure the file is deleted and the transaction is gone.
-func (f *FileTxn) PreCommit(_ context.Context) (Pending, error) {
+func (f *Txn) PreCommit(_ context.Context) (writers.Pending, error) {
 	if f.closed {
-		return Pending{}, errFileTxnClosed
+		return writers.Pending{}, errFileTxnClosed
 	}
 	o := f.open
 	if o == nil {
-		return Pending{}, errors.New("writers: no open file transaction to pre-commit")
+		return writers.Pending{}, errors.New("writers: no open file transaction to pre-commit")
 	}
 	f.open = nil
-	p := Pending{Sink: "file", Subtask: f.subtask, Txn: o.txn, ID: o.name}
+	p := writers.Pending{Sink: "file", Subtask: f.subtask, Txn: o.txn, ID: o.name}
 	if o.f == nil && o.err == nil {
 		p.Data, _ = json.Marshal(fileTxnData{Empty: true})
 		return p, nil
@@ -218,13 +219,13 @@ func (f *FileTxn) PreCommit(_ context.Context) (Pending, error) {
 	}
 	if err != nil {
 		_ = os.Remove(filepath.Join(f.pending, o.name))
-		return Pending{}, fmt.Errorf("pre-committing %s: %w", o.name, err)
+		return writers.Pending{}, fmt.Errorf("pre-committing %s: %w", o.name, err)
 	}
 	return p, nil
 }
 
 // pendingFile checks that p is one of this writer's transactions.
-func (f *FileTxn) pendingFile(p Pending) (name string, empty bool, err error) {
+func (f *Txn) pendingFile(p writers.Pending) (name string, empty bool, err error) {
 	if p.Sink != "file" || p.Subtask != f.subtask || p.Txn < 0 || p.ID != fileTxnName(f.job, p.Txn, f.subtask) {
 		return "", false, fmt.Errorf("writers: %+v is not a transaction of %s", p, f)
 	}
@@ -239,7 +240,7 @@ func (f *FileTxn) pendingFile(p Pending) (name string, empty bool, err error) {
 
 // Commit moves the pre-committed file p into dir. Idempotent; ErrTxnLost
 // if the file is neither pending nor committed.
-func (f *FileTxn) Commit(_ context.Context, p Pending) error {
+func (f *Txn) Commit(_ context.Context, p writers.Pending) error {
 	if f.closed {
 		return errFileTxnClosed
 	}
@@ -271,7 +272,7 @@ func (f *FileTxn) Commit(_ context.Context, p Pending) error {
 			return fmt.Errorf("committing %s: %w", name, err)
 		}
 	case derr != nil:
-		return fmt.Errorf("committing %s: %w: neither %s nor %s exists", name, ErrTxnLost, tmp, dst)
+		return fmt.Errorf("committing %s: %w: neither %s nor %s exists", name, writers.ErrTxnLost, tmp, dst)
 	}
 	// Also when it was committed before: that Commit may have stopped
 	// between its rename and this.
@@ -284,7 +285,7 @@ func (f *FileTxn) Commit(_ context.Context, p Pending) error {
 // Abort deletes the pre-committed file p (a missing one is success), or,
 // for the zero Pending, the open transaction. It never touches committed
 // files.
-func (f *FileTxn) Abort(_ context.Context, p Pending) error {
+func (f *Txn) Abort(_ context.Context, p writers.Pending) error {
 	if f.closed {
 		return errFileTxnClosed
 	}
@@ -301,7 +302,7 @@ func (f *FileTxn) Abort(_ context.Context, p Pending) error {
 	return nil
 }
 
-func (f *FileTxn) abortOpen() error {
+func (f *Txn) abortOpen() error {
 	o := f.open
 	if o == nil {
 		return nil
@@ -319,7 +320,7 @@ func (f *FileTxn) abortOpen() error {
 
 // Recover commits the files in keep and deletes every other pending file
 // of this job and subtask. Other jobs' and subtasks' files are left alone.
-func (f *FileTxn) Recover(ctx context.Context, keep []Pending) error {
+func (f *Txn) Recover(ctx context.Context, keep []writers.Pending) error {
 	if f.closed {
 		return errFileTxnClosed
 	}
@@ -361,7 +362,7 @@ func (f *FileTxn) Recover(ctx context.Context, keep []Pending) error {
 
 // Close closes the open transaction's file, if any, leaving it to Recover.
 // Safe to call twice.
-func (f *FileTxn) Close() error {
+func (f *Txn) Close() error {
 	if f.closed {
 		return nil
 	}
@@ -373,11 +374,11 @@ func (f *FileTxn) Close() error {
 	return nil
 }
 
-// ReadFileSink calls fn with every line (without its newline) of job's
+// Read calls fn with every line (without its newline) of job's
 // committed files in dir, in (txn, subtask) order, ignoring pending ones.
 // line is only valid during the call. It stops at fn's first error, which
 // it returns (with the file name added).
-func ReadFileSink(dir, job string, fn func(line []byte) error) error {
+func Read(dir, job string, fn func(line []byte) error) error {
 	if err := checkFileJob(job); err != nil {
 		return err
 	}

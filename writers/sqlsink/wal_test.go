@@ -1,4 +1,4 @@
-package writers_test
+package sqlsink_test
 
 import (
 	"bytes"
@@ -15,11 +15,12 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 func TestWAL(t *testing.T) {
 	ctx := context.Background()
-	w, err := writers.OpenSQL(ctx, "sqlite://"+filepath.Join(t.TempDir(), "wal.db"))
+	w, err := sqlsink.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "wal.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestWAL(t *testing.T) {
 	if err := w.CreateTables(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l := writers.NewWAL(w, "j", 0)
+	l := sqlsink.NewWAL(w, "j", 0)
 	if err := l.Recover(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestWALKeepsBytes(t *testing.T) {
 			if c.name == "mysql" {
 				dsn = testutil.NeedServer(t, testutil.EnvMySQL)
 			}
-			w, err := writers.OpenSQL(ctx, dsn)
+			w, err := sqlsink.Open(ctx, dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +135,7 @@ func TestWALKeepsBytes(t *testing.T) {
 			}
 			t.Cleanup(func() { w.DB().Exec("DROP TABLE " + table) })
 			job := "wal-bytes-" + suffix
-			l := writers.NewWAL(w, job, 0)
+			l := sqlsink.NewWAL(w, job, 0)
 			if err := l.Recover(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -181,7 +182,7 @@ func TestWALKeepsBytes(t *testing.T) {
 			} else if err := json.Unmarshal(b, &saved); err != nil {
 				t.Fatal(err)
 			}
-			if err := writers.NewWAL(w, job, 0).Recover(ctx, []writers.Pending{saved}); err != nil {
+			if err := sqlsink.NewWAL(w, job, 0).Recover(ctx, []writers.Pending{saved}); err != nil {
 				t.Fatal(err)
 			}
 
@@ -235,7 +236,7 @@ func TestWALKeepsBytes(t *testing.T) {
 // it did (a []byte then came back base64 text, a string).
 func TestWALReadsOldCheckpoints(t *testing.T) {
 	ctx := t.Context()
-	w, err := writers.OpenSQL(ctx, "sqlite://"+filepath.Join(t.TempDir(), "wal.db"))
+	w, err := sqlsink.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "wal.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestWALReadsOldCheckpoints(t *testing.T) {
 	old := `{"upserts":[{"upsert":{"Table":"mb_totals","Keys":["job","k"],"Values":["events","amount"],"Merge":0},` +
 		`"rows":[["j","page-\ufffd",1,9007199254740993],["j","b64",2,3]]}],` +
 		`"dead_letters":[{"Job":"j","Topic":"t","Partition":0,"Offset":7,"Reason":"bad","Payload":"AAE="}]}`
-	l := writers.NewWAL(w, "j", 0)
+	l := sqlsink.NewWAL(w, "j", 0)
 	if err := l.Recover(ctx, []writers.Pending{{Sink: "wal", Subtask: 0, Txn: 5, ID: "j/0/5", Data: []byte(old)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // The XA cases run against the real MariaDB/MySQL server (skipped without
@@ -42,7 +43,7 @@ func xaJob(t *testing.T) string {
 // openXASink opens the MySQL sink and, when the test ends, rolls back the
 // prepared transactions of the jobs it names (on a connection of its own),
 // so that a failed test leaves no locks behind.
-func openXASink(t *testing.T, jobs ...string) *SQL {
+func openXASink(t *testing.T, jobs ...string) *Writer {
 	t.Helper()
 	dsn := mysqlDSN(t)
 	xaCleanup(t, dsn, jobs...)
@@ -52,7 +53,7 @@ func openXASink(t *testing.T, jobs ...string) *SQL {
 // xaCleanup rolls back, when the test ends, what the jobs left prepared.
 func xaCleanup(t *testing.T, dsn string, jobs ...string) {
 	t.Cleanup(func() {
-		w, err := OpenSQL(context.Background(), dsn)
+		w, err := Open(context.Background(), dsn)
 		if err != nil {
 			t.Errorf("cleaning up: %v", err)
 			return
@@ -69,7 +70,7 @@ func xaCleanup(t *testing.T, dsn string, jobs ...string) {
 	})
 }
 
-func newTestXA(t *testing.T, w *SQL, job string, subtask int) *XA {
+func newTestXA(t *testing.T, w *Writer, job string, subtask int) *XA {
 	t.Helper()
 	x, err := NewXA(w, job, subtask)
 	if err != nil {
@@ -81,7 +82,7 @@ func newTestXA(t *testing.T, w *SQL, job string, subtask int) *XA {
 
 // xaListed returns the gtrids XA RECOVER lists for job, read independently
 // of the writer's own parsing.
-func xaListed(t *testing.T, w *SQL, job string) []string {
+func xaListed(t *testing.T, w *Writer, job string) []string {
 	t.Helper()
 	rows, err := w.DB().QueryContext(context.Background(), "XA RECOVER")
 	if err != nil {
@@ -106,7 +107,7 @@ func xaListed(t *testing.T, w *SQL, job string) []string {
 	return out
 }
 
-func xaWantListed(t *testing.T, w *SQL, job string, want ...string) {
+func xaWantListed(t *testing.T, w *Writer, job string, want ...string) {
 	t.Helper()
 	slices.Sort(want)
 	if got := xaListed(t, w, job); !slices.Equal(got, want) {
@@ -114,7 +115,7 @@ func xaWantListed(t *testing.T, w *SQL, job string, want ...string) {
 	}
 }
 
-func wantXATotals(t *testing.T, w *SQL, job string, want map[string]total) {
+func wantXATotals(t *testing.T, w *Writer, job string, want map[string]total) {
 	t.Helper()
 	got := readTotals(t, w, job)
 	if len(got) != len(want) {
@@ -129,7 +130,7 @@ func wantXATotals(t *testing.T, w *SQL, job string, want map[string]total) {
 
 // xaTxn begins txn, upserts one row per key (events 1, amount 10) and
 // pre-commits.
-func xaTxn(t *testing.T, x *XA, txn int64, keys ...string) Pending {
+func xaTxn(t *testing.T, x *XA, txn int64, keys ...string) writers.Pending {
 	t.Helper()
 	xaOpen(t, x, txn, keys...)
 	p, err := x.PreCommit(t.Context())
@@ -149,7 +150,7 @@ func xaOpen(t *testing.T, x *XA, txn int64, keys ...string) {
 	for _, k := range keys {
 		rows = append(rows, []any{x.job, k, 1, 10})
 	}
-	if err := x.Upsert(t.Context(), Totals, rows); err != nil {
+	if err := x.Upsert(t.Context(), writers.Totals, rows); err != nil {
 		t.Fatalf("Upsert in %d: %v", txn, err)
 	}
 }
@@ -185,7 +186,7 @@ func TestXACommit(t *testing.T) {
 	ctx := t.Context()
 	twoPhaseOK(t, "Recover", x.Recover(ctx, nil))
 	twoPhaseOK(t, "Begin", x.Begin(ctx, 1))
-	twoPhaseOK(t, "Upsert", x.Upsert(ctx, Totals, totalsRows(job, "a", 1, 10, "b", 2, 20)))
+	twoPhaseOK(t, "Upsert", x.Upsert(ctx, writers.Totals, totalsRows(job, "a", 1, 10, "b", 2, 20)))
 	twoPhaseOK(t, "DeadLetters", x.DeadLetters(ctx, []record.DeadLetter{{Job: job, Topic: "t", Partition: 3, Offset: 7, Reason: "bad", Payload: []byte("{")}}))
 	p, err := x.PreCommit(ctx)
 	twoPhaseOK(t, "PreCommit", err)
@@ -203,7 +204,7 @@ func TestXACommit(t *testing.T) {
 	// The Pending goes through the checkpoint as JSON.
 	data, err := json.Marshal(p)
 	twoPhaseOK(t, "Marshal", err)
-	var p2 Pending
+	var p2 writers.Pending
 	twoPhaseOK(t, "Unmarshal", json.Unmarshal(data, &p2))
 
 	twoPhaseOK(t, "Commit", x.Commit(ctx, p2))
@@ -228,7 +229,7 @@ func TestXACommit(t *testing.T) {
 	// Not this writer's: refused, not taken as committed.
 	other := p
 	other.Subtask = 1
-	if err := x.Commit(ctx, other); err == nil || errors.Is(err, ErrTxnLost) {
+	if err := x.Commit(ctx, other); err == nil || errors.Is(err, writers.ErrTxnLost) {
 		t.Fatalf("Commit of another subtask's pending: %v", err)
 	}
 }
@@ -247,8 +248,8 @@ func TestXAAbort(t *testing.T) {
 
 	// The zero Pending abandons the open transaction.
 	xaOpen(t, x, 2, "b")
-	twoPhaseOK(t, "Abort open", x.Abort(ctx, Pending{}))
-	twoPhaseOK(t, "Abort with nothing open", x.Abort(ctx, Pending{}))
+	twoPhaseOK(t, "Abort open", x.Abort(ctx, writers.Pending{}))
+	twoPhaseOK(t, "Abort with nothing open", x.Abort(ctx, writers.Pending{}))
 	if _, err := x.PreCommit(ctx); err == nil {
 		t.Fatal("PreCommit after Abort of the open transaction succeeded")
 	}
@@ -319,14 +320,14 @@ func TestXARecover(t *testing.T) {
 	xaWantListed(t, w, job, "mb-1-0", "mb-1-1", "mb-2-0")
 
 	x := newTestXA(t, w, job, 0)
-	if err := x.Recover(ctx, []Pending{q1}); err == nil {
+	if err := x.Recover(ctx, []writers.Pending{q1}); err == nil {
 		t.Fatal("Recover with another subtask's pending succeeded")
 	}
-	twoPhaseOK(t, "Recover", x.Recover(ctx, []Pending{p1}))
+	twoPhaseOK(t, "Recover", x.Recover(ctx, []writers.Pending{p1}))
 	wantXATotals(t, w, job, map[string]total{"a": xaOne})
-	xaWantListed(t, w, job, "mb-1-1")                             // the other subtask's: untouched
-	xaWantListed(t, w, otherJob, "mb-1-0")                        // the other job's: untouched
-	twoPhaseOK(t, "Recover again", x.Recover(ctx, []Pending{p1})) // p1 committed before: success
+	xaWantListed(t, w, job, "mb-1-1")                                     // the other subtask's: untouched
+	xaWantListed(t, w, otherJob, "mb-1-0")                                // the other job's: untouched
+	twoPhaseOK(t, "Recover again", x.Recover(ctx, []writers.Pending{p1})) // p1 committed before: success
 	wantXATotals(t, w, job, map[string]total{"a": xaOne})
 
 	// New transactions after Recover, reusing numbers the old writer used.
@@ -337,7 +338,7 @@ func TestXARecover(t *testing.T) {
 	twoPhaseOK(t, "Recover subtask 1", newTestXA(t, w, job, 1).Recover(ctx, nil))
 	xaWantListed(t, w, job)
 	wantXATotals(t, w, job, map[string]total{"a": xaOne, "c": xaOne})
-	twoPhaseOK(t, "Recover other job", newTestXA(t, w, otherJob, 0).Recover(ctx, []Pending{o1}))
+	twoPhaseOK(t, "Recover other job", newTestXA(t, w, otherJob, 0).Recover(ctx, []writers.Pending{o1}))
 	wantXATotals(t, w, otherJob, map[string]total{"o": xaOne})
 	xaWantListed(t, w, otherJob)
 }
@@ -352,7 +353,7 @@ func TestXARecoverOwn(t *testing.T) {
 	p1 := xaTxn(t, x, 1, "a")
 	xaTxn(t, x, 2, "b")
 	xaOpen(t, x, 3, "c")
-	twoPhaseOK(t, "Recover", x.Recover(ctx, []Pending{p1}))
+	twoPhaseOK(t, "Recover", x.Recover(ctx, []writers.Pending{p1}))
 	wantXATotals(t, w, job, map[string]total{"a": xaOne})
 	xaWantListed(t, w, job)
 	for txn := int64(2); txn <= 4; txn++ {
@@ -370,8 +371,8 @@ func TestXACrashChild(t *testing.T) {
 	if job == "" {
 		t.Skip("helper process of TestXACrash")
 	}
-	w, err := OpenSQL(t.Context(), mysqlDSN(t))
-	twoPhaseOK(t, "OpenSQL", err)
+	w, err := Open(t.Context(), mysqlDSN(t))
+	twoPhaseOK(t, "Open", err)
 	x, err := NewXA(w, job, 0)
 	twoPhaseOK(t, "NewXA", err)
 	for txn := int64(1); txn <= 2; txn++ {
@@ -410,8 +411,8 @@ func TestXACrash(t *testing.T) {
 // commits exactly once.
 func TestXACommitConnectionLost(t *testing.T) {
 	job := xaJob(t)
-	target, err := ParseSQLDSN(mysqlDSN(t))
-	twoPhaseOK(t, "ParseSQLDSN", err)
+	target, err := ParseDSN(mysqlDSN(t))
+	twoPhaseOK(t, "ParseDSN", err)
 	cfg, err := mysql.ParseDSN(target.DataSource)
 	twoPhaseOK(t, "ParseDSN", err)
 	proxy := testutil.StartCutProxy(t, cfg.Addr)
@@ -421,7 +422,7 @@ func TestXACommitConnectionLost(t *testing.T) {
 	x := newTestXA(t, wp, job, 0)
 	ctx := t.Context()
 
-	commitRetrying := func(p Pending) {
+	commitRetrying := func(p writers.Pending) {
 		t.Helper()
 		for i := 0; ; i++ {
 			err := x.Commit(ctx, p)
@@ -430,8 +431,8 @@ func TestXACommitConnectionLost(t *testing.T) {
 				return
 			}
 			t.Logf("retry %d: %v", i, err)
-			if !IsRetryable(err) || i == 20 {
-				t.Fatalf("Commit retry %d: %v (retryable: %v)", i, err, IsRetryable(err))
+			if !writers.IsRetryable(err) || i == 20 {
+				t.Fatalf("Commit retry %d: %v (retryable: %v)", i, err, writers.IsRetryable(err))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -442,7 +443,7 @@ func TestXACommitConnectionLost(t *testing.T) {
 	proxy.DropReplies(true)
 	err = x.Commit(ctx, p1)
 	proxy.DropReplies(false)
-	if err == nil || !IsRetryable(err) {
+	if err == nil || !writers.IsRetryable(err) {
 		t.Fatalf("Commit whose reply was lost: %v, want a retryable error", err)
 	}
 	wantXATotals(t, w, job, map[string]total{"a": xaOne}) // it did commit
@@ -453,7 +454,7 @@ func TestXACommitConnectionLost(t *testing.T) {
 	p2 := xaTxn(t, x, 2, "b")
 	proxy.CutAll()
 	err = x.Commit(ctx, p2)
-	if err == nil || !IsRetryable(err) {
+	if err == nil || !writers.IsRetryable(err) {
 		t.Fatalf("Commit on a cut connection: %v, want a retryable error", err)
 	}
 	wantXATotals(t, w, job, map[string]total{"a": xaOne}) // it did not
@@ -483,7 +484,7 @@ func TestXACommitBusy(t *testing.T) {
 	x := newTestXA(t, w, job, 0)
 	start := time.Now()
 	err := x.Commit(ctx, p)
-	if !errors.Is(err, ErrXABusy) || !IsRetryable(err) {
+	if !errors.Is(err, ErrXABusy) || !writers.IsRetryable(err) {
 		t.Fatalf("Commit of a transaction another session holds: %v, want retryable ErrXABusy", err)
 	}
 	if d := time.Since(start); d < xaDetachWait {
@@ -501,8 +502,8 @@ func TestXACloseTwiceNoLeaks(t *testing.T) {
 	job := xaJob(t)
 	xaCleanup(t, mysqlDSN(t), job)
 	ctx := t.Context()
-	w, err := OpenSQL(ctx, mysqlDSN(t))
-	twoPhaseOK(t, "OpenSQL", err)
+	w, err := Open(ctx, mysqlDSN(t))
+	twoPhaseOK(t, "Open", err)
 	defer w.Close()
 	x, err := NewXA(w, job, 0)
 	twoPhaseOK(t, "NewXA", err)
@@ -521,7 +522,7 @@ func TestXACloseTwiceNoLeaks(t *testing.T) {
 	xaWantListed(t, w, job, "mb-1-0")
 	x2, err := NewXA(w, job, 0)
 	twoPhaseOK(t, "NewXA", err)
-	twoPhaseOK(t, "Recover", x2.Recover(ctx, []Pending{p1}))
+	twoPhaseOK(t, "Recover", x2.Recover(ctx, []writers.Pending{p1}))
 	twoPhaseOK(t, "Close", x2.Close())
 	wantXATotals(t, w, job, map[string]total{"a": xaOne})
 
@@ -555,7 +556,7 @@ func TestXAServerKill(t *testing.T) {
 		}
 	}
 	err = x.Commit(ctx, p)
-	if err == nil || !IsRetryable(err) {
+	if err == nil || !writers.IsRetryable(err) {
 		t.Fatalf("Commit on the killed connection: %v, want a retryable error", err)
 	}
 	twoPhaseOK(t, "Commit retry", x.Commit(ctx, p))
@@ -576,7 +577,7 @@ func TestXAEmpty(t *testing.T) {
 	twoPhaseOK(t, "PreCommit", err)
 	twoPhaseOK(t, "Close", x.Close()) // the session ends
 	xaWantListed(t, w, job, "mb-1-0")
-	twoPhaseOK(t, "Recover", newTestXA(t, w, job, 0).Recover(ctx, []Pending{p}))
+	twoPhaseOK(t, "Recover", newTestXA(t, w, job, 0).Recover(ctx, []writers.Pending{p}))
 	xaWantListed(t, w, job)
 	var last, commits int64
 	twoPhaseOK(t, "reading "+XATable, w.DB().QueryRowContext(ctx,
@@ -611,13 +612,13 @@ func TestXALost(t *testing.T) {
 	twoPhaseOK(t, "XA ROLLBACK behind the writer's back", err)
 
 	x2 := newTestXA(t, w, job, 0)
-	if err := x2.Commit(ctx, p4); !errors.Is(err, ErrTxnLost) {
+	if err := x2.Commit(ctx, p4); !errors.Is(err, writers.ErrTxnLost) {
 		t.Fatalf("Commit of a rolled-back transaction: %v, want ErrTxnLost", err)
 	}
-	if err := x2.Recover(ctx, []Pending{p4}); !errors.Is(err, ErrTxnLost) {
+	if err := x2.Recover(ctx, []writers.Pending{p4}); !errors.Is(err, writers.ErrTxnLost) {
 		t.Fatalf("Recover of a rolled-back transaction: %v, want ErrTxnLost", err)
 	}
-	twoPhaseOK(t, "Recover of the committed one", x2.Recover(ctx, []Pending{p1}))
+	twoPhaseOK(t, "Recover of the committed one", x2.Recover(ctx, []writers.Pending{p1}))
 	twoPhaseOK(t, "Abort of the rolled-back one", x2.Abort(ctx, p4))
 	wantXATotals(t, w, job, map[string]total{"a": xaOne})
 }

@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // The README's "Tables" section is the contract users read: table names,
@@ -19,7 +20,7 @@ import (
 // table exists in MySQL/MariaDB only: SQLite has no XA).
 func tableDDLs(d offsets.Dialect) map[string]string {
 	m := map[string]string{
-		TotalsTable:         totalsDDL(d, TotalsTable),
+		writers.TotalsTable: totalsDDL(d, writers.TotalsTable),
 		"mb_dead_letters":   deadLettersDDL(d),
 		offsets.Table:       offsets.Schema(d),
 		offsets.SourceTable: offsets.SourceSchema(d),

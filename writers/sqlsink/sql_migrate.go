@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // migrateTotals gives an mb_totals made by an older version the exact
@@ -17,19 +18,19 @@ import (
 // MySQL serializes their ALTERs (the later ones find nothing to change or
 // redo the same change), SQLite their write transactions, in which each
 // looks again.
-func (w *SQL) migrateTotals(ctx context.Context) error {
+func (w *Writer) migrateTotals(ctx context.Context) error {
 	if w.dialect == offsets.MySQL {
 		return w.migrateTotalsMySQL(ctx)
 	}
 	return w.migrateTotalsSQLite(ctx)
 }
 
-func (w *SQL) migrateTotalsMySQL(ctx context.Context) error {
+func (w *Writer) migrateTotalsMySQL(ctx context.Context) error {
 	var typ string
 	err := w.db.QueryRowContext(ctx, `SELECT DATA_TYPE FROM information_schema.COLUMNS
- WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'amount'`, TotalsTable).Scan(&typ)
+ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'amount'`, writers.TotalsTable).Scan(&typ)
 	if err != nil {
-		return fmt.Errorf("reading the type of %s.amount: %w", TotalsTable, err)
+		return fmt.Errorf("reading the type of %s.amount: %w", writers.TotalsTable, err)
 	}
 	if strings.EqualFold(typ, "decimal") {
 		return nil
@@ -49,9 +50,9 @@ func (w *SQL) migrateTotalsMySQL(ctx context.Context) error {
 	defer func() { // the pool keeps the connection: give it back as it was
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT")
 	}()
-	if _, err := conn.ExecContext(ctx, "ALTER TABLE "+TotalsTable+" MODIFY amount DECIMAL(38,0) NOT NULL"); err != nil {
+	if _, err := conn.ExecContext(ctx, "ALTER TABLE "+writers.TotalsTable+" MODIFY amount DECIMAL(38,0) NOT NULL"); err != nil {
 		return fmt.Errorf("%w (the ALTER waits up to %d s for transactions on %s to end: stop other writers of the table, or finish a prepared XA transaction on it (XA RECOVER), then start again)",
-			err, migrateLockWait, TotalsTable)
+			err, migrateLockWait, writers.TotalsTable)
 	}
 	return nil
 }
@@ -64,8 +65,8 @@ const migrateLockWait = 60
 // (SQLite can't change a column's type in place): in one IMMEDIATE
 // transaction, which takes the write lock first, so a second process waits
 // for it (busy_timeout) and then finds the new table.
-func (w *SQL) migrateTotalsSQLite(ctx context.Context) (err error) {
-	typ, err := sqliteColumnType(ctx, w.db, TotalsTable, "amount")
+func (w *Writer) migrateTotalsSQLite(ctx context.Context) (err error) {
+	typ, err := sqliteColumnType(ctx, w.db, writers.TotalsTable, "amount")
 	if err != nil || typ == "" {
 		return err
 	}
@@ -82,19 +83,19 @@ func (w *SQL) migrateTotalsSQLite(ctx context.Context) (err error) {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	if typ, err = sqliteColumnType(ctx, conn, TotalsTable, "amount"); err != nil || typ == "" {
+	if typ, err = sqliteColumnType(ctx, conn, writers.TotalsTable, "amount"); err != nil || typ == "" {
 		if err == nil {
 			_, err = conn.ExecContext(ctx, "COMMIT")
 		}
 		return err
 	}
-	const tmp = TotalsTable + "_migrating"
+	const tmp = writers.TotalsTable + "_migrating"
 	for _, stmt := range []string{
 		"DROP TABLE IF EXISTS " + tmp,
 		totalsDDL(offsets.SQLite, tmp),
-		"INSERT INTO " + tmp + " (job, k, events, amount) SELECT job, k, events, amount FROM " + TotalsTable,
-		"DROP TABLE " + TotalsTable,
-		"ALTER TABLE " + tmp + " RENAME TO " + TotalsTable,
+		"INSERT INTO " + tmp + " (job, k, events, amount) SELECT job, k, events, amount FROM " + writers.TotalsTable,
+		"DROP TABLE " + writers.TotalsTable,
+		"ALTER TABLE " + tmp + " RENAME TO " + writers.TotalsTable,
 		"COMMIT",
 	} {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {

@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
 )
 
 type dsnCase struct {
@@ -127,7 +128,7 @@ var dsnCases = []dsnCase{
 func TestParseSQLDSN(t *testing.T) {
 	for _, tc := range dsnCases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseSQLDSN(tc.dsn)
+			got, err := ParseDSN(tc.dsn)
 			if tc.secret != "" {
 				if strings.Contains(got.Display, tc.secret) {
 					t.Errorf("Display %q contains the password", got.Display)
@@ -138,15 +139,15 @@ func TestParseSQLDSN(t *testing.T) {
 			}
 			if tc.bad {
 				if err == nil {
-					t.Fatalf("ParseSQLDSN(%q) = %+v, want an error", tc.dsn, got)
+					t.Fatalf("ParseDSN(%q) = %+v, want an error", tc.dsn, got)
 				}
-				if !errors.Is(err, ErrBadDSN) {
-					t.Fatalf("ParseSQLDSN(%q) error %v is not ErrBadDSN", tc.dsn, err)
+				if !errors.Is(err, writers.ErrBadDSN) {
+					t.Fatalf("ParseDSN(%q) error %v is not ErrBadDSN", tc.dsn, err)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseSQLDSN(%q): %v", tc.dsn, err)
+				t.Fatalf("ParseDSN(%q): %v", tc.dsn, err)
 			}
 			if got.Dialect != tc.dialect || got.Display != tc.display {
 				t.Errorf("Dialect %q Display %q, want %q %q", got.Dialect, got.Display, tc.dialect, tc.display)
@@ -219,19 +220,19 @@ func userinfoRegion(dsn string) string {
 // texts Display may hold without it coming from the password.
 const displayBoilerplate = "mysql://xxxxx@127.0.0.1:3306/localhost:3306/sqlite://"
 
-// FuzzParseSQLDSN: ParseSQLDSN never panics, a MySQL target's Display never
+// FuzzParseDSN: ParseDSN never panics, a MySQL target's Display never
 // shows a password-looking userinfo, and errors never do either.
-func FuzzParseSQLDSN(f *testing.F) {
+func FuzzParseDSN(f *testing.F) {
 	for _, tc := range dsnCases {
 		f.Add(tc.dsn)
 	}
 	f.Fuzz(func(t *testing.T, dsn string) {
-		got, err := ParseSQLDSN(dsn)
-		if err != nil && !errors.Is(err, ErrBadDSN) {
-			t.Fatalf("ParseSQLDSN(%q) error %v is not ErrBadDSN", dsn, err)
+		got, err := ParseDSN(dsn)
+		if err != nil && !errors.Is(err, writers.ErrBadDSN) {
+			t.Fatalf("ParseDSN(%q) error %v is not ErrBadDSN", dsn, err)
 		}
 		if err == nil && (got.DriverName == "" || got.DataSource == "" || got.Display == "") {
-			t.Fatalf("ParseSQLDSN(%q) = %+v with no error", dsn, got)
+			t.Fatalf("ParseDSN(%q) = %+v with no error", dsn, got)
 		}
 		for _, m := range secretRE.FindAllStringSubmatch(userinfoRegion(dsn), -1) {
 			secret := m[2]
@@ -241,11 +242,11 @@ func FuzzParseSQLDSN(f *testing.F) {
 				continue
 			}
 			if err != nil && strings.Contains(err.Error(), secret) {
-				t.Fatalf("ParseSQLDSN(%q): error %q shows secret %q", dsn, err, secret)
+				t.Fatalf("ParseDSN(%q): error %q shows secret %q", dsn, err, secret)
 			}
 			// sqlite:// paths are file names, shown as given.
 			if err == nil && got.Dialect == offsets.MySQL && strings.Contains(got.Display, secret) {
-				t.Fatalf("ParseSQLDSN(%q): Display %q shows secret %q", dsn, got.Display, secret)
+				t.Fatalf("ParseDSN(%q): Display %q shows secret %q", dsn, got.Display, secret)
 			}
 		}
 	})
@@ -260,14 +261,14 @@ func TestParseSQLDSNErrorsHidePasswords(t *testing.T) {
 		"mysql://app:s3cr%zz@db1/db",
 		"mysql://app:pw@db1/db?badparam=%zz",
 	} {
-		_, err := ParseSQLDSN(dsn)
+		_, err := ParseDSN(dsn)
 		if err == nil {
-			t.Errorf("ParseSQLDSN(%q) accepted it", dsn)
+			t.Errorf("ParseDSN(%q) accepted it", dsn)
 			continue
 		}
 		for _, secret := range []string{"123/45", "pa/ss", "s3cr", ":pw@"} {
 			if strings.Contains(err.Error(), secret) {
-				t.Errorf("ParseSQLDSN(%q) error %q shows %q", dsn, err, secret)
+				t.Errorf("ParseDSN(%q) error %q shows %q", dsn, err, secret)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package writers
+package kafkasink
 
 import (
 	"bufio"
@@ -21,9 +21,10 @@ import (
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/writers"
 )
 
-// The KafkaTxn cases run against kfake (in process) and against Apache
+// The Txn cases run against kfake (in process) and against Apache
 // Kafka named by MICROBATCH_TEST_KAFKA (not in -short mode). Every case
 // uses its own topic (one partition, so order is checkable) and its own
 // transactional id prefix.
@@ -81,9 +82,9 @@ func kafkaTxnTopic(t testing.TB, brokers []string) string {
 	return topic
 }
 
-func newKafkaTxnTest(t testing.TB, brokers []string, prefix string) *KafkaTxn {
+func newTestTxn(t testing.TB, brokers []string, prefix string) *Txn {
 	t.Helper()
-	w, err := NewKafkaTxn(KafkaTxnConfig{Brokers: brokers, TransactionalID: prefix, Subtask: 7})
+	w, err := New(Config{Brokers: brokers, TransactionalID: prefix, Subtask: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func newKafkaTxnTest(t testing.TB, brokers []string, prefix string) *KafkaTxn {
 
 // kafkaTxnWrite writes the values (keyed by themselves) into the open
 // transaction.
-func kafkaTxnWrite(t testing.TB, w *KafkaTxn, topic string, values ...string) {
+func kafkaTxnWrite(t testing.TB, w *Txn, topic string, values ...string) {
 	t.Helper()
 	for _, v := range values {
 		if err := w.Write(t.Context(), topic, []byte(v), []byte(v)); err != nil {
@@ -179,7 +180,7 @@ func kafkaTxnExpect(t testing.TB, brokers []string, topic string, level sarama.I
 // (v1.61.1) has a data race between a record failing and the sending of
 // others (IBM/sarama#2913: transactionManager.lastError is written under
 // statusLock and read under partitionInTxnLock), which -race reports.
-func kafkaTxnSettle(t testing.TB, w *KafkaTxn) {
+func kafkaTxnSettle(t testing.TB, w *Txn) {
 	t.Helper()
 	if err := w.open.flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -242,7 +243,7 @@ func TestKafkaTxnCommit(t *testing.T) {
 		ctx := t.Context()
 		topic := kafkaTxnTopic(t, brokers)
 		prefix := kafkaTxnName(t, "txn")
-		w := newKafkaTxnTest(t, brokers, prefix)
+		w := newTestTxn(t, brokers, prefix)
 		if err := w.Recover(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +283,7 @@ func TestKafkaTxnCommit(t *testing.T) {
 			t.Fatalf("second Commit: %v", err)
 		}
 		// Committing again by identity, as another process would.
-		other := newKafkaTxnTest(t, brokers, prefix)
+		other := newTestTxn(t, brokers, prefix)
 		if err := other.Commit(ctx, p); err != nil {
 			t.Fatalf("Commit from another writer: %v", err)
 		}
@@ -322,7 +323,7 @@ func TestKafkaTxnAbort(t *testing.T) {
 		ctx := t.Context()
 		topic := kafkaTxnTopic(t, brokers)
 		prefix := kafkaTxnName(t, "txn")
-		w := newKafkaTxnTest(t, brokers, prefix)
+		w := newTestTxn(t, brokers, prefix)
 		if err := w.Begin(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -338,14 +339,14 @@ func TestKafkaTxnAbort(t *testing.T) {
 		if err := w.Abort(ctx, p); err != nil {
 			t.Fatalf("second Abort: %v", err)
 		}
-		other := newKafkaTxnTest(t, brokers, prefix)
+		other := newTestTxn(t, brokers, prefix)
 		if err := other.Abort(ctx, p); err != nil {
 			t.Fatalf("Abort from another writer: %v", err)
 		}
-		if err := w.Commit(ctx, p); !errors.Is(err, ErrTxnLost) {
+		if err := w.Commit(ctx, p); !errors.Is(err, writers.ErrTxnLost) {
 			t.Fatalf("Commit after Abort: %v, want ErrTxnLost", err)
 		}
-		if err := other.Commit(ctx, p); !errors.Is(err, ErrTxnLost) {
+		if err := other.Commit(ctx, p); !errors.Is(err, writers.ErrTxnLost) {
 			t.Fatalf("Commit after Abort from another writer: %v, want ErrTxnLost", err)
 		}
 
@@ -355,10 +356,10 @@ func TestKafkaTxnAbort(t *testing.T) {
 		}
 		open := kafkaTxnValues("open", 3)
 		kafkaTxnWrite(t, w, topic, open...)
-		if err := w.Abort(ctx, Pending{}); err != nil {
+		if err := w.Abort(ctx, writers.Pending{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Abort(ctx, Pending{}); err != nil {
+		if err := w.Abort(ctx, writers.Pending{}); err != nil {
 			t.Fatalf("Abort with nothing open: %v", err)
 		}
 		kafkaTxnWaitStable(t, brokers, topic, 5*time.Second)
@@ -387,14 +388,14 @@ func TestKafkaTxnRotation(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, brokers []string) {
 		ctx := t.Context()
 		topic := kafkaTxnTopic(t, brokers)
-		w := newKafkaTxnTest(t, brokers, kafkaTxnName(t, "txn"))
+		w := newTestTxn(t, brokers, kafkaTxnName(t, "txn"))
 		if err := w.Recover(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		// Txn n+1 is written partly before and partly after txn n commits;
 		// 8 transactions use each of the 3 slots at least twice.
 		var want []string
-		var prev *Pending
+		var prev *writers.Pending
 		for n := int64(1); n <= 8; n++ {
 			if err := w.Begin(ctx, n); err != nil {
 				t.Fatalf("Begin(%d): %v", n, err)
@@ -449,7 +450,7 @@ func TestKafkaTxnChildProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	w, err := NewKafkaTxn(KafkaTxnConfig{Brokers: spec.Brokers, TransactionalID: spec.Prefix, Subtask: 7})
+	w, err := New(Config{Brokers: spec.Brokers, TransactionalID: spec.Prefix, Subtask: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +489,7 @@ func TestKafkaTxnChildProcess(t *testing.T) {
 }
 
 // kafkaTxnRunChild runs the child and returns the Pending it printed.
-func kafkaTxnRunChild(t *testing.T, spec kafkaTxnChildSpec) Pending {
+func kafkaTxnRunChild(t *testing.T, spec kafkaTxnChildSpec) writers.Pending {
 	t.Helper()
 	js, err := json.Marshal(spec)
 	if err != nil {
@@ -508,7 +509,7 @@ func kafkaTxnRunChild(t *testing.T, spec kafkaTxnChildSpec) Pending {
 	sc := bufio.NewScanner(&stdout)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), kafkaTxnPendingMark); ok {
-			var p Pending
+			var p writers.Pending
 			if err := json.Unmarshal([]byte(rest), &p); err != nil {
 				t.Fatal(err)
 			}
@@ -516,7 +517,7 @@ func kafkaTxnRunChild(t *testing.T, spec kafkaTxnChildSpec) Pending {
 		}
 	}
 	t.Fatalf("child printed no Pending:\n%s\n%s", stdout.String(), stderr.String())
-	return Pending{}
+	return writers.Pending{}
 }
 
 func TestKafkaTxnResume(t *testing.T) {
@@ -527,8 +528,8 @@ func TestKafkaTxnResume(t *testing.T) {
 			p := kafkaTxnRunChild(t, spec)
 			kafkaTxnExpect(t, brokers, spec.Topic, sarama.ReadUncommitted, append(kafkaTxnValues("pre", 5), kafkaTxnValues("open", 5)...))
 
-			w := newKafkaTxnTest(t, brokers, spec.Prefix)
-			if err := w.Recover(ctx, []Pending{p}); err != nil {
+			w := newTestTxn(t, brokers, spec.Prefix)
+			if err := w.Recover(ctx, []writers.Pending{p}); err != nil {
 				t.Fatal(err)
 			}
 			// Txn 3 is committed, txn 4 (never pre-committed) aborted at once.
@@ -536,8 +537,8 @@ func TestKafkaTxnResume(t *testing.T) {
 			kafkaTxnExpect(t, brokers, spec.Topic, sarama.ReadCommitted, kafkaTxnValues("pre", 5))
 			// A Recover that runs again (the first one's process crashed
 			// before a newer checkpoint) still finds it committed.
-			again := newKafkaTxnTest(t, brokers, spec.Prefix)
-			if err := again.Recover(ctx, []Pending{p}); err != nil {
+			again := newTestTxn(t, brokers, spec.Prefix)
+			if err := again.Recover(ctx, []writers.Pending{p}); err != nil {
 				t.Fatalf("second Recover: %v", err)
 			}
 			if err := w.Commit(ctx, p); err != nil {
@@ -564,7 +565,7 @@ func TestKafkaTxnResume(t *testing.T) {
 			if lso, hwm := kafkaTxnOffsets(t, brokers, spec.Topic); lso >= hwm {
 				t.Fatalf("before Recover: LSO %d, HWM %d: the child's transactions should hold the partition", lso, hwm)
 			}
-			w := newKafkaTxnTest(t, brokers, spec.Prefix)
+			w := newTestTxn(t, brokers, spec.Prefix)
 			start := time.Now()
 			if err := w.Recover(ctx, nil); err != nil {
 				t.Fatal(err)
@@ -584,7 +585,7 @@ func TestKafkaTxnResume(t *testing.T) {
 				t.Fatal(err)
 			}
 			kafkaTxnExpect(t, brokers, spec.Topic, sarama.ReadCommitted, []string{"after"})
-			if err := w.Commit(ctx, p); !errors.Is(err, ErrTxnLost) {
+			if err := w.Commit(ctx, p); !errors.Is(err, writers.ErrTxnLost) {
 				t.Fatalf("Commit of the aborted child txn: %v, want ErrTxnLost", err)
 			}
 		})
@@ -596,7 +597,7 @@ func TestKafkaTxnFenced(t *testing.T) {
 		ctx := t.Context()
 		topic := kafkaTxnTopic(t, brokers)
 		prefix := kafkaTxnName(t, "txn")
-		w := newKafkaTxnTest(t, brokers, prefix)
+		w := newTestTxn(t, brokers, prefix)
 		if err := w.Begin(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -612,16 +613,16 @@ func TestKafkaTxnFenced(t *testing.T) {
 		kafkaTxnSettle(t, w)
 
 		// A newer writer with the same ids fences both.
-		newer := newKafkaTxnTest(t, brokers, prefix)
+		newer := newTestTxn(t, brokers, prefix)
 		if err := newer.Recover(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		err = w.Commit(ctx, p)
-		if !errors.Is(err, ErrTxnLost) || !errors.Is(err, sarama.ErrProducerFenced) {
+		if !errors.Is(err, writers.ErrTxnLost) || !errors.Is(err, sarama.ErrProducerFenced) {
 			t.Fatalf("Commit of a fenced txn: %v, want ErrTxnLost and PRODUCER_FENCED", err)
 		}
 		t.Logf("Commit: %v", err)
-		if err := newKafkaTxnTest(t, brokers, prefix).Commit(ctx, p); !errors.Is(err, ErrTxnLost) {
+		if err := newTestTxn(t, brokers, prefix).Commit(ctx, p); !errors.Is(err, writers.ErrTxnLost) {
 			t.Fatalf("Commit of a fenced txn from another writer: %v, want ErrTxnLost", err)
 		}
 		if _, err := w.PreCommit(ctx); err == nil {
@@ -646,13 +647,13 @@ func TestKafkaTxnWriteError(t *testing.T) {
 		topic := kafkaTxnTopic(t, brokers)
 		base := kafkautil.Config("kafkatxn-test") // a caller's own base config
 		base.Producer.MaxMessageBytes = 1000
-		w, err := NewKafkaTxn(KafkaTxnConfig{Brokers: brokers, TransactionalID: kafkaTxnName(t, "txn"), Sarama: base})
+		w, err := New(Config{Brokers: brokers, TransactionalID: kafkaTxnName(t, "txn"), Sarama: base})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
 		if base.Producer.Transaction.ID != "" || base.Producer.Idempotent {
-			t.Fatal("NewKafkaTxn modified the caller's sarama config")
+			t.Fatal("New modified the caller's sarama config")
 		}
 		if err := w.Begin(ctx, 1); err != nil {
 			t.Fatal(err)
@@ -667,7 +668,7 @@ func TestKafkaTxnWriteError(t *testing.T) {
 			t.Fatalf("PreCommit after a failed record: %v", err)
 		}
 		t.Logf("PreCommit: %v", err)
-		if err := w.Abort(ctx, Pending{}); err != nil {
+		if err := w.Abort(ctx, writers.Pending{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Begin(ctx, 4); err != nil { // the same slot
@@ -697,31 +698,31 @@ func TestCheckKafkaTxnTimeout(t *testing.T) {
 		{0, time.Minute, false},
 		{15 * time.Minute, 0, true},
 	} {
-		err := CheckKafkaTxnTimeout(tc.timeout, tc.need)
+		err := CheckTxnTimeout(tc.timeout, tc.need)
 		if (err == nil) != tc.ok {
-			t.Errorf("CheckKafkaTxnTimeout(%v, %v) = %v, want ok=%v", tc.timeout, tc.need, err, tc.ok)
+			t.Errorf("CheckTxnTimeout(%v, %v) = %v, want ok=%v", tc.timeout, tc.need, err, tc.ok)
 		}
 		if err != nil && (!strings.HasPrefix(err.Error(), "kafka sink: ") || strings.Contains(err.Error(), "\n")) {
 			t.Errorf("error %q: want one line starting with \"kafka sink: \"", err)
 		}
 	}
 	want := "kafka sink: transaction timeout 10s must exceed checkpoint interval + checkpoint timeout + restart time (1m5s)"
-	if err := CheckKafkaTxnTimeout(10*time.Second, 65*time.Second); err == nil || err.Error() != want {
+	if err := CheckTxnTimeout(10*time.Second, 65*time.Second); err == nil || err.Error() != want {
 		t.Errorf("got %v, want %q", err, want)
 	}
 }
 
 func TestKafkaTxnConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
-		cfg KafkaTxnConfig
+		cfg Config
 		ok  bool
 	}{
-		{KafkaTxnConfig{Brokers: []string{"b:9092"}, TransactionalID: "j-0"}, true},
-		{KafkaTxnConfig{Brokers: []string{"b:9092"}, TransactionalID: "j-0", Slots: 4, TxnTimeout: time.Hour}, true},
-		{KafkaTxnConfig{TransactionalID: "j-0"}, false},
-		{KafkaTxnConfig{Brokers: []string{"b:9092"}}, false},
-		{KafkaTxnConfig{Brokers: []string{"b:9092"}, TransactionalID: "j-0", Slots: 2}, false},
-		{KafkaTxnConfig{Brokers: []string{"b:9092"}, TransactionalID: "j-0", TxnTimeout: -time.Second}, false},
+		{Config{Brokers: []string{"b:9092"}, TransactionalID: "j-0"}, true},
+		{Config{Brokers: []string{"b:9092"}, TransactionalID: "j-0", Slots: 4, TxnTimeout: time.Hour}, true},
+		{Config{TransactionalID: "j-0"}, false},
+		{Config{Brokers: []string{"b:9092"}}, false},
+		{Config{Brokers: []string{"b:9092"}, TransactionalID: "j-0", Slots: 2}, false},
+		{Config{Brokers: []string{"b:9092"}, TransactionalID: "j-0", TxnTimeout: -time.Second}, false},
 	} {
 		cfg := tc.cfg
 		cfg.setDefaults()
@@ -733,7 +734,7 @@ func TestKafkaTxnConfigValidate(t *testing.T) {
 
 func TestKafkaTxnTimeoutAboveBrokerMax(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, brokers []string) {
-		w, err := NewKafkaTxn(KafkaTxnConfig{Brokers: brokers, TransactionalID: kafkaTxnName(t, "txn"), TxnTimeout: 20 * time.Minute})
+		w, err := New(Config{Brokers: brokers, TransactionalID: kafkaTxnName(t, "txn"), TxnTimeout: 20 * time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -777,7 +778,7 @@ func TestKafkaTxnCloseNoLeaksApacheKafka(t *testing.T) {
 func kafkaTxnCloseNoLeaks(t *testing.T, brokers []string, stopBroker func()) {
 	ctx := t.Context()
 	topic := kafkaTxnTopic(t, brokers)
-	w, err := NewKafkaTxn(KafkaTxnConfig{Brokers: brokers, TransactionalID: kafkaTxnName(t, "txn")})
+	w, err := New(Config{Brokers: brokers, TransactionalID: kafkaTxnName(t, "txn")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -822,7 +823,7 @@ func BenchmarkKafkaTxn(b *testing.B) {
 			brokers := target.start(b)
 			ctx := b.Context()
 			topic := kafkaTxnTopic(b, brokers)
-			w := newKafkaTxnTest(b, brokers, kafkaTxnName(b, "txn"))
+			w := newTestTxn(b, brokers, kafkaTxnName(b, "txn"))
 			if err := w.Recover(ctx, nil); err != nil {
 				b.Fatal(err)
 			}
@@ -861,7 +862,7 @@ func BenchmarkKafkaTxnCheckpoint(b *testing.B) {
 			brokers := target.start(b)
 			ctx := b.Context()
 			topic := kafkaTxnTopic(b, brokers)
-			w := newKafkaTxnTest(b, brokers, kafkaTxnName(b, "txn"))
+			w := newTestTxn(b, brokers, kafkaTxnName(b, "txn"))
 			if err := w.Recover(ctx, nil); err != nil {
 				b.Fatal(err)
 			}
@@ -937,7 +938,7 @@ func TestKafkaTxnWriteOffsets(t *testing.T) {
 		in, out := kafkaTxnTopic(t, brokers), kafkaTxnTopic(t, brokers)
 		group := kafkaTxnName(t, "group")
 		prefix := kafkaTxnName(t, "txn")
-		w := newKafkaTxnTest(t, brokers, prefix)
+		w := newTestTxn(t, brokers, prefix)
 		if err := w.Recover(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -945,7 +946,7 @@ func TestKafkaTxnWriteOffsets(t *testing.T) {
 			t.Fatal("WriteOffsets outside a transaction: no error")
 		}
 		offset := func(stable bool) int64 { return kafkaTxnGroupOffset(t, brokers, group, in, stable) }
-		step := func(txn int64, values []string, off int64, commit bool) Pending {
+		step := func(txn int64, values []string, off int64, commit bool) writers.Pending {
 			t.Helper()
 			if err := w.Begin(ctx, txn); err != nil {
 				t.Fatal(err)
@@ -1006,8 +1007,8 @@ func TestKafkaTxnWriteOffsets(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.Close()
-		other := newKafkaTxnTest(t, brokers, prefix)
-		if err := other.Recover(ctx, []Pending{p}); err != nil {
+		other := newTestTxn(t, brokers, prefix)
+		if err := other.Recover(ctx, []writers.Pending{p}); err != nil {
 			t.Fatal(err)
 		}
 		if got := offset(true); got != 11 {
@@ -1018,7 +1019,7 @@ func TestKafkaTxnWriteOffsets(t *testing.T) {
 		// Offsets only, pre-committed, then the writer is gone: a new
 		// writer that keeps the Pending commits it, one that doesn't
 		// aborts it.
-		offsetsOnly := func(w *KafkaTxn, txn, off int64) Pending {
+		offsetsOnly := func(w *Txn, txn, off int64) writers.Pending {
 			t.Helper()
 			if err := w.Begin(ctx, txn); err != nil {
 				t.Fatal(err)
@@ -1034,15 +1035,15 @@ func TestKafkaTxnWriteOffsets(t *testing.T) {
 			return p
 		}
 		p = offsetsOnly(other, 6, 13)
-		third := newKafkaTxnTest(t, brokers, prefix)
-		if err := third.Recover(ctx, []Pending{p}); err != nil {
+		third := newTestTxn(t, brokers, prefix)
+		if err := third.Recover(ctx, []writers.Pending{p}); err != nil {
 			t.Fatal(err)
 		}
 		if got := offset(true); got != 13 {
 			t.Fatalf("after recovering an offsets-only txn: group offset %d, want 13", got)
 		}
 		offsetsOnly(third, 7, 17)
-		fourth := newKafkaTxnTest(t, brokers, prefix)
+		fourth := newTestTxn(t, brokers, prefix)
 		if err := fourth.Recover(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -1062,7 +1063,7 @@ func TestKafkaTxnWriteOffsets(t *testing.T) {
 		if _, err := fourth.PreCommit(ctx); err == nil {
 			t.Fatal("PreCommit after a failed WriteOffsets succeeded")
 		}
-		if err := fourth.Abort(ctx, Pending{}); err != nil {
+		if err := fourth.Abort(ctx, writers.Pending{}); err != nil {
 			t.Fatal(err)
 		}
 		kafkaTxnWaitStable(t, brokers, out, 10*time.Second)

@@ -1,24 +1,20 @@
-package writers
+package sqlsink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
 )
-
-// ErrBadTable means a table can't take an Upsert: it is missing, lacks a
-// column, or has no primary or unique key on exactly the upsert's keys.
-var ErrBadTable = errors.New("writers: table not usable for the upsert")
 
 // CheckUpsert makes sure u's table exists with u's columns and has a
 // primary or unique key on exactly u.Keys. Without that key an upsert
 // can't find the row to merge into: MySQL would silently insert duplicate
 // rows, SQLite fails every batch. Call it once before writing.
-func (w *SQL) CheckUpsert(ctx context.Context, u Upsert) error {
+func (w *Writer) CheckUpsert(ctx context.Context, u writers.Upsert) error {
 	if err := u.Validate(); err != nil {
 		return err
 	}
@@ -44,7 +40,7 @@ func (w *SQL) CheckUpsert(ctx context.Context, u Upsert) error {
 }
 
 // uniqueKeys lists the column sets of a table's primary and unique keys.
-func (w *SQL) uniqueKeys(ctx context.Context, table string) ([][]string, error) {
+func (w *Writer) uniqueKeys(ctx context.Context, table string) ([][]string, error) {
 	var q string
 	var args []any
 	if w.dialect == offsets.MySQL {

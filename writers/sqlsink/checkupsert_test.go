@@ -1,10 +1,12 @@
-package writers
+package sqlsink
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/microbatch/microbatch/writers"
 )
 
 // CheckUpsert accepts a table keyed on the upsert's keys (primary or
@@ -12,7 +14,7 @@ import (
 // missing table, a missing column and a table without that key — the case
 // in which MySQL would quietly insert duplicates instead of merging.
 func TestCheckUpsert(t *testing.T) {
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		ctx := t.Context()
 		name := fmt.Sprintf("cu_%x", time.Now().UnixNano()) // shared MySQL database: unique per run
 		ddl := map[string]string{
@@ -30,15 +32,15 @@ func TestCheckUpsert(t *testing.T) {
 				w.DB().Exec("DROP TABLE " + name + s)
 			}
 		})
-		up := func(suffix string, values ...string) Upsert {
-			return Upsert{Table: name + suffix, Keys: []string{"key", "region"}, Values: values, Merge: MergeAdd}
+		up := func(suffix string, values ...string) writers.Upsert {
+			return writers.Upsert{Table: name + suffix, Keys: []string{"key", "region"}, Values: values, Merge: writers.MergeAdd}
 		}
 		for _, s := range []string{"_pk", "_uq"} {
 			if err := w.CheckUpsert(ctx, up(s, "n")); err != nil {
 				t.Errorf("%s: %v", s, err)
 			}
 		}
-		for what, u := range map[string]Upsert{
+		for what, u := range map[string]writers.Upsert{
 			"no key":         up("_nk", "n"),
 			"missing column": up("_pk", "n", "amount"),
 			"missing table":  up("_none", "n"),

@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // WALTable remembers, per job and sink subtask, the last checkpoint whose
@@ -50,7 +51,7 @@ const WALTable = "mb_wal_commits"
 // Of the TwoPhase calls, Begin starts a new buffer, PreCommit empties it
 // into the Pending, Commit and Recover write, Abort drops.
 type WAL struct {
-	w       *SQL
+	w       *Writer
 	job     string
 	subtask int
 
@@ -60,11 +61,11 @@ type WAL struct {
 	rewrites atomic.Int64
 }
 
-var _ TwoPhase = (*WAL)(nil)
+var _ writers.TwoPhase = (*WAL)(nil)
 
 type walUpsert struct {
-	Upsert Upsert  `json:"upsert"`
-	Rows   walRows `json:"rows"`
+	Upsert writers.Upsert `json:"upsert"`
+	Rows   walRows        `json:"rows"`
 }
 
 // walRows are rows as the checkpoint keeps them: JSON arrays of plain JSON
@@ -162,7 +163,7 @@ type walData struct {
 }
 
 // NewWAL returns subtask's write-ahead writer for job on w.
-func NewWAL(w *SQL, job string, subtask int) *WAL {
+func NewWAL(w *Writer, job string, subtask int) *WAL {
 	return &WAL{w: w, job: job, subtask: subtask}
 }
 
@@ -174,7 +175,7 @@ func (l *WAL) Rewrites() int64 { return l.rewrites.Load() }
 // Upsert buffers rows for the open checkpoint. Values must survive the
 // checkpoint's JSON (walRows) exactly: strings (any bytes), []byte,
 // integers within int64, finite floats, booleans, nil.
-func (l *WAL) Upsert(_ context.Context, u Upsert, rows [][]any) error {
+func (l *WAL) Upsert(_ context.Context, u writers.Upsert, rows [][]any) error {
 	if !l.open {
 		return errors.New("wal sink: no open transaction")
 	}
@@ -193,7 +194,7 @@ func (l *WAL) DeadLetters(_ context.Context, dls []record.DeadLetter) error {
 	// Stored as JSON in the checkpoint: a reason that is not UTF-8 would
 	// come back with U+FFFD, so it is made safe here rather than at Commit.
 	for _, d := range dls {
-		d.Reason = storedReason(d.Reason)
+		d.Reason = writers.StoredReason(d.Reason)
 		l.buf.DeadLetters = append(l.buf.DeadLetters, d)
 	}
 	return nil
@@ -201,7 +202,7 @@ func (l *WAL) DeadLetters(_ context.Context, dls []record.DeadLetter) error {
 
 // Recover creates mb_wal_commits if missing and applies the kept
 // checkpoints' writes (those already applied are skipped).
-func (l *WAL) Recover(ctx context.Context, keep []Pending) error {
+func (l *WAL) Recover(ctx context.Context, keep []writers.Pending) error {
 	if _, err := l.w.db.ExecContext(ctx, walDDL(l.w.dialect)); err != nil {
 		return fmt.Errorf("creating %s in %s: %w", WALTable, l.w.display, err)
 	}
@@ -240,22 +241,22 @@ func (l *WAL) Begin(_ context.Context, txn int64) error {
 }
 
 // PreCommit hands the buffered writes over, to be stored in the checkpoint.
-func (l *WAL) PreCommit(_ context.Context) (Pending, error) {
+func (l *WAL) PreCommit(_ context.Context) (writers.Pending, error) {
 	if !l.open {
-		return Pending{}, errors.New("wal sink: no open transaction")
+		return writers.Pending{}, errors.New("wal sink: no open transaction")
 	}
 	data, err := json.Marshal(l.buf)
 	if err != nil {
-		return Pending{}, fmt.Errorf("wal sink: encoding checkpoint %d: %w", l.txn, err)
+		return writers.Pending{}, fmt.Errorf("wal sink: encoding checkpoint %d: %w", l.txn, err)
 	}
 	l.open, l.buf = false, walData{}
-	return Pending{Sink: "wal", Subtask: l.subtask, Txn: l.txn, ID: fmt.Sprintf("%s/%d/%d", l.job, l.subtask, l.txn), Data: data}, nil
+	return writers.Pending{Sink: "wal", Subtask: l.subtask, Txn: l.txn, ID: fmt.Sprintf("%s/%d/%d", l.job, l.subtask, l.txn), Data: data}, nil
 }
 
 // Commit applies p's writes and records p.Txn in one transaction, unless
 // p.Txn (or a later checkpoint) was recorded already. Idempotent; retry it
-// while IsRetryable says so.
-func (l *WAL) Commit(ctx context.Context, p Pending) error {
+// while writers.IsRetryable says so.
+func (l *WAL) Commit(ctx context.Context, p writers.Pending) error {
 	var data walData
 	dec := json.NewDecoder(bytes.NewReader(p.Data))
 	dec.UseNumber() // int64 values stay exact
@@ -286,7 +287,7 @@ func (l *WAL) Commit(ctx context.Context, p Pending) error {
 		// Checkpoints list only writes not yet applied, so a newer mark
 		// means this job's checkpoints are not the ones that wrote here.
 		return fmt.Errorf("wal sink: %s already holds checkpoint %d of job %q subtask %d, newer than %d: the job's checkpoints were lost or another job writes under this name: %w",
-			WALTable, done, l.job, p.Subtask, p.Txn, ErrTxnLost)
+			WALTable, done, l.job, p.Subtask, p.Txn, writers.ErrTxnLost)
 	}
 	for _, up := range data.Upserts {
 		for _, row := range up.Rows {
@@ -328,7 +329,7 @@ func fromJSONNumber(n json.Number) any {
 
 // Abort drops the open buffer (zero p) or does nothing: an aborted
 // checkpoint's writes were never applied.
-func (l *WAL) Abort(_ context.Context, p Pending) error {
+func (l *WAL) Abort(_ context.Context, p writers.Pending) error {
 	if p.ID == "" {
 		l.open, l.buf = false, walData{}
 	}

@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"context"
@@ -10,10 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // XA is the MySQL/MariaDB sink of checkpoint mode: rows and dead letters
@@ -52,7 +51,7 @@ import (
 //
 // An XA uses up to xaSlots connections of w's pool for as long as it is
 // open, plus short ones for Recover and for finishing transactions whose
-// own connection broke: size the pool for it (OpenSQL allows 32).
+// own connection broke: size the pool for it (Open allows 32).
 //
 // Prepared transactions hold their row locks until Commit: a later
 // transaction that writes the same key (e.g. the same total) waits for that
@@ -62,7 +61,7 @@ import (
 //
 // Like every TwoPhase writer, an XA is used by one goroutine.
 type XA struct {
-	w       *SQL
+	w       *Writer
 	job     string
 	subtask int
 
@@ -97,7 +96,7 @@ const xaCollation = "utf8mb4_bin"
 const xaMarkSQL = `INSERT INTO mb_xa_txns (job, subtask, slot, txn, commits) VALUES (?, ?, ?, ?, 1)
   ON DUPLICATE KEY UPDATE txn = VALUES(txn), commits = commits + 1`
 
-var _ TwoPhase = (*XA)(nil)
+var _ writers.TwoPhase = (*XA)(nil)
 
 const (
 	// xaFormatID marks the transactions of this package ("mb") among other
@@ -115,17 +114,6 @@ const (
 	// saying ErrTxnLost (a commit of it may still be under way).
 	xaDetachWait = 2 * time.Second
 )
-
-// MySQL/MariaDB XA error numbers.
-const (
-	xaerNOTA     = 1397 // unknown xid
-	xaRBROLLBACK = 1402 // rolled back (e.g. a read-only one whose session ended)
-	xaerDUPID    = 1440 // the xid exists already
-	xaRBTIMEOUT  = 1613
-	xaRBDEADLOCK = 1614
-)
-
-var errXAClosed = errors.New("writers: XA writer closed")
 
 type xaState uint8
 
@@ -167,7 +155,7 @@ func (id xaXID) String() string { return fmt.Sprintf("'%s','%s',%d", id.gtrid, i
 // MySQL/MariaDB sink (SQLite has no XA). The job name is the branch
 // qualifier of every xid, so at most 64 bytes. Nothing is opened until
 // Recover or Begin. Close the XA before w.
-func NewXA(w *SQL, job string, subtask int) (*XA, error) {
+func NewXA(w *Writer, job string, subtask int) (*XA, error) {
 	switch {
 	case w == nil:
 		return nil, errors.New("writers: XA needs an SQL sink")
@@ -268,8 +256,8 @@ func discardConn(c *sql.Conn) {
 	_ = c.Close()
 }
 
-// Upsert writes rows (as SQL.Upsert) in the open transaction.
-func (x *XA) Upsert(ctx context.Context, u Upsert, rows [][]any) error {
+// Upsert writes rows (as Writer.Upsert) in the open transaction.
+func (x *XA) Upsert(ctx context.Context, u writers.Upsert, rows [][]any) error {
 	s, err := x.openSlot()
 	if err != nil {
 		return err
@@ -277,7 +265,7 @@ func (x *XA) Upsert(ctx context.Context, u Upsert, rows [][]any) error {
 	return x.w.upsert(ctx, s.conn, u, rows)
 }
 
-// DeadLetters inserts dls (as SQL.DeadLetters) in the open transaction.
+// DeadLetters inserts dls (as Writer.DeadLetters) in the open transaction.
 func (x *XA) DeadLetters(ctx context.Context, dls []record.DeadLetter) error {
 	s, err := x.openSlot()
 	if err != nil {
@@ -300,10 +288,10 @@ func (x *XA) openSlot() (*xaSlot, error) {
 // the transaction is gone: its connection is closed and a transaction that
 // may have been prepared all the same (the reply was lost) is rolled back,
 // or left to Recover if that fails too.
-func (x *XA) PreCommit(ctx context.Context) (Pending, error) {
+func (x *XA) PreCommit(ctx context.Context) (writers.Pending, error) {
 	s, err := x.openSlot()
 	if err != nil {
-		return Pending{}, err
+		return writers.Pending{}, err
 	}
 	x.open = nil
 	id := x.xid(s.txn)
@@ -318,10 +306,10 @@ func (x *XA) PreCommit(ctx context.Context) (Pending, error) {
 		x.drop(s)
 		s.state = xaIdle
 		_ = x.finish(ctx, nil, s.txn, false)
-		return Pending{}, fmt.Errorf("pre-committing XA transaction %s on %s: %w", id, x.w, err)
+		return writers.Pending{}, fmt.Errorf("pre-committing XA transaction %s on %s: %w", id, x.w, err)
 	}
 	s.state = xaPrepared
-	return Pending{Sink: "xa", Subtask: x.subtask, Txn: s.txn, ID: id.gtrid}, nil
+	return writers.Pending{Sink: "xa", Subtask: x.subtask, Txn: s.txn, ID: id.gtrid}, nil
 }
 
 // Commit commits the prepared transaction p (XA COMMIT), on the connection
@@ -329,13 +317,13 @@ func (x *XA) PreCommit(ctx context.Context) (Pending, error) {
 // any other. Committing a transaction the server no longer has (and no
 // session holds) is success if XATable records it as committed: it was
 // committed before. Errors:
-//   - retryable (IsRetryable): the connection was lost, maybe during the
+//   - retryable (writers.IsRetryable): the connection was lost, maybe during the
 //     commit; call Commit again (it goes through a fresh connection). Also
 //     ErrXABusy.
 //   - ErrTxnLost: the transaction was rolled back (the server said so, or
 //     it is gone and XATable does not record its commit).
 //   - anything else: stop.
-func (x *XA) Commit(ctx context.Context, p Pending) error {
+func (x *XA) Commit(ctx context.Context, p writers.Pending) error {
 	if x.closed {
 		return errXAClosed
 	}
@@ -350,7 +338,7 @@ func (x *XA) Commit(ctx context.Context, p Pending) error {
 // one is success. For the zero Pending it abandons the open transaction
 // (XA END, XA ROLLBACK, or closing its connection, which rolls it back).
 // Errors are retryable as Commit's are.
-func (x *XA) Abort(ctx context.Context, p Pending) error {
+func (x *XA) Abort(ctx context.Context, p writers.Pending) error {
 	if x.closed {
 		return errXAClosed
 	}
@@ -387,7 +375,7 @@ func (x *XA) abortOpen(ctx context.Context) {
 
 // pendingSlot checks that p is one of this writer's transactions and
 // finds the slot that holds it prepared, if any.
-func (x *XA) pendingSlot(p Pending) (*xaSlot, error) {
+func (x *XA) pendingSlot(p writers.Pending) (*xaSlot, error) {
 	if p.Sink != "xa" || p.Subtask != x.subtask || p.Txn < 0 || p.ID != x.xid(p.Txn).gtrid {
 		return nil, fmt.Errorf("writers: %+v is not a transaction of %s", p, x)
 	}
@@ -425,7 +413,7 @@ func (x *XA) finish(ctx context.Context, s *xaSlot, txn int64, commit bool) erro
 				x.drop(s) // rather than trust what state the session is left in
 			}
 			if commit {
-				return fail(fmt.Errorf("%w: %w", ErrTxnLost, err))
+				return fail(fmt.Errorf("%w: %w", writers.ErrTxnLost, err))
 			}
 			return nil
 		case n == xaerNOTA:
@@ -461,7 +449,7 @@ func (x *XA) finish(ctx context.Context, s *xaSlot, txn int64, commit bool) erro
 				return nil
 			}
 			if time.Now().After(deadline) {
-				return fail(fmt.Errorf("%w: the server no longer has it and %s says it was not committed", ErrTxnLost, XATable))
+				return fail(fmt.Errorf("%w: the server no longer has it and %s says it was not committed", writers.ErrTxnLost, XATable))
 			}
 		} else if time.Now().After(deadline) {
 			return fail(ErrXABusy)
@@ -626,7 +614,7 @@ func (x *XA) ours(r xaRecovered) (int64, bool) {
 // server no longer has must have been committed before (XATable says so),
 // or Recover returns ErrTxnLost. Transactions of other jobs and subtasks
 // are left alone. On a retryable error, call it again.
-func (x *XA) Recover(ctx context.Context, keep []Pending) error {
+func (x *XA) Recover(ctx context.Context, keep []writers.Pending) error {
 	if x.closed {
 		return errXAClosed
 	}
@@ -686,17 +674,4 @@ func (x *XA) Close() error {
 		x.slots[i].state = xaIdle
 	}
 	return nil
-}
-
-func mysqlErrNo(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
-
-// isXARollback: the server rolled the transaction back.
-func isXARollback(n uint16) bool {
-	return n == xaRBROLLBACK || n == xaRBTIMEOUT || n == xaRBDEADLOCK
 }

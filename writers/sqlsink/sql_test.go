@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // The SQL writer cases run on a temporary SQLite file always, and on
@@ -24,7 +25,7 @@ import (
 // own job name.
 
 // forEachSink runs fn as a subtest on every available SQL sink.
-func forEachSink(t *testing.T, fn func(t *testing.T, w *SQL)) {
+func forEachSink(t *testing.T, fn func(t *testing.T, w *Writer)) {
 	t.Helper()
 	t.Run("sqlite", func(t *testing.T) {
 		fn(t, openSQLite(t))
@@ -34,7 +35,7 @@ func forEachSink(t *testing.T, fn func(t *testing.T, w *SQL)) {
 	})
 }
 
-func openSQLite(t *testing.T) *SQL {
+func openSQLite(t *testing.T) *Writer {
 	t.Helper()
 	return openSink(t, "sqlite://"+filepath.Join(t.TempDir(), "sink.db"))
 }
@@ -44,16 +45,16 @@ func mysqlDSN(t *testing.T) string {
 	return testutil.NeedServer(t, testutil.EnvMySQL)
 }
 
-func openMySQL(t *testing.T) *SQL {
+func openMySQL(t *testing.T) *Writer {
 	t.Helper()
 	return openSink(t, mysqlDSN(t))
 }
 
-func openSink(t *testing.T, dsn string) *SQL {
+func openSink(t *testing.T, dsn string) *Writer {
 	t.Helper()
-	w, err := OpenSQL(t.Context(), dsn)
+	w, err := Open(t.Context(), dsn)
 	if err != nil {
-		t.Fatalf("OpenSQL: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { w.Close() })
 	if err := w.CreateTables(t.Context()); err != nil {
@@ -79,7 +80,7 @@ func uniqueJob(t *testing.T) string {
 
 type total struct{ events, amount int64 }
 
-func readTotals(t *testing.T, w *SQL, job string) map[string]total {
+func readTotals(t *testing.T, w *Writer, job string) map[string]total {
 	t.Helper()
 	rows, err := w.DB().QueryContext(t.Context(), `SELECT k, events, amount FROM mb_totals WHERE job = ?`, job)
 	if err != nil {
@@ -106,7 +107,7 @@ type deadRow struct {
 	payload []byte
 }
 
-func readDeadLetters(t *testing.T, w *SQL, job string) map[string]deadRow {
+func readDeadLetters(t *testing.T, w *Writer, job string) map[string]deadRow {
 	t.Helper()
 	rows, err := w.DB().QueryContext(t.Context(),
 		`SELECT topic, part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
@@ -132,7 +133,7 @@ func readDeadLetters(t *testing.T, w *SQL, job string) map[string]deadRow {
 }
 
 // inTx runs fn in a transaction and commits it.
-func inTx(t *testing.T, w *SQL, fn func(tx *SQLTx) error) {
+func inTx(t *testing.T, w *Writer, fn func(tx *Tx) error) {
 	t.Helper()
 	tx, err := w.Begin(t.Context())
 	if err != nil {
@@ -156,10 +157,10 @@ func totalsRows(job string, kv ...any) [][]any {
 }
 
 func TestSQLCreateTablesIdempotent(t *testing.T) {
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		job := uniqueJob(t)
-		inTx(t, w, func(tx *SQLTx) error {
-			return tx.Upsert(t.Context(), Totals, totalsRows(job, "a", 1, 2))
+		inTx(t, w, func(tx *Tx) error {
+			return tx.Upsert(t.Context(), writers.Totals, totalsRows(job, "a", 1, 2))
 		})
 		for range 3 {
 			if err := w.CreateTables(t.Context()); err != nil {
@@ -170,7 +171,7 @@ func TestSQLCreateTablesIdempotent(t *testing.T) {
 		if got := readTotals(t, w, job); got["a"] != (total{1, 2}) {
 			t.Fatalf("after CreateTables: totals %v", got)
 		}
-		for _, table := range []string{TotalsTable, DeadLettersTable, offsets.Table} {
+		for _, table := range []string{writers.TotalsTable, writers.DeadLettersTable, offsets.Table} {
 			var n int
 			if err := w.DB().QueryRowContext(t.Context(), `SELECT COUNT(*) FROM `+table+` WHERE job = ?`, job).Scan(&n); err != nil {
 				t.Fatalf("table %s: %v", table, err)
@@ -180,9 +181,9 @@ func TestSQLCreateTablesIdempotent(t *testing.T) {
 }
 
 func TestSQLUpsertMerge(t *testing.T) {
-	replace := Upsert{Table: TotalsTable, Keys: []string{"job", "k"}, Values: []string{"events", "amount"}, Merge: MergeReplace}
+	replace := writers.Upsert{Table: writers.TotalsTable, Keys: []string{"job", "k"}, Values: []string{"events", "amount"}, Merge: writers.MergeReplace}
 	type step struct {
-		u    Upsert
+		u    writers.Upsert
 		rows []any // k, events, amount triples
 	}
 	tests := []struct {
@@ -192,12 +193,12 @@ func TestSQLUpsertMerge(t *testing.T) {
 	}{
 		{
 			name:  "add across transactions",
-			steps: []step{{Totals, []any{"a", 1, 10, "b", 2, 20}}, {Totals, []any{"a", 3, 5, "c", 1, -1}}},
+			steps: []step{{writers.Totals, []any{"a", 1, 10, "b", 2, 20}}, {writers.Totals, []any{"a", 3, 5, "c", 1, -1}}},
 			want:  map[string]total{"a": {4, 15}, "b": {2, 20}, "c": {1, -1}},
 		},
 		{
 			name:  "replace",
-			steps: []step{{Totals, []any{"a", 1, 10, "b", 2, 20}}, {replace, []any{"a", 7, 70, "c", 1, 1}}},
+			steps: []step{{writers.Totals, []any{"a", 1, 10, "b", 2, 20}}, {replace, []any{"a", 7, 70, "c", 1, 1}}},
 			want:  map[string]total{"a": {7, 70}, "b": {2, 20}, "c": {1, 1}},
 		},
 		{
@@ -205,43 +206,43 @@ func TestSQLUpsertMerge(t *testing.T) {
 			// must not be used for MergeReplace or the other way round.
 			name: "add, replace, add with the same shape",
 			steps: []step{
-				{Totals, []any{"a", 1, 1, "b", 1, 1}},
+				{writers.Totals, []any{"a", 1, 1, "b", 1, 1}},
 				{replace, []any{"a", 5, 50, "b", 6, 60}},
-				{Totals, []any{"a", 1, 1, "b", 1, 1}},
+				{writers.Totals, []any{"a", 1, 1, "b", 1, 1}},
 				{replace, []any{"a", 9, 90, "b", 9, 90}},
 			},
 			want: map[string]total{"a": {9, 90}, "b": {9, 90}},
 		},
 		{
 			name:  "large values",
-			steps: []step{{Totals, []any{"a", int64(1) << 40, int64(1) << 61}}, {Totals, []any{"a", 1, int64(1) << 61}}},
+			steps: []step{{writers.Totals, []any{"a", int64(1) << 40, int64(1) << 61}}, {writers.Totals, []any{"a", 1, int64(1) << 61}}},
 			want:  map[string]total{"a": {1<<40 + 1, 1 << 62}},
 		},
 		{
 			name: "keys differing only by case, trailing space or unicode form",
 			steps: []step{
-				{Totals, []any{"k", 1, 1, "K", 1, 2, "k ", 1, 4, "é", 1, 8, "e\u0301", 1, 16}},
-				{Totals, []any{"k", 1, 1, "k ", 1, 4}},
+				{writers.Totals, []any{"k", 1, 1, "K", 1, 2, "k ", 1, 4, "é", 1, 8, "e\u0301", 1, 16}},
+				{writers.Totals, []any{"k", 1, 1, "k ", 1, 4}},
 			},
 			want: map[string]total{"k": {2, 2}, "K": {1, 2}, "k ": {2, 8}, "é": {1, 8}, "e\u0301": {1, 16}},
 		},
 		{
 			name:  "key of 255 bytes, multi-byte",
-			steps: []step{{Totals, []any{strings.Repeat("ж", 127) + "x", 1, 1}}, {Totals, []any{strings.Repeat("ж", 127) + "x", 1, 1}}},
+			steps: []step{{writers.Totals, []any{strings.Repeat("ж", 127) + "x", 1, 1}}, {writers.Totals, []any{strings.Repeat("ж", 127) + "x", 1, 1}}},
 			want:  map[string]total{strings.Repeat("ж", 127) + "x": {2, 2}},
 		},
 		{
 			name:  "empty upsert is a no-op",
-			steps: []step{{Totals, []any{"a", 1, 1}}, {Totals, nil}},
+			steps: []step{{writers.Totals, []any{"a", 1, 1}}, {writers.Totals, nil}},
 			want:  map[string]total{"a": {1, 1}},
 		},
 	}
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				job := uniqueJob(t)
 				for _, s := range tc.steps {
-					inTx(t, w, func(tx *SQLTx) error { return tx.Upsert(t.Context(), s.u, totalsRows(job, s.rows...)) })
+					inTx(t, w, func(tx *Tx) error { return tx.Upsert(t.Context(), s.u, totalsRows(job, s.rows...)) })
 				}
 				got := readTotals(t, w, job)
 				if len(got) != len(tc.want) {
@@ -261,7 +262,7 @@ func TestSQLUpsertMerge(t *testing.T) {
 // limit in one statement (20,000 rows x 4 columns = 80,000 parameters).
 func TestSQLUpsertChunked(t *testing.T) {
 	tests := []struct{ rows int }{{7499}, {7500}, {7501}, {20000}}
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		for _, tc := range tests {
 			t.Run(fmt.Sprint(tc.rows), func(t *testing.T) {
 				job := uniqueJob(t)
@@ -270,7 +271,7 @@ func TestSQLUpsertChunked(t *testing.T) {
 					rows[i] = []any{job, fmt.Sprintf("key-%05d", i), 1, int64(i)}
 				}
 				for range 2 {
-					inTx(t, w, func(tx *SQLTx) error { return tx.Upsert(t.Context(), Totals, rows) })
+					inTx(t, w, func(tx *Tx) error { return tx.Upsert(t.Context(), writers.Totals, rows) })
 				}
 				got := readTotals(t, w, job)
 				if len(got) != tc.rows {
@@ -290,24 +291,24 @@ func TestSQLUpsertChunked(t *testing.T) {
 func TestSQLUpsertRejects(t *testing.T) {
 	tests := []struct {
 		name    string
-		u       Upsert
+		u       writers.Upsert
 		row     []any
 		wantErr error
 	}{
-		{"injection in table", Upsert{Table: "mb_totals; DROP TABLE mb_totals", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"quoted table", Upsert{Table: "`mb_totals`", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"dash in key column", Upsert{Table: "mb_totals", Keys: []string{"job", "k-1"}, Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"space in value column", Upsert{Table: "mb_totals", Keys: []string{"job", "k"}, Values: []string{"events", "amount = 0"}}, nil, ErrBadIdentifier},
-		{"empty column", Upsert{Table: "mb_totals", Keys: []string{"job", ""}, Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"leading digit", Upsert{Table: "1mb", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"too long", Upsert{Table: strings.Repeat("t", 65), Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"non-ASCII", Upsert{Table: "mb_tötals", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"no keys", Upsert{Table: "mb_totals", Values: []string{"events", "amount"}}, nil, ErrBadIdentifier},
-		{"no values", Upsert{Table: "mb_totals", Keys: []string{"job", "k"}}, nil, ErrBadIdentifier},
-		{"row too short", Totals, []any{"job", "k", 1}, nil},
-		{"row too long", Totals, []any{"job", "k", 1, 2, 3}, nil},
+		{"injection in table", writers.Upsert{Table: "mb_totals; DROP TABLE mb_totals", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"quoted table", writers.Upsert{Table: "`mb_totals`", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"dash in key column", writers.Upsert{Table: "mb_totals", Keys: []string{"job", "k-1"}, Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"space in value column", writers.Upsert{Table: "mb_totals", Keys: []string{"job", "k"}, Values: []string{"events", "amount = 0"}}, nil, writers.ErrBadIdentifier},
+		{"empty column", writers.Upsert{Table: "mb_totals", Keys: []string{"job", ""}, Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"leading digit", writers.Upsert{Table: "1mb", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"too long", writers.Upsert{Table: strings.Repeat("t", 65), Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"non-ASCII", writers.Upsert{Table: "mb_tötals", Keys: []string{"job", "k"}, Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"no keys", writers.Upsert{Table: "mb_totals", Values: []string{"events", "amount"}}, nil, writers.ErrBadIdentifier},
+		{"no values", writers.Upsert{Table: "mb_totals", Keys: []string{"job", "k"}}, nil, writers.ErrBadIdentifier},
+		{"row too short", writers.Totals, []any{"job", "k", 1}, nil},
+		{"row too long", writers.Totals, []any{"job", "k", 1, 2, 3}, nil},
 	}
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				job := uniqueJob(t)
@@ -330,7 +331,7 @@ func TestSQLUpsertRejects(t *testing.T) {
 				if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 					t.Fatalf("Upsert error %v is not %v", err, tc.wantErr)
 				}
-				if IsRetryable(err) {
+				if writers.IsRetryable(err) {
 					t.Errorf("IsRetryable(%v) = true", err)
 				}
 				tx.Rollback()
@@ -353,7 +354,7 @@ func TestSQLDeadLetters(t *testing.T) {
 	}
 	// 1201 bytes; byte 1024 is inside a 2-byte rune, so a cut there must back off.
 	longReason := "x" + strings.Repeat("é", 600)
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		job := uniqueJob(t)
 		first := []record.DeadLetter{
 			{Job: job, Topic: "events", Partition: 0, Offset: 1, Reason: "not a JSON object", Payload: []byte("hello")},
@@ -361,7 +362,7 @@ func TestSQLDeadLetters(t *testing.T) {
 			{Job: job, Topic: "events", Partition: 3, Offset: 1, Reason: longReason, Payload: nil},
 			{Job: job, Topic: "other", Partition: 0, Offset: 1, Reason: "x", Payload: []byte{}},
 		}
-		inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), first) })
+		inTx(t, w, func(tx *Tx) error { return tx.DeadLetters(t.Context(), first) })
 		// A replay of the same records (different reason and payload) and a
 		// new one: the stored ones stay as they are.
 		second := []record.DeadLetter{
@@ -369,7 +370,7 @@ func TestSQLDeadLetters(t *testing.T) {
 			{Job: job, Topic: "events", Partition: 0, Offset: 1, Reason: "replayed", Payload: []byte("other")},
 			{Job: job, Topic: "events", Partition: 0, Offset: 3, Reason: "new", Payload: []byte("new")},
 		}
-		inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), second) })
+		inTx(t, w, func(tx *Tx) error { return tx.DeadLetters(t.Context(), second) })
 
 		got := readDeadLetters(t, w, job)
 		if len(got) != 5 {
@@ -394,8 +395,8 @@ func TestSQLDeadLetters(t *testing.T) {
 		check("events/0/3", "new", []byte("new"))
 		check("other/0/1", "x", nil)
 		long := got["events/3/1"].reason
-		if len(long) == 0 || len(long) > MaxReasonBytes || !utf8.ValidString(long) || !strings.HasPrefix(longReason, long) {
-			t.Errorf("long reason stored as %d bytes (valid UTF-8 %v), want a prefix of at most %d", len(long), utf8.ValidString(long), MaxReasonBytes)
+		if len(long) == 0 || len(long) > writers.MaxReasonBytes || !utf8.ValidString(long) || !strings.HasPrefix(longReason, long) {
+			t.Errorf("long reason stored as %d bytes (valid UTF-8 %v), want a prefix of at most %d", len(long), utf8.ValidString(long), writers.MaxReasonBytes)
 		}
 	})
 }
@@ -419,13 +420,13 @@ func TestSQLDeadLetterReasonsNotUTF8(t *testing.T) {
 		{3, longRaw, strings.Repeat("é", 509) + `x\xff`},
 		{4, "valid U+FFFD \uFFFD stays", "valid U+FFFD \uFFFD stays"},
 	}
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		job := uniqueJob(t)
 		var dls []record.DeadLetter
 		for _, c := range cases {
 			dls = append(dls, record.DeadLetter{Job: job, Topic: "events", Partition: 0, Offset: c.off, Reason: c.reason, Payload: []byte(c.reason)})
 		}
-		inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), dls) })
+		inTx(t, w, func(tx *Tx) error { return tx.DeadLetters(t.Context(), dls) })
 		got := readDeadLetters(t, w, job)
 		for _, c := range cases {
 			d, ok := got[fmt.Sprintf("events/0/%d", c.off)]
@@ -453,7 +454,7 @@ func TestSQLDeadLettersChunked(t *testing.T) {
 		{"many bytes", 6, 1_000_000},
 		{"one over the byte chunk", 2, 4<<20 - 10},
 	}
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				job := uniqueJob(t)
@@ -462,7 +463,7 @@ func TestSQLDeadLettersChunked(t *testing.T) {
 					dls[i] = record.DeadLetter{Job: job, Topic: "events", Partition: int32(i % 3), Offset: int64(i),
 						Reason: "bad", Payload: bytes.Repeat([]byte{byte(i)}, tc.payload)}
 				}
-				inTx(t, w, func(tx *SQLTx) error { return tx.DeadLetters(t.Context(), dls) })
+				inTx(t, w, func(tx *Tx) error { return tx.DeadLetters(t.Context(), dls) })
 				got := readDeadLetters(t, w, job)
 				if len(got) != tc.n {
 					t.Fatalf("%d dead letters stored, want %d", len(got), tc.n)
@@ -486,7 +487,7 @@ func mapKeys[V any](m map[string]V) []string {
 }
 
 // initOffsets creates the job's offset rows at from, epoch 1.
-func initOffsets(t *testing.T, w *SQL, job string, parts []int32, from int64) {
+func initOffsets(t *testing.T, w *Writer, job string, parts []int32, from int64) {
 	t.Helper()
 	tx, err := w.DB().BeginTx(t.Context(), nil)
 	if err != nil {
@@ -505,7 +506,7 @@ func initOffsets(t *testing.T, w *SQL, job string, parts []int32, from int64) {
 	}
 }
 
-func readOffsets(t *testing.T, w *SQL, job string) map[int32]offsets.Position {
+func readOffsets(t *testing.T, w *Writer, job string) map[int32]offsets.Position {
 	t.Helper()
 	pos, err := offsets.Load(t.Context(), w.DB(), job, "events")
 	if err != nil {
@@ -515,14 +516,14 @@ func readOffsets(t *testing.T, w *SQL, job string) map[int32]offsets.Position {
 }
 
 func TestSQLRollbackLeavesNothing(t *testing.T) {
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		job := uniqueJob(t)
 		initOffsets(t, w, job, []int32{0}, 100)
 		tx, err := w.Begin(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.Upsert(t.Context(), Totals, totalsRows(job, "a", 1, 1, "b", 2, 2)); err != nil {
+		if err := tx.Upsert(t.Context(), writers.Totals, totalsRows(job, "a", 1, 1, "b", 2, 2)); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.DeadLetters(t.Context(), []record.DeadLetter{{Job: job, Topic: "events", Offset: 100, Reason: "r", Payload: []byte("p")}}); err != nil {
@@ -549,11 +550,11 @@ func TestSQLRollbackLeavesNothing(t *testing.T) {
 }
 
 func TestSQLCommitWithAdvance(t *testing.T) {
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		job := uniqueJob(t)
 		initOffsets(t, w, job, []int32{0, 1}, 0)
-		inTx(t, w, func(tx *SQLTx) error {
-			if err := tx.Upsert(t.Context(), Totals, totalsRows(job, "a", 3, 30)); err != nil {
+		inTx(t, w, func(tx *Tx) error {
+			if err := tx.Upsert(t.Context(), writers.Totals, totalsRows(job, "a", 3, 30)); err != nil {
 				return err
 			}
 			return tx.Advance(t.Context(), offsets.Advance{Job: job, Topic: "events", Partition: 1, From: 0, To: 3, Epoch: 1, BatchID: 1})
@@ -562,7 +563,7 @@ func TestSQLCommitWithAdvance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.Upsert(t.Context(), Totals, totalsRows(job, "a", 3, 30)); err != nil {
+		if err := tx.Upsert(t.Context(), writers.Totals, totalsRows(job, "a", 3, 30)); err != nil {
 			t.Fatal(err)
 		}
 		// Replaying the same batch is refused by the offset row, and rolled back.
@@ -582,14 +583,14 @@ func TestSQLCommitWithAdvance(t *testing.T) {
 }
 
 func TestSQLCloseTwice(t *testing.T) {
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		var dsn string
 		if w.Dialect() == offsets.SQLite {
 			dsn = "sqlite://" + filepath.Join(t.TempDir(), "close.db")
 		} else {
 			dsn = mysqlDSN(t)
 		}
-		w2, err := OpenSQL(t.Context(), dsn)
+		w2, err := Open(t.Context(), dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -608,7 +609,7 @@ func TestSQLCloseTwice(t *testing.T) {
 func TestSQLStringHidesPassword(t *testing.T) {
 	dsn := mysqlDSN(t)
 	w := openSink(t, dsn)
-	got, err := ParseSQLDSN(dsn)
+	got, err := ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,13 +640,13 @@ func TestOpenSQLErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := OpenSQL(t.Context(), tc.dsn)
+			w, err := Open(t.Context(), tc.dsn)
 			if err == nil {
 				w.Close()
-				t.Fatalf("OpenSQL(%q) succeeded", tc.dsn)
+				t.Fatalf("Open(%q) succeeded", tc.dsn)
 			}
-			if errors.Is(err, ErrBadDSN) != tc.isBad {
-				t.Errorf("OpenSQL error %v: ErrBadDSN %v, want %v", err, errors.Is(err, ErrBadDSN), tc.isBad)
+			if errors.Is(err, writers.ErrBadDSN) != tc.isBad {
+				t.Errorf("Open error %v: ErrBadDSN %v, want %v", err, errors.Is(err, writers.ErrBadDSN), tc.isBad)
 			}
 			if strings.Contains(err.Error(), "unreachable-pw") {
 				t.Errorf("error %q shows the password", err)
@@ -662,10 +663,10 @@ func TestSQLiteFileName(t *testing.T) {
 		// Subtests are numbered: t.TempDir's path contains the test name.
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			dir := t.TempDir()
-			w, err := OpenSQL(t.Context(), "sqlite://"+filepath.Join(dir, name))
+			w, err := Open(t.Context(), "sqlite://"+filepath.Join(dir, name))
 			if err != nil {
-				if !errors.Is(err, ErrBadDSN) {
-					t.Fatalf("OpenSQL: %v", err)
+				if !errors.Is(err, writers.ErrBadDSN) {
+					t.Fatalf("Open: %v", err)
 				}
 				return // refused: fine
 			}
@@ -690,10 +691,10 @@ func TestSQLiteFileName(t *testing.T) {
 // to that size with the cut named in its reason, so one huge bad record
 // can't exceed max_allowed_packet and fail its batch forever.
 func TestSQLDeadLetterPayloadCap(t *testing.T) {
-	huge := bytes.Repeat([]byte("0123456789abcdef"), (MaxPayloadBytes+1<<20)/16)
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	huge := bytes.Repeat([]byte("0123456789abcdef"), (writers.MaxPayloadBytes+1<<20)/16)
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		job := uniqueJob(t)
-		inTx(t, w, func(tx *SQLTx) error {
+		inTx(t, w, func(tx *Tx) error {
 			return tx.DeadLetters(t.Context(), []record.DeadLetter{
 				{Job: job, Topic: "events", Partition: 1, Offset: 7, Reason: "record too large", Payload: huge},
 				{Job: job, Topic: "events", Partition: 1, Offset: 8, Reason: "not JSON", Payload: []byte("x")},
@@ -701,10 +702,10 @@ func TestSQLDeadLetterPayloadCap(t *testing.T) {
 		})
 		got := readDeadLetters(t, w, job)
 		d := got["events/1/7"]
-		if !bytes.Equal(d.payload, huge[:MaxPayloadBytes]) {
-			t.Errorf("stored %d payload bytes, want the first %d", len(d.payload), MaxPayloadBytes)
+		if !bytes.Equal(d.payload, huge[:writers.MaxPayloadBytes]) {
+			t.Errorf("stored %d payload bytes, want the first %d", len(d.payload), writers.MaxPayloadBytes)
 		}
-		if want := fmt.Sprintf("record too large (payload cut from %d to %d bytes)", len(huge), MaxPayloadBytes); d.reason != want {
+		if want := fmt.Sprintf("record too large (payload cut from %d to %d bytes)", len(huge), writers.MaxPayloadBytes); d.reason != want {
 			t.Errorf("reason %q, want %q", d.reason, want)
 		}
 		if d := got["events/1/8"]; d.reason != "not JSON" || string(d.payload) != "x" {

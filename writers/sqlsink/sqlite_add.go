@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"database/sql/driver"

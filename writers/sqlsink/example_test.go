@@ -1,4 +1,4 @@
-package writers_test
+package sqlsink_test
 
 import (
 	"context"
@@ -9,18 +9,19 @@ import (
 
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // A batch job that is not a stream: a chunk's rows (into the user's own
 // table) and the position it was read up to are committed in one
 // transaction, so a re-run after a crash neither loses nor double-counts a
 // chunk.
-func ExampleSQLTx_AdvanceSource() {
+func ExampleTx_AdvanceSource() {
 	dir, _ := os.MkdirTemp("", "microbatch-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 
-	w, err := writers.OpenSQL(ctx, "sqlite://"+filepath.Join(dir, "example.db"))
+	w, err := sqlsink.Open(ctx, "sqlite://"+filepath.Join(dir, "example.db"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,22 +1,23 @@
-package writers
+package sqlsink
 
 import (
 	"fmt"
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // BenchmarkUpsertSQL builds the multi-row upsert statement of a batch, per
 // number of rows (distinct keys in a partition's batch).
 func BenchmarkUpsertSQL(b *testing.B) {
 	for _, d := range []offsets.Dialect{offsets.MySQL, offsets.SQLite} {
-		w := NewSQL(nil, d)
+		w := New(nil, d)
 		for _, rows := range []int{10, 1000, 7500} {
 			b.Run(fmt.Sprintf("%s/rows=%d", d, rows), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if len(w.upsertSQL(Totals, rows)) == 0 {
+					if len(w.upsertSQL(writers.Totals, rows)) == 0 {
 						b.Fatal("empty statement")
 					}
 				}
@@ -29,7 +30,7 @@ func BenchmarkUpsertSQL(b *testing.B) {
 // that exist (the update path, where SQLite sums with mb_add), one
 // transaction per batch, on a SQLite file.
 func BenchmarkUpsertSQLite(b *testing.B) {
-	w, err := OpenSQL(b.Context(), "sqlite://"+b.TempDir()+"/bench.db")
+	w, err := Open(b.Context(), "sqlite://"+b.TempDir()+"/bench.db")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func BenchmarkUpsertSQLite(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := tx.Upsert(b.Context(), Totals, rows); err != nil {
+		if err := tx.Upsert(b.Context(), writers.Totals, rows); err != nil {
 			b.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {

@@ -1,4 +1,4 @@
-package writers
+package sqlsink
 
 import (
 	"fmt"
@@ -13,10 +13,11 @@ import (
 
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/writers"
 )
 
 // readExactTotals reads mb_totals of job with amount as exact text.
-func readExactTotals(t *testing.T, w *SQL, job string) map[string]string {
+func readExactTotals(t *testing.T, w *Writer, job string) map[string]string {
 	t.Helper()
 	rows, err := w.DB().QueryContext(t.Context(), `SELECT k, amount FROM mb_totals WHERE job = ?`, job)
 	if err != nil {
@@ -47,7 +48,7 @@ func readExactTotals(t *testing.T, w *SQL, job string) map[string]string {
 	return out
 }
 
-func readEvents(t *testing.T, w *SQL, job string) map[string]int64 {
+func readEvents(t *testing.T, w *Writer, job string) map[string]int64 {
 	t.Helper()
 	rows, err := w.DB().QueryContext(t.Context(), `SELECT k, events FROM mb_totals WHERE job = ?`, job)
 	if err != nil {
@@ -82,20 +83,20 @@ func bigSum(vs ...int64) string {
 // (how the aggregator carries a sum that leaves int64), and comes back
 // into int64 as an integer.
 func TestSQLTotalsPastInt64(t *testing.T) {
-	forEachSink(t, func(t *testing.T, w *SQL) {
+	forEachSink(t, func(t *testing.T, w *Writer) {
 		job := uniqueJob(t)
 		const max, min = math.MaxInt64, math.MinInt64
-		inTx(t, w, func(tx *SQLTx) error {
-			return tx.Upsert(t.Context(), Totals, totalsRows(job, "p", 1, max-5, "n", 1, min+5, "back", 1, max))
+		inTx(t, w, func(tx *Tx) error {
+			return tx.Upsert(t.Context(), writers.Totals, totalsRows(job, "p", 1, max-5, "n", 1, min+5, "back", 1, max))
 		})
-		inTx(t, w, func(tx *SQLTx) error {
-			return tx.Upsert(t.Context(), Totals, totalsRows(job,
+		inTx(t, w, func(tx *Tx) error {
+			return tx.Upsert(t.Context(), writers.Totals, totalsRows(job,
 				"p", 1, 10, "p", 2, max, // two rows of one key in one statement
 				"n", 1, -10, "n", 1, min,
 				"back", 1, 1, "new", 1, max, "new", 1, max))
 		})
-		inTx(t, w, func(tx *SQLTx) error {
-			return tx.Upsert(t.Context(), Totals, totalsRows(job, "back", 1, -2, "p", 1, 1))
+		inTx(t, w, func(tx *Tx) error {
+			return tx.Upsert(t.Context(), writers.Totals, totalsRows(job, "back", 1, -2, "p", 1, 1))
 		})
 		want := map[string]string{
 			"p":    bigSum(max-5, 10, max, 1),
@@ -129,7 +130,7 @@ func TestSQLiteMergeAddSemantics(t *testing.T) {
 	if _, err := w.DB().ExecContext(ctx, `CREATE TABLE sums (k TEXT PRIMARY KEY, n NOT NULL, i INTEGER, r REAL, x)`); err != nil {
 		t.Fatal(err)
 	}
-	u := Upsert{Table: "sums", Keys: []string{"k"}, Values: []string{"n", "i", "r", "x"}, Merge: MergeAdd}
+	u := writers.Upsert{Table: "sums", Keys: []string{"k"}, Values: []string{"n", "i", "r", "x"}, Merge: writers.MergeAdd}
 	const max = math.MaxInt64
 	first := [][]any{
 		{"int", 1, 2, 1.5, 1},
@@ -145,8 +146,8 @@ func TestSQLiteMergeAddSemantics(t *testing.T) {
 		{"text", "-9223372036854775809", 2, 1, 5},
 		{"real", 1, 2, 1, 1},
 	}
-	inTx(t, w, func(tx *SQLTx) error { return tx.Upsert(ctx, u, first) })
-	inTx(t, w, func(tx *SQLTx) error { return tx.Upsert(ctx, u, second) })
+	inTx(t, w, func(tx *Tx) error { return tx.Upsert(ctx, u, first) })
+	inTx(t, w, func(tx *Tx) error { return tx.Upsert(ctx, u, second) })
 	// What SQLite's + gives for the same operands, column by column; n and
 	// i are also exact where + would overflow.
 	want := map[string]string{
@@ -194,7 +195,7 @@ func oldTotalsDDL(d offsets.Dialect) string {
 // rows are kept, and the migrated column sums past int64.
 func testMigrateTotals(t *testing.T, dsn string, dialect offsets.Dialect) {
 	ctx := t.Context()
-	raw, err := OpenSQL(ctx, dsn)
+	raw, err := Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,9 +207,9 @@ func testMigrateTotals(t *testing.T, dsn string, dialect offsets.Dialect) {
 		t.Fatal(err)
 	}
 	const starts = 3
-	ws := make([]*SQL, starts)
+	ws := make([]*Writer, starts)
 	for i := range ws {
-		if ws[i], err = OpenSQL(ctx, dsn); err != nil {
+		if ws[i], err = Open(ctx, dsn); err != nil {
 			t.Fatal(err)
 		}
 		defer ws[i].Close()
@@ -233,11 +234,11 @@ func testMigrateTotals(t *testing.T, dsn string, dialect offsets.Dialect) {
  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'mb_totals' AND COLUMN_NAME = 'amount'`).Scan(&typ); err != nil || typ != "decimal(38,0)" {
 			t.Fatalf("amount is %q (%v), want decimal(38,0)", typ, err)
 		}
-	} else if typ, err := sqliteColumnType(ctx, w.DB(), TotalsTable, "amount"); err != nil || typ != "" {
+	} else if typ, err := sqliteColumnType(ctx, w.DB(), writers.TotalsTable, "amount"); err != nil || typ != "" {
 		t.Fatalf("amount has declared type %q (%v), want none", typ, err)
 	}
-	inTx(t, w, func(tx *SQLTx) error {
-		return tx.Upsert(ctx, Totals, totalsRows("j", "a", 1, 100, "b", 1, -100))
+	inTx(t, w, func(tx *Tx) error {
+		return tx.Upsert(ctx, writers.Totals, totalsRows("j", "a", 1, 100, "b", 1, -100))
 	})
 	got := readExactTotals(t, w, "j")
 	if got["a"] != "9223372036854775900" || got["b"] != "-9223372036854775900" {
