@@ -116,25 +116,7 @@ func TestWALKeepsBytes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
-			dsn := "sqlite://" + filepath.Join(t.TempDir(), "wal.db")
-			if c.name == "mysql" {
-				dsn = testutil.NeedServer(t, testutil.EnvMySQL)
-			}
-			w, err := sqlsink.Open(ctx, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			if err := w.CreateTables(ctx); err != nil {
-				t.Fatal(err)
-			}
-			suffix := fmt.Sprintf("%d", time.Now().UnixNano())
-			table := "wal_bytes_" + suffix
-			if _, err := w.DB().ExecContext(ctx, fmt.Sprintf(c.ddl, suffix)); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { w.DB().Exec("DROP TABLE " + table) })
-			job := "wal-bytes-" + suffix
+			w, table, job := openWALBytesSink(t, c.name, c.ddl)
 			l := sqlsink.NewWAL(w, job, 0)
 			if err := l.Recover(ctx, nil); err != nil {
 				t.Fatal(err)
@@ -146,16 +128,6 @@ func TestWALKeepsBytes(t *testing.T) {
 				{"page-\uFFFD", []byte(nil), int64(100)},
 				{"caf\xc3", []byte("\xc3"), int64(1000)},
 				{"plain", []byte("plain"), int64(10000)},
-			}
-			want := map[string]struct {
-				v []byte
-				n int64
-			}{}
-			for _, r := range rows {
-				want[r[0].(string)] = struct {
-					v []byte
-					n int64
-				}{r[1].([]byte), r[2].(int64)}
 			}
 			orig := fmt.Sprintf("%#v", rows)
 			if err := l.Begin(ctx, 1); err != nil {
@@ -185,49 +157,96 @@ func TestWALKeepsBytes(t *testing.T) {
 			if err := sqlsink.NewWAL(w, job, 0).Recover(ctx, []writers.Pending{saved}); err != nil {
 				t.Fatal(err)
 			}
-
-			got, err := w.DB().QueryContext(ctx, "SELECT k, v, v IS NULL, n FROM "+table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer got.Close()
-			n := 0
-			for got.Next() {
-				var k, v []byte
-				var null bool
-				var cnt int64
-				if err := got.Scan(&k, &v, &null, &cnt); err != nil {
-					t.Fatal(err)
-				}
-				n++
-				wv, ok := want[string(k)]
-				if !ok {
-					t.Errorf("row k=%q (n=%d) was never written", k, cnt)
-					continue
-				}
-				if cnt != wv.n || !bytes.Equal(v, wv.v) || null != (wv.v == nil) {
-					t.Errorf("row k=%q: v=%q (NULL %v) n=%d, want v=%q (NULL %v) n=%d", k, v, null, cnt, wv.v, wv.v == nil, wv.n)
-				}
-			}
-			if err := got.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if n != len(rows) {
-				t.Errorf("%d rows, want %d distinct ones", n, len(rows))
-			}
-
-			var reason string
-			var payload []byte
-			if err := w.DB().QueryRowContext(ctx, "SELECT reason, payload FROM mb_dead_letters WHERE job = ?", job).Scan(&reason, &payload); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(reason, `decode: key "page-\xff" is éé`) || !utf8.ValidString(reason) || len(reason) > writers.MaxReasonBytes {
-				t.Errorf("reason stored as %d bytes %.60q, want the escaped reason cut to %d bytes", len(reason), reason, writers.MaxReasonBytes)
-			}
-			if string(payload) != "page-\xff" {
-				t.Errorf("payload %q, want the record's bytes", payload)
-			}
+			wantWALBytesRows(t, w, table, rows)
+			wantWALBytesDeadLetter(t, w, job)
 		})
+	}
+}
+
+// openWALBytesSink opens the sink of dialect name with its tables and a
+// table of its own made by ddl (%s: a suffix unique per run), and returns
+// that table's name and a job name unique per run.
+func openWALBytesSink(t *testing.T, name, ddl string) (w *sqlsink.Writer, table, job string) {
+	t.Helper()
+	ctx := t.Context()
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "wal.db")
+	if name == "mysql" {
+		dsn = testutil.NeedServer(t, testutil.EnvMySQL)
+	}
+	w, err := sqlsink.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if err := w.CreateTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+	table = "wal_bytes_" + suffix
+	if _, err := w.DB().ExecContext(ctx, fmt.Sprintf(ddl, suffix)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.DB().Exec("DROP TABLE " + table) })
+	return w, table, "wal-bytes-" + suffix
+}
+
+// wantWALBytesRows checks that table holds rows (k, v, n) byte for byte,
+// each a row of its own, and a nil v as NULL.
+func wantWALBytesRows(t *testing.T, w *sqlsink.Writer, table string, rows [][]any) {
+	t.Helper()
+	type value struct {
+		v []byte
+		n int64
+	}
+	want := map[string]value{}
+	for _, r := range rows {
+		want[r[0].(string)] = value{r[1].([]byte), r[2].(int64)}
+	}
+	got, err := w.DB().QueryContext(t.Context(), "SELECT k, v, v IS NULL, n FROM "+table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	n := 0
+	for got.Next() {
+		var k, v []byte
+		var null bool
+		var cnt int64
+		if err := got.Scan(&k, &v, &null, &cnt); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		wv, ok := want[string(k)]
+		if !ok {
+			t.Errorf("row k=%q (n=%d) was never written", k, cnt)
+			continue
+		}
+		if cnt != wv.n || !bytes.Equal(v, wv.v) || null != (wv.v == nil) {
+			t.Errorf("row k=%q: v=%q (NULL %v) n=%d, want v=%q (NULL %v) n=%d", k, v, null, cnt, wv.v, wv.v == nil, wv.n)
+		}
+	}
+	if err := got.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(rows) {
+		t.Errorf("%d rows, want %d distinct ones", n, len(rows))
+	}
+}
+
+// wantWALBytesDeadLetter checks job's dead letter: its reason escaped to
+// UTF-8 and cut to MaxReasonBytes, its payload the record's bytes.
+func wantWALBytesDeadLetter(t *testing.T, w *sqlsink.Writer, job string) {
+	t.Helper()
+	var reason string
+	var payload []byte
+	if err := w.DB().QueryRowContext(t.Context(), "SELECT reason, payload FROM mb_dead_letters WHERE job = ?", job).Scan(&reason, &payload); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(reason, `decode: key "page-\xff" is éé`) || !utf8.ValidString(reason) || len(reason) > writers.MaxReasonBytes {
+		t.Errorf("reason stored as %d bytes %.60q, want the escaped reason cut to %d bytes", len(reason), reason, writers.MaxReasonBytes)
+	}
+	if string(payload) != "page-\xff" {
+		t.Errorf("payload %q, want the record's bytes", payload)
 	}
 }
 
