@@ -81,7 +81,7 @@ var readmeTableRE = regexp.MustCompile(`(?s)^(mb_\w+)\s*\(([^)]*)\)\s*PRIMARY KE
 // per table, "name (columns…)" and "PRIMARY KEY (…)".
 func readmeTables(t *testing.T) (section string, tables map[string]tableShape) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
