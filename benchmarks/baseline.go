@@ -13,7 +13,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // The per-record baseline is what people write by hand: a sarama consumer
@@ -48,7 +48,7 @@ func baselineUpsert(d offsets.Dialect) string {
 // baselineHandler is the hand-written consumer: one upsert per record, then
 // MarkMessage.
 type baselineHandler struct {
-	w      *writers.SQL
+	w      *sqlsink.Writer
 	stmt   string
 	job    string
 	limit  int64
@@ -126,7 +126,7 @@ type BaselineResult struct {
 // consumer group (or for at most window) and returns the rate, timed from
 // the first record received to the last upserted (the group join is not
 // counted).
-func runBaseline(ctx context.Context, w *writers.SQL, brokers []string, topic, group string, limit int64, window time.Duration) (BaselineResult, error) {
+func runBaseline(ctx context.Context, w *sqlsink.Writer, brokers []string, topic, group string, limit int64, window time.Duration) (BaselineResult, error) {
 	var res BaselineResult
 	if _, err := w.DB().ExecContext(ctx, baselineDDL(w.Dialect())); err != nil {
 		return res, fmt.Errorf("creating %s: %w", baselineTable, err)

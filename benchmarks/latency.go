@@ -16,8 +16,8 @@ import (
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
-	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // How latency is measured (results.md repeats it): events are produced at
@@ -35,7 +35,7 @@ const pollEvery = 10 * time.Millisecond
 type counter func(ctx context.Context) (int64, error)
 
 // sqlCounter counts the job's events in mb_totals.
-func sqlCounter(w *writers.SQL, job string) counter {
+func sqlCounter(w *sqlsink.Writer, job string) counter {
 	return func(ctx context.Context) (int64, error) {
 		var n int64
 		err := w.DB().QueryRowContext(ctx, `SELECT COALESCE(SUM(events), 0) FROM mb_totals WHERE job = ?`, job).Scan(&n)

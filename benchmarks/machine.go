@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // cpuModel reads the CPU model name from /proc/cpuinfo ("" elsewhere).
@@ -27,7 +27,7 @@ func cpuModel() string {
 }
 
 // sqlVersion names the SQL server, e.g. "MySQL-compatible 10.11.6-MariaDB".
-func sqlVersion(ctx context.Context, w *writers.SQL) string {
+func sqlVersion(ctx context.Context, w *sqlsink.Writer) string {
 	var v string
 	if err := w.DB().QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err == nil {
 		return v

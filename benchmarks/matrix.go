@@ -16,8 +16,8 @@ import (
 
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Workload is the pre-produced input of the throughput runs.
@@ -201,7 +201,7 @@ func (o Options) Validate() error {
 		return bad("baseline-events: want at least 2")
 	}
 	if o.MySQL != "" {
-		if _, err := writers.ParseSQLDSN(o.MySQL); err != nil {
+		if _, err := sqlsink.ParseDSN(o.MySQL); err != nil {
 			return bad("mysql: %v", err)
 		}
 	}
@@ -218,8 +218,8 @@ type bench struct {
 	o       Options
 	ctx     context.Context
 	brokers []string
-	dev     *devBroker   // the dev broker the bench started, if any
-	sql     *writers.SQL // nil: no SQL sink
+	dev     *devBroker      // the dev broker the bench started, if any
+	sql     *sqlsink.Writer // nil: no SQL sink
 	redis   *redissink.Sink
 	runID   string
 	input   string // the workload topic
@@ -308,7 +308,7 @@ func (b *bench) setUp() error {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	if o.MySQL != "" {
-		w, err := writers.OpenSQL(ctx, o.MySQL)
+		w, err := sqlsink.Open(ctx, o.MySQL)
 		if err != nil {
 			return fmt.Errorf("--mysql: %w", err)
 		}
@@ -389,7 +389,7 @@ func (b *bench) cleanUp() {
 	defer cancel()
 	prefix := "mb" + b.runID + "-"
 	if b.sql != nil {
-		for _, table := range []string{"mb_totals", "mb_offsets", "mb_dead_letters", writers.XATable, writers.WALTable, baselineTable} {
+		for _, table := range []string{"mb_totals", "mb_offsets", "mb_dead_letters", sqlsink.XATable, sqlsink.WALTable, baselineTable} {
 			_, _ = b.sql.DB().ExecContext(ctx, `DELETE FROM `+table+` WHERE job LIKE ?`, prefix+"%")
 		}
 	}

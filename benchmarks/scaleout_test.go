@@ -19,7 +19,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Workload and settings of the scale-out benchmark (issue #6). Eight
@@ -180,7 +180,7 @@ type scaleOut struct {
 	events  int64
 	ends    map[int32]int64
 	want    map[string]event.Expected
-	sink    *writers.SQL
+	sink    *sqlsink.Writer
 	logDir  string
 }
 

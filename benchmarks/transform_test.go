@@ -11,6 +11,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // BenchmarkTransform measures what a user-defined job costs against the
@@ -29,7 +30,7 @@ func BenchmarkTransform(b *testing.B) {
 	events := benchEvents(b)
 	topic := fmt.Sprintf("bench-txn-%d-p%d-k%d-s%d", events, benchPartitions, benchKeys, benchSeed)
 	ensureData(b, brokers, topic, events)
-	w, err := writers.OpenSQL(b.Context(), sink)
+	w, err := sqlsink.Open(b.Context(), sink)
 	if err != nil {
 		b.Fatal(err)
 	}

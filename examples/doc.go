@@ -8,7 +8,7 @@
 //   - csv-import: a CSV file loaded into a SQL table in chunks, the byte
 //     offset as the source position (mb_source_positions), bad lines
 //     dead-lettered, all in one transaction per chunk.
-//   - kafka-enrich: Kafka to Kafka with writers.KafkaTxn, output records
+//   - kafka-enrich: Kafka to Kafka with kafkasink.Txn, output records
 //     and input offsets in one Kafka transaction (KIP-98).
 //   - custom-agg: a user-defined job (strategies.NewTransform) into the
 //     program's own table with `txn`.

@@ -18,16 +18,16 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 func eventJSON(id int64, key string, amount, ts int64) string {
 	return fmt.Sprintf(`{"id":%d,"key":%q,"amount":%d,"ts":%d}`, id, key, amount, ts)
 }
 
-func openSQL(t *testing.T, dsn string) *writers.SQL {
+func openSQL(t *testing.T, dsn string) *sqlsink.Writer {
 	t.Helper()
-	w, err := writers.OpenSQL(t.Context(), dsn)
+	w, err := sqlsink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

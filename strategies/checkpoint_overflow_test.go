@@ -16,6 +16,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 )
 
 // Checkpoint mode with totals past int64 (issue #14, item 5): the keyed
@@ -107,7 +108,7 @@ func TestCheckpointOutputsPastInt64(t *testing.T) {
 	check := func(what string) {
 		t.Helper()
 		seen := map[int64]bool{}
-		err := writers.ReadFileSink(dir+"/out", job, func(line []byte) error {
+		err := filesink.Read(dir+"/out", job, func(line []byte) error {
 			var o event.Output
 			if err := json.Unmarshal(line, &o); err != nil {
 				return fmt.Errorf("output %s: %w", line, err)

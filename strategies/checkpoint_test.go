@@ -14,7 +14,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 )
 
 // TestCheckpointFailureRewinds: a checkpoint that times out while a sink
@@ -69,7 +69,7 @@ func TestCheckpointFailureRewinds(t *testing.T) {
 	}
 
 	seen := map[int64]int{}
-	err = writers.ReadFileSink(dir+"/out", job, func(line []byte) error {
+	err = filesink.Read(dir+"/out", job, func(line []byte) error {
 		var o event.Output
 		if err := json.Unmarshal(line, &o); err != nil {
 			return err

@@ -19,7 +19,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/kafkasink"
 )
 
 // Strategy names accepted by Config.Strategy.
@@ -120,7 +120,7 @@ type Config struct {
 	Topic           string
 	Job             string
 	StartFrom       string
-	Sink            string // SQL DSN (writers.ParseSQLDSN), or redis:// for idempotent
+	Sink            string // SQL DSN (sqlsink.ParseDSN), or redis:// for idempotent
 	Interval        time.Duration
 	Parallelism     int   // 0 = number of partitions
 	MaxBatchRecords int64 // per partition per batch
@@ -130,7 +130,7 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// Kafka is how to reach the brokers (TLS, SASL); it applies to the
 	// source and to a kafka:// checkpoint sink alike.
-	Kafka writers.KafkaSecurity
+	Kafka kafkasink.Security
 
 	// Scale-out (every strategy but checkpoint; see group.go): processes
 	// of one job join the Kafka consumer group Group, which assigns them

@@ -9,7 +9,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // control is the task of the two negative controls. Results go to the SQL
@@ -22,7 +22,7 @@ import (
 //     loses the batch's results.
 type control struct {
 	src        batch.Source
-	w          *writers.SQL
+	w          *sqlsink.Writer
 	work       workload
 	group      *offsets.KafkaGroup
 	job        string

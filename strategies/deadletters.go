@@ -18,7 +18,7 @@ import (
 // written ahead where it stays atomic with the batch:
 //
 //   - txn inserts them into the partition's transaction, opened early for
-//     that (dlBuffer with a spill into the SQLTx);
+//     that (dlBuffer with a spill into the sqlsink.Tx);
 //   - idempotent stages them in Redis under the range's contribution, which
 //     the fold moves with the totals (redissink.Contribution);
 //   - single, the controls and the XA sink write later than they read (one

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/strategies/checkpoint"
-	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // SinkDisplay names a sink DSN for people — logs, status pages — without
@@ -28,7 +28,7 @@ func SinkDisplay(dsn string) string {
 			return display
 		}
 	default:
-		if t, err := writers.ParseSQLDSN(dsn); err == nil {
+		if t, err := sqlsink.ParseDSN(dsn); err == nil {
 			return t.Display
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // A user-defined job: page views counted per page into the program's own
@@ -36,7 +37,7 @@ func ExampleNewTransform() {
 	dir, _ := os.MkdirTemp("", "transform-example")
 	defer os.RemoveAll(dir)
 	sink := "sqlite://" + filepath.Join(dir, "views.db")
-	w, err := writers.OpenSQL(ctx, sink)
+	w, err := sqlsink.Open(ctx, sink)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -20,7 +20,7 @@ import (
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Settings of the integration runs.
@@ -191,7 +191,7 @@ func runJob(t testing.TB, cfg strategies.Config) strategies.Result {
 	return res
 }
 
-func readSinkTotals(t testing.TB, w *writers.SQL, job string) strategies.SinkTotals {
+func readSinkTotals(t testing.TB, w *sqlsink.Writer, job string) strategies.SinkTotals {
 	t.Helper()
 	got, err := strategies.ReadSinkTotals(context.Background(), w, job)
 	if err != nil {
@@ -201,7 +201,7 @@ func readSinkTotals(t testing.TB, w *writers.SQL, job string) strategies.SinkTot
 }
 
 // readPerKey reads mb_totals of job.
-func readPerKey(t testing.TB, w *writers.SQL, job string) keyTotals {
+func readPerKey(t testing.TB, w *sqlsink.Writer, job string) keyTotals {
 	t.Helper()
 	rows, err := w.DB().Query(`SELECT k, events, amount FROM mb_totals WHERE job = ?`, job)
 	if err != nil {
@@ -251,7 +251,7 @@ func checkPerKey(t testing.TB, got, want keyTotals) {
 }
 
 // checkOffsets asserts the job's stored offsets are the partitions' ends.
-func checkOffsets(t testing.TB, w *writers.SQL, brokers []string, job, topic string) {
+func checkOffsets(t testing.TB, w *sqlsink.Writer, brokers []string, job, topic string) {
 	t.Helper()
 	got, want := sinktest.StoredOffsets(t, w.DB(), job, topic), testutil.EndOffsets(t, brokers, topic)
 	if len(got) != len(want) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // TestBrokerLimitsUnreadable: the start-up check of the broker's limits
@@ -97,7 +97,7 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 		if !strings.Contains(log.String(), `msg="broker limits not checked: going on"`) {
 			t.Errorf("the run did not log that it could not read the broker's limits:\n%s", log.String())
 		}
-		w, err := writers.OpenSQL(ctx, sink)
+		w, err := sqlsink.Open(ctx, sink)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/offsets"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // PartitionPlan is one partition of a dry run: where the job would start
@@ -153,7 +153,7 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 // Its directory must exist, or the run could not create it: that is the
 // run's error, said at once.
 func newSQLiteFile(dsn string) (bool, error) {
-	t, err := writers.ParseSQLDSN(dsn)
+	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil || t.File == "" {
 		return false, nil // not SQLite; a bad DSN fails the open as in a run
 	}
@@ -167,7 +167,7 @@ func newSQLiteFile(dsn string) (bool, error) {
 }
 
 // storedSQL reads the job's mb_offsets rows, if the table exists yet.
-func storedSQL(ctx context.Context, w *writers.SQL, cfg Config) (map[int32]int64, error) {
+func storedSQL(ctx context.Context, w *sqlsink.Writer, cfg Config) (map[int32]int64, error) {
 	pos, err := offsets.Load(ctx, w.DB(), cfg.Job, cfg.Topic)
 	if err != nil {
 		msg := err.Error()

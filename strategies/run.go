@@ -14,6 +14,7 @@ import (
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // connectTimeout bounds how long the checkpoint sinks wait for their
@@ -287,12 +288,12 @@ func openSource(ctx context.Context, cfg Config) (sarama.Client, *batch.KafkaSou
 // openSink connects to the micro-batch strategies' sink — Redis for
 // idempotent, SQL for the others — waiting up to the connect timeout for
 // it to answer.
-func openSink(ctx context.Context, cfg Config) (w *writers.SQL, rs *redissink.Sink, err error) {
+func openSink(ctx context.Context, cfg Config) (w *sqlsink.Writer, rs *redissink.Sink, err error) {
 	err = connect(ctx, cfg.ConnectTimeout, func(actx context.Context) (err error) {
 		if cfg.Strategy == StrategyIdempotent {
 			rs, err = redissink.Open(actx, cfg.Sink)
 		} else {
-			w, err = writers.OpenSQL(actx, cfg.Sink)
+			w, err = sqlsink.Open(actx, cfg.Sink)
 		}
 		return err
 	})
@@ -303,9 +304,9 @@ func openSink(ctx context.Context, cfg Config) (w *writers.SQL, rs *redissink.Si
 // key before the first batch, so that a missing one is one clear message
 // at start instead of a failed batch (or, on MySQL without the key,
 // duplicate rows).
-func checkTable(ctx context.Context, w *writers.SQL, u writers.Upsert) error {
+func checkTable(ctx context.Context, w *sqlsink.Writer, u writers.Upsert) error {
 	err := w.CheckUpsert(ctx, u)
-	if errors.Is(err, writers.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
+	if errors.Is(err, sqlsink.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
 		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
 	}
 	return err
@@ -314,7 +315,7 @@ func checkTable(ctx context.Context, w *writers.SQL, u writers.Upsert) error {
 // claimPartitions takes a new epoch for the session's partitions and makes
 // sure every partition of the topic has an offset row, resolving
 // start-from for the new ones.
-func claimPartitions(ctx context.Context, w *writers.SQL, src *batch.KafkaSource, cfg Config, s session) (offsets.Claim, error) {
+func claimPartitions(ctx context.Context, w *sqlsink.Writer, src *batch.KafkaSource, cfg Config, s session) (offsets.Claim, error) {
 	start, err := startRule(ctx, src, cfg)
 	if err != nil {
 		return offsets.Claim{}, err

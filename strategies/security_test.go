@@ -11,7 +11,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 const (
@@ -64,7 +64,7 @@ func TestSecureKafka(t *testing.T) {
 			cfg.UntilIdle = 500 * time.Millisecond
 			cfg.Kafka = tc.sec
 			runJob(t, cfg)
-			w, err := writers.OpenSQL(ctx, sink)
+			w, err := sqlsink.Open(ctx, sink)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // single is the `single` strategy ("repartition to one"): partition tasks
@@ -26,7 +26,7 @@ import (
 // results without reading the batch again, would lose them.
 type single struct {
 	src   batch.Source
-	w     *writers.SQL
+	w     *sqlsink.Writer
 	work  workload
 	job   string
 	log   *slog.Logger
@@ -42,7 +42,7 @@ type partial struct {
 	dead    *dlSpool
 }
 
-func newSingle(src batch.Source, w *writers.SQL, work workload, job string, log *slog.Logger, crash func(string)) *single {
+func newSingle(src batch.Source, w *sqlsink.Writer, work workload, job string, log *slog.Logger, crash func(string)) *single {
 	return &single{src: src, w: w, work: work, job: job, log: log, crash: crash, results: map[int32]partial{}}
 }
 

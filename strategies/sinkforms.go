@@ -46,7 +46,7 @@ func SinkFormsHelp() string {
 	return strings.Join(parts, "; ")
 }
 
-// dsnSchemeRE recognises a URL-shaped DSN, as writers.ParseSQLDSN does:
+// dsnSchemeRE recognises a URL-shaped DSN, as sqlsink.ParseDSN does:
 // anything else is a go-sql-driver DSN.
 var dsnSchemeRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
 

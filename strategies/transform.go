@@ -65,7 +65,7 @@ type Transform struct {
 //
 // On a SQL sink, the table of u is the user's to create before the job
 // runs, with a primary key (or unique key) on exactly u.Keys; Run checks
-// it (writers.SQL.CheckUpsert) and refuses to start without it. A row the
+// it (sqlsink.Writer.CheckUpsert) and refuses to start without it. A row the
 // database rejects (a value too long, a NULL in a NOT NULL column) fails
 // the batch on every retry and stops the job: make rows valid for the
 // table, and reject what can't be in decode, where it is dead-lettered.

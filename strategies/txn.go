@@ -9,7 +9,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Retry bounds for a partition's transaction.
@@ -25,7 +25,7 @@ const (
 // letters and advance the partition's offset row.
 type txnTask struct {
 	src   batch.Source
-	w     *writers.SQL
+	w     *sqlsink.Writer
 	work  workload
 	job   string
 	log   *slog.Logger
@@ -52,7 +52,7 @@ func (t *txnTask) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 // with offsets.ErrConflict and is settled here as success too.) If the rows
 // can't be read, the outcome is unknown, which calls for another attempt,
 // never for giving up with the error of an attempt that may have succeeded.
-func settle(ctx context.Context, w *writers.SQL, err error, advs ...offsets.Advance) error {
+func settle(ctx context.Context, w *sqlsink.Writer, err error, advs ...offsets.Advance) error {
 	for _, a := range advs {
 		landed, lerr := offsets.Landed(ctx, w.DB(), a)
 		if lerr != nil {
@@ -69,7 +69,7 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r record.Range)
 	pt := t.work.newPart(t.job)
 	// The transaction opens only when there is something to write, so
 	// that reading (the slow part) holds no database connection.
-	var tx *writers.SQLTx
+	var tx *sqlsink.Tx
 	begin := func() error {
 		if tx != nil {
 			return nil

@@ -27,6 +27,7 @@ import (
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // rawRecord is a record as its bytes, produced as they are.
@@ -165,7 +166,7 @@ func checkUTF8DeadLetters(t *testing.T, in utf8Input, at []partOff, got map[part
 }
 
 // readSQLDeadLetters reads job's mb_dead_letters.
-func readSQLDeadLetters(t *testing.T, w *writers.SQL, job string) map[partOff]dead {
+func readSQLDeadLetters(t *testing.T, w *sqlsink.Writer, job string) map[partOff]dead {
 	t.Helper()
 	rows, err := w.DB().Query(`SELECT part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
 	if err != nil {

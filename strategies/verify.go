@@ -8,8 +8,9 @@ import (
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/kafkasink"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // SinkTotals is what the sink holds for a job. Amount is exact, whatever
@@ -31,7 +32,7 @@ func (t SinkTotals) AmountIs(want int64) bool {
 // rows reads as zeros. Amounts are summed exactly: by MySQL, whose SUM of
 // a DECIMAL (or BIGINT) column is an exact DECIMAL, and here for SQLite,
 // whose SUM would go through REAL once a total is decimal text.
-func ReadSinkTotals(ctx context.Context, w *writers.SQL, job string) (SinkTotals, error) {
+func ReadSinkTotals(ctx context.Context, w *sqlsink.Writer, job string) (SinkTotals, error) {
 	t := SinkTotals{Amount: new(big.Int)}
 	var err error
 	if w.Dialect() == offsets.MySQL {
@@ -60,7 +61,7 @@ func ReadSinkTotals(ctx context.Context, w *writers.SQL, job string) (SinkTotals
 // sumSQLiteTotals adds up a job's rows of mb_totals. amount is an INTEGER,
 // or decimal TEXT past int64; a REAL is a total an older version let
 // overflow and is reported, not rounded into the sum.
-func sumSQLiteTotals(ctx context.Context, w *writers.SQL, job string, t *SinkTotals) error {
+func sumSQLiteTotals(ctx context.Context, w *sqlsink.Writer, job string, t *SinkTotals) error {
 	rows, err := w.DB().QueryContext(ctx, `SELECT k, events, amount FROM mb_totals WHERE job = ?`, job)
 	if err != nil {
 		return err
@@ -104,7 +105,7 @@ func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error
 }
 
 // ReadTotalsSecure is ReadTotals reaching a kafka:// output with sec.
-func ReadTotalsSecure(ctx context.Context, dsn, job string, sec writers.KafkaSecurity) (SinkTotals, string, error) {
+func ReadTotalsSecure(ctx context.Context, dsn, job string, sec kafkasink.Security) (SinkTotals, string, error) {
 	if isKafkaDSN(dsn) || isFileDSN(dsn) {
 		return readOutputTotals(ctx, dsn, job, sec)
 	}
@@ -133,7 +134,7 @@ func ReadTotalsSecure(ctx context.Context, dsn, job string, sec writers.KafkaSec
 		t.DeadLetters, err = j.DeadLetterCount(ctx)
 		return t, r.String(), err
 	}
-	w, err := writers.OpenSQL(ctx, dsn)
+	w, err := sqlsink.Open(ctx, dsn)
 	if err != nil {
 		return SinkTotals{}, "", err
 	}
@@ -155,6 +156,6 @@ func CheckSink(dsn string) error {
 		_, _, err := redissink.ParseDSN(dsn)
 		return err
 	}
-	_, err := writers.ParseSQLDSN(dsn)
+	_, err := sqlsink.ParseDSN(dsn)
 	return err
 }

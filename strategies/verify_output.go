@@ -13,7 +13,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies/checkpoint"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 )
 
 // readOutputTotals sums the committed output records of checkpoint mode's
@@ -43,7 +43,7 @@ func readOutputTotals(ctx context.Context, dsn, job string, sec kafkautil.Securi
 		return nil
 	}
 	if spec.Kind == checkpoint.SinkFile {
-		err := writers.ReadFileSink(spec.Dir, job, add)
+		err := filesink.Read(spec.Dir, job, add)
 		t.Keys, t.Amount = int64(len(keys)), amount.Big()
 		return t, "files in " + spec.Dir, err
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Checkpoint crash test parameters. The input is the crash tests' event
@@ -565,7 +566,7 @@ func kafkaInspect(t *testing.T, brokers, topic string) func() (bool, string) {
 }
 
 // xaInspect: XA RECOVER lists the job's prepared branches.
-func xaInspect(t *testing.T, w *writers.SQL, job string) func() (bool, string) {
+func xaInspect(t *testing.T, w *sqlsink.Writer, job string) func() (bool, string) {
 	return func() (bool, string) {
 		rows, err := w.DB().QueryContext(t.Context(), "XA RECOVER")
 		if err != nil {
@@ -594,7 +595,7 @@ func xaInspect(t *testing.T, w *writers.SQL, job string) func() (bool, string) {
 // walInspect: the write-ahead sink's open work after a crash is the
 // latest checkpoint's buffered writes that mb_wal_commits says were not
 // applied yet (recovery must apply them).
-func walInspect(t *testing.T, w *writers.SQL, stateDir, job string) func() (bool, string) {
+func walInspect(t *testing.T, w *sqlsink.Writer, stateDir, job string) func() (bool, string) {
 	return func() (bool, string) {
 		store, err := offsets.NewFileCheckpoints(stateDir, 0)
 		if err != nil {
@@ -616,7 +617,7 @@ func walInspect(t *testing.T, w *writers.SQL, stateDir, job string) func() (bool
 		var unapplied, bytes int
 		for _, p := range data.Pending {
 			var done int64
-			err := w.DB().QueryRowContext(t.Context(), `SELECT checkpoint_id FROM `+writers.WALTable+` WHERE job = ? AND subtask = ?`, job, p.Subtask).Scan(&done)
+			err := w.DB().QueryRowContext(t.Context(), `SELECT checkpoint_id FROM `+sqlsink.WALTable+` WHERE job = ? AND subtask = ?`, job, p.Subtask).Scan(&done)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				t.Fatal(err)
 			}

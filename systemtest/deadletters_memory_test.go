@@ -27,7 +27,7 @@ import (
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 	"github.com/microbatch/microbatch/writers/redissink"
 )
 
@@ -292,7 +292,7 @@ type dl struct {
 // file sink dsn.
 func readFileDeadLetters(t *testing.T, dsn, job string, check func(off int64, d dl)) {
 	t.Helper()
-	err := writers.ReadFileSink(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
+	err := filesink.Read(strings.TrimPrefix(dsn, "file://"), job, func(line []byte) error {
 		if !bytes.HasPrefix(line, []byte(`{"dead_letter":`)) {
 			return nil
 		}

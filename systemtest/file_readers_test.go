@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/event"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 )
 
 // fileInspect: a transaction with records is a file in .pending (created
@@ -171,7 +171,7 @@ func (w *fileWatcher) stop() {
 func readFileOutputs(t *testing.T, dir, job string) []event.Output {
 	t.Helper()
 	var outs []event.Output
-	err := writers.ReadFileSink(dir, job, func(line []byte) error {
+	err := filesink.Read(dir, job, func(line []byte) error {
 		var o event.Output
 		if err := json.Unmarshal(line, &o); err != nil {
 			return fmt.Errorf("%q: %w", line, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Totals past int64 (issue #14, item 5). Reaching 2^63 with real events
@@ -130,7 +131,7 @@ type overflowSink struct {
 // sqlOverflowSink creates mb_totals as older versions did (the run
 // migrates it) and seeds it.
 func sqlOverflowSink(t *testing.T, dsn string) overflowSink {
-	w, err := writers.OpenSQL(t.Context(), dsn)
+	w, err := sqlsink.Open(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestVerifyAnyInteger(t *testing.T) {
 	Binary(t)
 	dir := t.TempDir()
 	sink := "sqlite://" + dir + "/sink.db"
-	w, err := writers.OpenSQL(context.Background(), sink)
+	w, err := sqlsink.Open(context.Background(), sink)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // storedNext is where the job will resume: mb_offsets for the exactly-once
@@ -65,7 +65,7 @@ func sum(m map[int32]int64) int64 {
 
 // checkCrashPerKey compares every key's totals with a replay of the first
 // produced events of the sequence.
-func checkCrashPerKey(t *testing.T, w *writers.SQL, job string, produced int64) {
+func checkCrashPerKey(t *testing.T, w *sqlsink.Writer, job string, produced int64) {
 	t.Helper()
 	want := map[string]event.Total{}
 	g := event.NewGenerator(crashSeed, crashKeys)
@@ -112,7 +112,7 @@ func checkCrashPerKey(t *testing.T, w *writers.SQL, job string, produced int64) 
 // Redis sink.
 type groupSink struct {
 	dsn   string
-	sql   *writers.SQL
+	sql   *sqlsink.Writer
 	redis *redissink.Sink
 }
 

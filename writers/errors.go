@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"syscall"
@@ -20,14 +19,6 @@ var ErrBadDSN = errors.New("writers: bad sink DSN")
 // ErrBadIdentifier means a table or column name given to Upsert is not a
 // plain SQL identifier. Names are checked because they are spliced into SQL.
 var ErrBadIdentifier = errors.New("writers: bad SQL identifier")
-
-// ErrXABusy means a prepared XA transaction is still held by another
-// database session, usually a connection of ours that just broke or a
-// process that just died, which the server has not yet noticed is gone.
-// Commit or Abort again a little later; IsRetryable says so (the error
-// wraps driver.ErrBadConn for that). If it persists, a live process still
-// holds the transaction.
-var ErrXABusy = fmt.Errorf("writers: prepared XA transaction still held by another session: %w", driver.ErrBadConn)
 
 // MySQL and SQLite error codes that mean "try the transaction again".
 const (
@@ -55,7 +46,7 @@ func IsRetryable(err error) bool {
 		code := se.Code() & 0xff // primary code; extended codes keep it in the low byte
 		return code == sqliteBusy || code == sqliteLocked
 	}
-	if errors.Is(err, ErrXABusy) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return true

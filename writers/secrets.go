@@ -84,7 +84,7 @@ func WithRootCAs(dsn string, roots *x509.CertPool) (string, error) {
 	var cfg *mysql.Config
 	var err error
 	if isURL {
-		cfg, err = mysqlURL(dsn)
+		cfg, err = ParseMySQLURL(dsn)
 	} else if cfg, err = mysql.ParseDSN(dsn); err != nil {
 		err = fmt.Errorf("%w: not a go-sql-driver DSN ([user[:password]@]tcp(host:port)/db)", ErrBadDSN)
 	}

@@ -1,12 +1,14 @@
-package writers
+package writers_test
 
 import (
 	"crypto/x509"
-	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 func TestWithPassword(t *testing.T) {
@@ -20,7 +22,7 @@ func TestWithPassword(t *testing.T) {
 		{"mb:old@tcp(db:3306)/mb", "has a password already"},
 		{"sqlite:///tmp/x.db", "takes no password"},
 	} {
-		got, err := WithPassword(tc.dsn, pw)
+		got, err := writers.WithPassword(tc.dsn, pw)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%s: error %v, want %q", tc.dsn, err, tc.wantErr)
@@ -35,17 +37,14 @@ func TestWithPassword(t *testing.T) {
 			continue
 		}
 		// The password arrives intact, and is hidden in the display.
-		// (redissink's tests check that ParseDSN takes it and hides it.)
 		if strings.HasPrefix(got, "redis") {
-			u, err := url.Parse(got)
-			if err != nil || u.User == nil {
-				t.Errorf("%s → %s: no password (%v)", tc.dsn, got, err)
-			} else if p, _ := u.User.Password(); p != pw {
-				t.Errorf("%s → %s: password %q", tc.dsn, got, p)
+			opts, display, err := redissink.ParseDSN(got)
+			if err != nil || opts.Password != pw || strings.Contains(display, pw) {
+				t.Errorf("%s → %s: password %q, display %s, err %v", tc.dsn, got, opts.Password, display, err)
 			}
 			continue
 		}
-		target, err := ParseSQLDSN(got)
+		target, err := sqlsink.ParseDSN(got)
 		if err != nil {
 			t.Errorf("%s → %v", tc.dsn, err)
 			continue
@@ -61,7 +60,7 @@ func TestWithPassword(t *testing.T) {
 func TestSQLDSNTLS(t *testing.T) {
 	for _, dsn := range []string{"mysql://mb:pw@db:3306/mb?tls=true", "mb:pw@tcp(db:3306)/mb?tls=true",
 		"mysql://mb:pw@db/mb?tls=skip-verify", "mysql://mb:pw@db/mb?tls=preferred"} {
-		target, err := ParseSQLDSN(dsn)
+		target, err := sqlsink.ParseDSN(dsn)
 		if err != nil {
 			t.Fatalf("%s: %v", dsn, err)
 		}
@@ -77,11 +76,11 @@ func TestSQLDSNTLS(t *testing.T) {
 
 func TestWithRootCAs(t *testing.T) {
 	roots := x509.NewCertPool()
-	got, err := WithRootCAs("mysql://mb:pw@db:3306/mb", roots)
+	got, err := writers.WithRootCAs("mysql://mb:pw@db:3306/mb", roots)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, err := ParseSQLDSN(got)
+	target, err := sqlsink.ParseDSN(got)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,22 +88,23 @@ func TestWithRootCAs(t *testing.T) {
 	if err != nil || cfg.TLS == nil || cfg.TLS.RootCAs != roots || cfg.TLS.ServerName != "db" {
 		t.Fatalf("%s: TLS config not the registered one (%v)", target.DataSource, err)
 	}
-	if _, err := WithRootCAs("mysql://mb:pw@db/mb?tls=skip-verify", roots); err == nil {
+	if _, err := writers.WithRootCAs("mysql://mb:pw@db/mb?tls=skip-verify", roots); err == nil {
 		t.Error("a CA file with tls=skip-verify was accepted")
 	}
-	if _, err := WithRootCAs("redis://cache:6379/0", roots); err == nil || !strings.Contains(err.Error(), "rediss://") {
+	if _, err := writers.WithRootCAs("redis://cache:6379/0", roots); err == nil || !strings.Contains(err.Error(), "rediss://") {
 		t.Errorf("redis:// with a CA file: %v", err)
 	}
-	if _, err := WithRootCAs("rediss://cache:6380/0", roots); err != nil {
+	if _, err := writers.WithRootCAs("rediss://cache:6380/0", roots); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = WithRootCAs("rediss://x/0", nil) })
-	if RedisRootCAs() != roots { // redissink.ParseDSN dials with them
-		t.Fatal("rediss:// roots not kept")
+	t.Cleanup(func() { _, _ = writers.WithRootCAs("rediss://x/0", nil) })
+	opts, _, err := redissink.ParseDSN("rediss://cache:6380/0")
+	if err != nil || opts.TLSConfig == nil || opts.TLSConfig.RootCAs != roots {
+		t.Fatalf("rediss:// does not use the roots (%v)", err)
 	}
 }
 
-// FuzzWithPassword: a password put into a DSN reaches the driver intact
+// writers.FuzzWithPassword: a password put into a DSN reaches the driver intact
 // and never shows in the display or an error.
 func FuzzWithPassword(f *testing.F) {
 	for _, dsn := range []string{"mysql://mb@db:3306/mb", "mb@tcp(db:3306)/mb?tls=true", "redis://h:1/0", "rediss://u@h/2"} {
@@ -114,7 +114,7 @@ func FuzzWithPassword(f *testing.F) {
 		if len(pw) < 8 || strings.Contains(dsn, pw) {
 			return // the DSN's own text may be shown
 		}
-		got, err := WithPassword(dsn, pw)
+		got, err := writers.WithPassword(dsn, pw)
 		if err != nil {
 			if strings.Contains(err.Error(), pw) {
 				t.Fatalf("error shows the password: %v", err)
@@ -122,9 +122,16 @@ func FuzzWithPassword(f *testing.F) {
 			return
 		}
 		if strings.HasPrefix(got, "redis") {
-			return // redissink's FuzzWithPasswordRedis parses it
+			opts, display, err := redissink.ParseDSN(got)
+			if err == nil && (opts.Password != pw || strings.Contains(display, pw)) {
+				t.Fatalf("%q: password %q, display %q", got, opts.Password, display)
+			}
+			if err != nil && strings.Contains(err.Error(), pw) {
+				t.Fatalf("error shows the password: %v", err)
+			}
+			return
 		}
-		target, err := ParseSQLDSN(got)
+		target, err := sqlsink.ParseDSN(got)
 		if err != nil {
 			if strings.Contains(err.Error(), pw) {
 				t.Fatalf("error shows the password: %v", err)

@@ -6,33 +6,6 @@ import (
 	"errors"
 )
 
-// Two-phase-commit writers: the sinks of checkpoint mode (Kafka
-// transactions, MySQL/MariaDB XA, files). Each writer instance is one sink
-// subtask's and is used by one goroutine; its life is
-//
-//	Recover(keep)                     once, before anything new is written
-//	Begin(txn) Write… PreCommit → p   per checkpoint interval
-//	Commit(p) or Abort(p)             when the checkpoint completes or fails
-//	Close
-//
-// Begin(txn) opens the transaction that checkpoint txn will pre-commit;
-// while a pre-committed transaction waits for its checkpoint to complete,
-// the next one is already open (a writer holds a few of them at once,
-// e.g. one Kafka producer or one XA connection per slot).
-//
-// Which calls may be retried:
-//   - Commit is idempotent: committing an already committed transaction is
-//     success, so a caller retries it as long as IsRetryable says so, and
-//     an outcome-unknown Commit is retried — never followed by Abort.
-//   - Abort is idempotent too; aborting something unknown is success.
-//   - Write and PreCommit are not retried: a failure leaves the open
-//     transaction unusable. The caller fails the checkpoint and recovers.
-//
-// ErrTxnLost from Commit means the transaction can no longer commit
-// (aborted by a timeout, or fenced by another writer with the same id): the
-// records in it are gone from the sink and only replaying the input from
-// an older position can bring them back. Callers must stop, loudly.
-
 // Pending identifies a pre-committed transaction: everything Commit or
 // Abort need, including after a restart in another process. It is stored
 // in the checkpoint, so it is plain JSON.

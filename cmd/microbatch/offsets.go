@@ -20,8 +20,8 @@ import (
 	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // offsetsTimeout bounds one show or reset once Kafka and the sink answer: a
@@ -260,7 +260,7 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 	if redisSink != (oj.strategy == strategies.StrategyIdempotent) {
 		return oj, badConfig("strategy %s does not go with sink %s (idempotent is the Redis strategy, the others write SQL)", oj.strategy, redact.DSN(oj.sink))
 	}
-	if _, err := writers.ParseSQLDSN(oj.sink); err != nil && !redisSink {
+	if _, err := sqlsink.ParseDSN(oj.sink); err != nil && !redisSink {
 		return oj, configError{fmt.Errorf("sink: %w", err)}
 	}
 	return oj, nil
@@ -436,23 +436,23 @@ func openOffsetStore(ctx context.Context, oj offsetsJob, client sarama.Client) (
 		return &groupStore{g: offsets.NewKafkaGroup(client, oj.group, oj.topic), group: oj.group}, nil
 	}
 	// Opening a missing SQLite file would create an empty one.
-	if target, err := writers.ParseSQLDSN(oj.sink); err == nil && target.File != "" {
+	if target, err := sqlsink.ParseDSN(oj.sink); err == nil && target.File != "" {
 		if _, err := os.Stat(target.File); err != nil {
 			return nil, fmt.Errorf("sink %s: %w", target.Display, err)
 		}
 	}
-	var w *writers.SQL
+	var w *sqlsink.Writer
 	if err := strategies.Connect(ctx, oj.connectTimeout, func(actx context.Context) (err error) {
-		w, err = writers.OpenSQL(actx, oj.sink)
+		w, err = sqlsink.Open(actx, oj.sink)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	return &sqlStore{SQL: w, job: oj.job, topic: oj.topic}, nil
+	return &sqlStore{Writer: w, job: oj.job, topic: oj.topic}, nil
 }
 
 type sqlStore struct {
-	*writers.SQL
+	*sqlsink.Writer
 	job, topic string
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/microbatch/microbatch/strategies"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // errDiffers makes verify exit 1 after it printed the comparison.
@@ -65,7 +65,7 @@ func verifyCmd() *cobra.Command {
 			return badConfig("verify needs --expect-events and --expect-amount (what `produce` printed)")
 		}
 		// Opening a missing SQLite file would create an empty one.
-		if target, err := writers.ParseSQLDSN(dsn); err == nil && target.File != "" {
+		if target, err := sqlsink.ParseDSN(dsn); err == nil && target.File != "" {
 			if _, err := os.Stat(target.File); err != nil {
 				return fmt.Errorf("sink %s: %w", target.Display, err)
 			}

@@ -36,6 +36,7 @@ import (
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 func main() {
@@ -59,7 +60,7 @@ func run(ctx context.Context, dsn, file, job, table string, chunkLines int, paus
 	if chunkLines < 1 {
 		return errors.New("-chunk must be at least 1")
 	}
-	w, err := writers.OpenSQL(ctx, dsn)
+	w, err := sqlsink.Open(ctx, dsn)
 	if err != nil {
 		return err
 	}
@@ -139,8 +140,8 @@ func run(ctx context.Context, dsn, file, job, table string, chunkLines int, paus
 // it fails with offsets.ErrConflict if the file is not at a.From any more
 // (this chunk was committed already) and offsets.ErrFenced if a newer run
 // claimed the file.
-func commitChunk(ctx context.Context, w *writers.SQL, u writers.Upsert, c chunk, a offsets.SourceAdvance, crash bool) error {
-	return w.CommitSource(ctx, a, func(tx *writers.SQLTx) error {
+func commitChunk(ctx context.Context, w *sqlsink.Writer, u writers.Upsert, c chunk, a offsets.SourceAdvance, crash bool) error {
+	return w.CommitSource(ctx, a, func(tx *sqlsink.Tx) error {
 		if err := tx.Upsert(ctx, u, c.rows); err != nil {
 			return err
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // event is what decode makes of a record.
@@ -159,7 +160,7 @@ func createTable(ctx context.Context, sink string, u writers.Upsert) error {
 	if err := u.Validate(); err != nil {
 		return err
 	}
-	w, err := writers.OpenSQL(ctx, sink)
+	w, err := sqlsink.Open(ctx, sink)
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/kafkasink"
 )
 
 type options struct {
@@ -130,7 +131,7 @@ func run(ctx context.Context, o options) error {
 
 	// 1. Take over the transactional ids: Recover aborts whatever the last
 	// run left open and fences it, should it still be alive.
-	w, err := writers.NewKafkaTxn(writers.KafkaTxnConfig{Brokers: o.brokers, TransactionalID: o.txnID})
+	w, err := kafkasink.New(kafkasink.Config{Brokers: o.brokers, TransactionalID: o.txnID})
 	if err != nil {
 		return err
 	}
@@ -230,7 +231,7 @@ func run(ctx context.Context, o options) error {
 
 // commitBatch writes batch and the input offsets after it in one
 // transaction and, once committed, advances positions.
-func commitBatch(ctx context.Context, w *writers.KafkaTxn, txn int64, o options, dlq string, batch []*sarama.ConsumerMessage, positions map[int32]int64) (err error) {
+func commitBatch(ctx context.Context, w *kafkasink.Txn, txn int64, o options, dlq string, batch []*sarama.ConsumerMessage, positions map[int32]int64) (err error) {
 	if err := w.Begin(ctx, txn); err != nil {
 		return err
 	}

@@ -6,16 +6,16 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/offsets"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // OpenSQL opens the SQL sink dsn with its tables created; closed at
 // cleanup.
-func OpenSQL(t testing.TB, dsn string) *writers.SQL {
+func OpenSQL(t testing.TB, dsn string) *sqlsink.Writer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w, err := writers.OpenSQL(ctx, dsn)
+	w, err := sqlsink.Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

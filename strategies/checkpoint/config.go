@@ -8,6 +8,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/kafkasink"
 )
 
 // StateBackend is where checkpoints are kept (--state-backend).
@@ -97,7 +98,7 @@ type Config struct {
 	Sink        string // kafka://…, file://…, or an SQL DSN (XA, or write-ahead with SinkModeWAL)
 	SinkMode    SinkMode
 	// Kafka is how a kafka:// sink reaches its brokers (TLS, SASL).
-	Kafka writers.KafkaSecurity
+	Kafka kafkasink.Security
 	// ConnectTimeout bounds how long an SQL sink waits for its server.
 	ConnectTimeout time.Duration
 
@@ -182,7 +183,7 @@ func (c Config) Validate() error {
 		// timeout) plus a checkpoint timeout later; after a crash, a
 		// restart later still.
 		need := max(c.Interval, c.Timeout) + c.Timeout + c.MaxRestartTime
-		if err := writers.CheckKafkaTxnTimeout(c.KafkaTxnTimeout, need); err != nil {
+		if err := kafkasink.CheckTxnTimeout(c.KafkaTxnTimeout, need); err != nil {
 			return bad("%v (need: max(checkpoint interval, checkpoint timeout) + checkpoint timeout + max restart time; raise --kafka-txn-timeout or lower the others)", err)
 		}
 	}

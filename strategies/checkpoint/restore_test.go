@@ -19,7 +19,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
 )
 
 // The checkpoint in testdata/state-v1, as the file state backend wrote it
@@ -64,7 +64,7 @@ func TestRestoreStateFile(t *testing.T) {
 		t.Errorf("run: %d records, want %d", res.Records, len(want.outputs))
 	}
 	seen := map[int64]bool{}
-	err := writers.ReadFileSink(dir+"/out", goldenJob, func(line []byte) error {
+	err := filesink.Read(dir+"/out", goldenJob, func(line []byte) error {
 		var o event.Output
 		if err := json.Unmarshal(line, &o); err != nil {
 			return fmt.Errorf("output %s: %w", line, err)

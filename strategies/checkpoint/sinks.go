@@ -11,14 +11,17 @@ import (
 	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
+	"github.com/microbatch/microbatch/writers/kafkasink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // sinkSet makes each attempt's sink subtasks.
 type sinkSet struct {
 	cfg  Config
 	spec SinkSpec
-	sql  *writers.SQL // xa, wal
-	open []subtask    // this attempt's subtasks
+	sql  *sqlsink.Writer // xa, wal
+	open []subtask       // this attempt's subtasks
 }
 
 func openSinks(ctx context.Context, cfg Config, spec SinkSpec, partitions int32) (*sinkSet, error) {
@@ -42,10 +45,10 @@ func openSinks(ctx context.Context, cfg Config, spec SinkSpec, partitions int32)
 }
 
 // openSQL opens an SQL sink with its tables, and checks a Transform's.
-func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*writers.SQL, error) {
+func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*sqlsink.Writer, error) {
 	octx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	w, err := writers.OpenSQL(octx, spec.DSN)
+	w, err := sqlsink.Open(octx, spec.DSN)
 	if err != nil {
 		return nil, err
 	}
@@ -68,9 +71,9 @@ func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*writers.SQL, erro
 // checkTable makes sure a Transform's table exists with its columns and
 // key before the first checkpoint: a missing one is one clear message at
 // start instead of a failed checkpoint.
-func checkTable(ctx context.Context, w *writers.SQL, u writers.Upsert) error {
+func checkTable(ctx context.Context, w *sqlsink.Writer, u writers.Upsert) error {
 	err := w.CheckUpsert(ctx, u)
-	if errors.Is(err, writers.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
+	if errors.Is(err, sqlsink.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
 		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
 	}
 	return err
@@ -94,7 +97,7 @@ func (s *sinkSet) subtask(i int) (subtask, error) {
 	job := s.cfg.Job
 	switch s.spec.Kind {
 	case SinkKafka:
-		w, err := writers.NewKafkaTxn(writers.KafkaTxnConfig{
+		w, err := kafkasink.New(kafkasink.Config{
 			Brokers:         s.spec.Brokers,
 			TransactionalID: fmt.Sprintf("%s-%d", job, i),
 			Subtask:         i,
@@ -104,15 +107,15 @@ func (s *sinkSet) subtask(i int) (subtask, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &kafkaSink{KafkaTxn: w, topic: s.spec.Topic}, nil
+		return &kafkaSink{Txn: w, topic: s.spec.Topic}, nil
 	case SinkFile:
-		w, err := writers.NewFileTxn(s.spec.Dir, job, i)
+		w, err := filesink.New(s.spec.Dir, job, i)
 		if err != nil {
 			return nil, err
 		}
-		return &fileSink{FileTxn: w}, nil
+		return &fileSink{Txn: w}, nil
 	case SinkXA:
-		w, err := writers.NewXA(s.sql, job, i)
+		w, err := sqlsink.NewXA(s.sql, job, i)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +125,7 @@ func (s *sinkSet) subtask(i int) (subtask, error) {
 		}
 		return &xaSink{XA: w, totals: totals}, nil
 	default:
-		return &walSink{WAL: writers.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, work: s.cfg.Work}}, nil
+		return &walSink{WAL: sqlsink.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, work: s.cfg.Work}}, nil
 	}
 }
 
@@ -191,7 +194,7 @@ func encodeDeadLetter(d *record.DeadLetter) []byte {
 
 // kafkaSink writes each output as a message keyed by the event key.
 type kafkaSink struct {
-	*writers.KafkaTxn
+	*kafkasink.Txn
 	topic    string
 	key, buf []byte
 }
@@ -220,7 +223,7 @@ func (k *kafkaSink) flush(context.Context) error { return nil }
 // fileSink writes each output as a JSON line; a dead letter as
 // {"dead_letter": {...}}.
 type fileSink struct {
-	*writers.FileTxn
+	*filesink.Txn
 	buf []byte
 }
 

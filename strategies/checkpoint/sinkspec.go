@@ -8,7 +8,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // SinkKind is the two-phase writer a sink DSN and mode pick. Its text is
@@ -61,7 +61,7 @@ func ParseSink(dsn string, mode SinkMode) (SinkSpec, error) {
 	case isRedisDSN(dsn):
 		return SinkSpec{}, errors.New("sink: checkpoint mode writes to kafka://, mysql:// (XA), file:// or, with --sink-mode wal, mysql:// or sqlite://; redis:// is for --strategy idempotent")
 	}
-	t, err := writers.ParseSQLDSN(dsn)
+	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil {
 		return SinkSpec{}, err
 	}

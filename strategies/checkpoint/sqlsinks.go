@@ -10,6 +10,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // totalsBuffer sums a transaction's outputs per key for mb_totals (the
@@ -111,7 +112,7 @@ func totalsRows(job string, totals []event.Total) [][]any {
 // xaSink adds each transaction's per-key sums to mb_totals in an XA branch,
 // and its dead letters, spooled until then (bounded memory).
 type xaSink struct {
-	*writers.XA
+	*sqlsink.XA
 	totals totalsBuffer
 }
 
@@ -161,7 +162,7 @@ func (x *xaSink) Close() error {
 
 // walSink buffers per-key sums for the write-ahead writer.
 type walSink struct {
-	*writers.WAL
+	*sqlsink.WAL
 	totals totalsBuffer
 }
 
@@ -199,7 +200,7 @@ func (w *walSink) Abort(ctx context.Context, p writers.Pending) error {
 // walRowsCheck refuses a Transform's row value that would not come back
 // the same from the checkpoint, where the WAL sink keeps its writes as JSON
 // until it applies them (strings, whatever their bytes, and []byte come
-// back exact: writers.WAL tags them): a time.Time would come back RFC 3339
+// back exact: sqlsink.WAL tags them): a time.Time would come back RFC 3339
 // text, a uint64 above 2^63-1 or a NaN not at all. Refusing it at the
 // barrier (ErrConfig: the job stops) beats writing something else into
 // the user's table after the checkpoint moved the offsets past the record.

@@ -12,13 +12,13 @@ import (
 )
 
 // Positions of sources that are not Kafka (offsets/source.go), the twins
-// of writers.SQL's ClaimSource, SourcePosition, SourceLanded and
+// of sqlsink.Writer's ClaimSource, SourcePosition, SourceLanded and
 // CommitSource: one hash per source, mb:{job}:source:{source} (SourceKey)
 // with fields position, epoch and chunks. They are Sink methods, not Job
 // ones, as on the SQL side: a source advance (offsets.SourceAdvance) names
 // its job.
 
-// ClaimSource is writers.SQL.ClaimSource for Redis.
+// ClaimSource is sqlsink.Writer.ClaimSource for Redis.
 func (s *Sink) ClaimSource(ctx context.Context, job, source string) (offsets.SourcePosition, error) {
 	if err := checkJob(job); err != nil {
 		return offsets.SourcePosition{}, err
@@ -39,7 +39,7 @@ func (s *Sink) ClaimSource(ctx context.Context, job, source string) (offsets.Sou
 	return p, nil
 }
 
-// SourcePosition is writers.SQL.SourcePosition for Redis.
+// SourcePosition is sqlsink.Writer.SourcePosition for Redis.
 func (s *Sink) SourcePosition(ctx context.Context, job, source string) (offsets.SourcePosition, bool, error) {
 	return readSourcePosition(ctx, s.c, SourceKey(job, source))
 }
@@ -65,7 +65,7 @@ func readSourcePosition(ctx context.Context, c redis.Cmdable, key string) (offse
 	return p, true, nil
 }
 
-// SourceLanded is writers.SQL.SourceLanded for Redis: after CommitSource
+// SourceLanded is sqlsink.Writer.SourceLanded for Redis: after CommitSource
 // failed with an error that IsRetryable (the reply to EXEC was lost), true
 // means the chunk committed.
 func (s *Sink) SourceLanded(ctx context.Context, a offsets.SourceAdvance) (bool, error) {
@@ -81,7 +81,7 @@ func (s *Sink) SourceLanded(ctx context.Context, a offsets.SourceAdvance) (bool,
 // (WATCH makes the check and the transaction one step): the chunk's
 // results and the source's position become visible together, or neither
 // does. It fails with offsets.ErrConflict or offsets.ErrFenced like
-// writers.SQLTx.AdvanceSource. With Redis Cluster every key write touches
+// sqlsink.Tx.AdvanceSource. With Redis Cluster every key write touches
 // must be in the job's slot: put "{job}" in the keys.
 //
 // write must only queue commands on p. Redis does not roll back a queued

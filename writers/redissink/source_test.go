@@ -11,7 +11,7 @@ import (
 )
 
 // The positions of sources that are not Kafka (Sink.ClaimSource,
-// CommitSource, SourceLanded), the Redis twins of writers.SQL's.
+// CommitSource, SourceLanded), the Redis twins of sqlsink.Writer's.
 
 func TestRedisSourcePositions(t *testing.T) {
 	w := openRedisSink(t)

@@ -67,7 +67,7 @@ var memBugs = map[string]string{
 //   - fenced-commit-applies: a fenced commit fails, but applies the batch.
 //   - fenced-at-begin-only: claims FencedByOpen, but fences only the
 //     batches begun before a newer writer opened (checks the epoch the
-//     batch began in, not the writer's: a FileTxn's behaviour).
+//     batch began in, not the writer's: a filesink.Txn's behaviour).
 //   - fenced-by-commit-only: claims FencedByOpen, but fences only once a
 //     newer writer has committed.
 //   - newer-commit-unfenced: claims FencedByNewerCommit and fences

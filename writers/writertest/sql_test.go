@@ -13,13 +13,14 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 	"github.com/microbatch/microbatch/writers/writertest"
 )
 
-// The SQL writer (SQLTx: rows and the position advance in one database
+// The SQL writer (sqlsink.Tx: rows and the position advance in one database
 // transaction), with the position either a Kafka offset in mb_offsets
-// (SQLTx.Advance) or a source position in mb_source_positions
-// (SQLTx.AdvanceSource), on MariaDB and on SQLite.
+// (sqlsink.Tx.Advance) or a source position in mb_source_positions
+// (sqlsink.Tx.AdvanceSource), on MariaDB and on SQLite.
 
 func TestConformanceSQLMariaDB(t *testing.T) {
 	t.Parallel()
@@ -59,7 +60,7 @@ const (
 // value goes into events and amount) under a job of its own.
 type sqlSubject struct {
 	dsn    string
-	reader *writers.SQL // the Subject's own connection, for Read
+	reader *sqlsink.Writer // the Subject's own connection, for Read
 	job    string
 	source bool
 	batch  atomic.Int64 // batch ids for mb_offsets.batch_id
@@ -88,7 +89,7 @@ func (s *sqlSubject) Capabilities() writertest.Capabilities {
 // and claims the job's position: offsets.Init for a Kafka offset (creating
 // the row at 0), ClaimSource for a source position (creating it at "").
 func (s *sqlSubject) Open(ctx context.Context) (writertest.Writer, error) {
-	w, err := writers.OpenSQL(ctx, s.dsn)
+	w, err := sqlsink.Open(ctx, s.dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func (s *sqlSubject) Open(ctx context.Context) (writertest.Writer, error) {
 	return &sqlWriter{s: s, w: w, epoch: epoch}, nil
 }
 
-func (s *sqlSubject) claim(ctx context.Context, w *writers.SQL) (int64, error) {
+func (s *sqlSubject) claim(ctx context.Context, w *sqlsink.Writer) (int64, error) {
 	if s.source {
 		p, err := w.ClaimSource(ctx, s.job, sqlSource)
 		return p.Epoch, err
@@ -138,7 +139,7 @@ func (s *sqlSubject) Read(ctx context.Context) (writertest.State, error) {
 
 // readTotals reads the job's rows of mb_totals. Its values are the events
 // column; amount must agree (both get the row's value).
-func readTotals(ctx context.Context, w *writers.SQL, job string) (map[string]int64, error) {
+func readTotals(ctx context.Context, w *sqlsink.Writer, job string) (map[string]int64, error) {
 	rows, err := w.DB().QueryContext(ctx, `SELECT k, events, amount FROM mb_totals WHERE job = ?`, job)
 	if err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func totalsRows(job string, rows []writertest.Row) [][]any {
 
 type sqlWriter struct {
 	s     *sqlSubject
-	w     *writers.SQL
+	w     *sqlsink.Writer
 	epoch int64
 }
 

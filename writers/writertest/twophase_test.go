@@ -19,11 +19,14 @@ import (
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/filesink"
+	"github.com/microbatch/microbatch/writers/kafkasink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 	"github.com/microbatch/microbatch/writers/writertest"
 )
 
-// The two-phase writers of checkpoint mode (writers.TwoPhase): KafkaTxn,
-// XA, FileTxn and WAL.
+// The two-phase writers of checkpoint mode (writers.TwoPhase): kafkasink.Txn,
+// sqlsink.XA, filesink.Txn and sqlsink.WAL.
 //
 // Where the position is: in checkpoint mode a two-phase writer stores no
 // source position — the checkpoint does, and decides which pre-committed
@@ -42,7 +45,7 @@ import (
 // PreCommit returned is what the suite hands from one instance to the
 // next, as a checkpoint does.
 
-// TestConformanceKafkaTxn runs KafkaTxn twice: with the position as a
+// TestConformanceKafkaTxn runs kafkasink.Txn twice: with the position as a
 // record of the transaction (KafkaPositionRecord), and as the offset of a
 // consumer group written into it with WriteOffsets (KafkaGroupOffsets),
 // the way a consume-transform-produce job keeps its source position.
@@ -98,7 +101,7 @@ func testConformanceKafkaTxn(t *testing.T, groupOffsets bool) {
 				FencedErr: writers.ErrTxnLost,
 			},
 			open: func(context.Context) (twoPhaseWriter, error) {
-				w, err := writers.NewKafkaTxn(writers.KafkaTxnConfig{Brokers: brokers, TransactionalID: id})
+				w, err := kafkasink.New(kafkasink.Config{Brokers: brokers, TransactionalID: id})
 				return &kafkaTxn{w, brokers, topic, pos}, err
 			},
 			read: func(ctx context.Context) (writertest.State, error) { return readKafka(ctx, brokers, topic, pos) },
@@ -116,7 +119,7 @@ func TestConformanceXA(t *testing.T) {
 		// Rolls back what a failed test left prepared (its row locks),
 		// after the test's writers are closed.
 		t.Cleanup(func() {
-			x, err := writers.NewXA(sink, job, 0)
+			x, err := sqlsink.NewXA(sink, job, 0)
 			if err == nil {
 				err = x.Recover(context.Background(), nil)
 				x.Close()
@@ -143,7 +146,7 @@ func TestConformanceXA(t *testing.T) {
 				NoFencingReason: "MariaDB keeps a prepared XA transaction its live session's: a newer XA's Recover can't roll it back (ErrXABusy) and the older writer can still commit it; the checkpoint, not the sink, decides what commits",
 			},
 			open: func(context.Context) (twoPhaseWriter, error) {
-				x, err := writers.NewXA(sink, job, 0)
+				x, err := sqlsink.NewXA(sink, job, 0)
 				return &xaWriter{x, job}, err
 			},
 			read: func(ctx context.Context) (writertest.State, error) { return readSQLWithPosition(ctx, sink, job) },
@@ -172,7 +175,7 @@ func TestConformanceWAL(t *testing.T) {
 				FencedErr: writers.ErrTxnLost,
 			},
 			open: func(context.Context) (twoPhaseWriter, error) {
-				return &walWriter{writers.NewWAL(sink, job, 0), job}, nil
+				return &walWriter{sqlsink.NewWAL(sink, job, 0), job}, nil
 			},
 			read: func(ctx context.Context) (writertest.State, error) { return readSQLWithPosition(ctx, sink, job) },
 		}
@@ -201,7 +204,7 @@ func TestConformanceFileTxn(t *testing.T) {
 				NoFencingReason: "a file transaction the older writer begins after the newer writer's Recover commits: there is no epoch in the directory to check it against; in checkpoint mode the checkpoint decides which transactions commit, and a zombie's are never listed in a newer run's checkpoints",
 			},
 			open: func(context.Context) (twoPhaseWriter, error) {
-				f, err := writers.NewFileTxn(dir, job, 0)
+				f, err := filesink.New(dir, job, 0)
 				return &fileWriter{f}, err
 			},
 			read: func(context.Context) (writertest.State, error) { return readFiles(dir, job) },
@@ -329,7 +332,7 @@ func (t *twoPhaseTxn) Abort(ctx context.Context) error { return t.w.Abort(ctx, t
 const kafkaPositionKey = "@position"
 
 type kafkaTxn struct {
-	*writers.KafkaTxn
+	*kafkasink.Txn
 	brokers []string
 	topic   string
 	group   *kafkaGroupPosition // nil: the position is a record
@@ -342,7 +345,7 @@ type kafkaGroupPosition struct {
 }
 
 // Commit commits, then waits until no transaction is open on the
-// partition. KafkaTxn.Commit returns when the transaction coordinator has
+// partition. kafkasink.Txn.Commit returns when the transaction coordinator has
 // decided the commit (EndTxn); the markers that make the records visible
 // to read-committed consumers are written after that, asynchronously, so
 // a read right after Commit may not see them yet. In the suite's steps no
@@ -351,7 +354,7 @@ type kafkaGroupPosition struct {
 // this one's markers are written. With group offsets, it also waits until
 // the group has no pending offsets.
 func (k *kafkaTxn) Commit(ctx context.Context, p writers.Pending) error {
-	if err := k.KafkaTxn.Commit(ctx, p); err != nil {
+	if err := k.Txn.Commit(ctx, p); err != nil {
 		return err
 	}
 	return k.settle(ctx)
@@ -578,7 +581,7 @@ func lastStableOffset(client sarama.Client, topic string) (int64, error) {
 
 var positions = writers.Upsert{Table: "writertest_positions", Keys: []string{"job"}, Values: []string{"position"}, Merge: writers.MergeReplace}
 
-func createPositions(t *testing.T, sink *writers.SQL) {
+func createPositions(t *testing.T, sink *sqlsink.Writer) {
 	t.Helper()
 	if _, err := sink.DB().ExecContext(t.Context(), `CREATE TABLE IF NOT EXISTS writertest_positions (
   job VARCHAR(128) NOT NULL PRIMARY KEY,
@@ -588,7 +591,7 @@ func createPositions(t *testing.T, sink *writers.SQL) {
 	}
 }
 
-func readSQLWithPosition(ctx context.Context, sink *writers.SQL, job string) (writertest.State, error) {
+func readSQLWithPosition(ctx context.Context, sink *sqlsink.Writer, job string) (writertest.State, error) {
 	rows, err := readTotals(ctx, sink, job)
 	if err != nil {
 		return writertest.State{}, err
@@ -602,7 +605,7 @@ func readSQLWithPosition(ctx context.Context, sink *writers.SQL, job string) (wr
 }
 
 type xaWriter struct {
-	*writers.XA
+	*sqlsink.XA
 	job string
 }
 
@@ -614,7 +617,7 @@ func (x *xaWriter) write(ctx context.Context, b writertest.Batch) error {
 }
 
 type walWriter struct {
-	*writers.WAL
+	*sqlsink.WAL
 	job string
 }
 
@@ -625,10 +628,10 @@ func (w *walWriter) write(ctx context.Context, b writertest.Batch) error {
 	return w.Upsert(ctx, positions, [][]any{{w.job, b.To}})
 }
 
-// FileTxn: lines "row <key> <value>" and "position <to>", read back with
-// writers.ReadFileSink (committed files only, in txn order).
+// filesink.Txn: lines "row <key> <value>" and "position <to>", read back with
+// filesink.Read (committed files only, in txn order).
 
-type fileWriter struct{ *writers.FileTxn }
+type fileWriter struct{ *filesink.Txn }
 
 func (f *fileWriter) write(_ context.Context, b writertest.Batch) error {
 	for _, r := range b.Rows {
@@ -641,7 +644,7 @@ func (f *fileWriter) write(_ context.Context, b writertest.Batch) error {
 
 func readFiles(dir, job string) (writertest.State, error) {
 	st := writertest.State{Rows: map[string]int64{}}
-	err := writers.ReadFileSink(dir, job, func(line []byte) error {
+	err := filesink.Read(dir, job, func(line []byte) error {
 		f := bytes.Fields(line)
 		switch {
 		case len(f) == 3 && string(f[0]) == "row":

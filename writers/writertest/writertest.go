@@ -37,7 +37,8 @@
 //		})
 //	}
 //
-// This package's own tests run it for every writer of package writers,
+// This package's own tests run it for the writer of every sink package
+// (writers/sqlsink, writers/kafkasink, writers/filesink and Redis),
 // against real MariaDB, Redis and Apache Kafka (their adapters show how
 // each kind of writer maps onto Subject), and against a small in-memory
 // writer that is a complete Subject in one file (memory_test.go), which

@@ -1,0 +1,42 @@
+// Package sqlsink is the SQL sink: MySQL/MariaDB and SQLite (pure Go, for
+// the zero-install quickstart), and the two checkpoint-mode writers built
+// on it, XA and WAL. The contracts it implements (writers.Upsert,
+// writers.TwoPhase, writers.IsRetryable) are in package writers.
+//
+// # Transactions
+//
+// A Writer (Open a DSN, see ParseDSN; or New on a pool the caller opened)
+// writes in transactions (Tx): rows of any table (a writers.Upsert: the
+// user's table, keys, values, and whether to add or replace), dead letters
+// and progress together — a Kafka partition's offset (Tx.Advance) or any
+// other source's position (Tx.AdvanceSource). CreateTables makes the
+// built-in tables; CheckUpsert checks a user's table before writing.
+//
+// # Source positions
+//
+// Sources that are not Kafka (offsets/source.go): a plain batch job
+// commits each chunk's rows together with the position the chunk ended
+// at, and resumes from the stored position after a crash.
+//
+//	w.CreateTables(ctx)
+//	claim, _ := w.ClaimSource(ctx, "nightly-import", "customers.csv")
+//	from := claim.Position // "" the first time
+//	for each chunk read from `from` to `to`:
+//	    tx, _ := w.Begin(ctx)
+//	    tx.Upsert(ctx, myUpsert, rows)
+//	    tx.AdvanceSource(ctx, offsets.SourceAdvance{Job: …, Source: …, From: from, To: to, Epoch: claim.Epoch})
+//	    tx.Commit()
+//	    from = to
+//
+// CommitSource does the same with retries and settles a commit whose
+// outcome is unknown (SourceLanded).
+//
+// # Checkpoint mode
+//
+// XA (NewXA) is the MySQL/MariaDB two-phase writer: one XA transaction per
+// checkpoint interval, prepared on PreCommit and committed by any
+// connection after a restart. WAL (NewWAL) is the write-ahead variant for
+// a sink without two-phase commit: writes wait in the checkpoint and are
+// applied, once, after it completes; its doc says why it is weaker.
+// Both share the Writer's upsert and dead-letter statements.
+package sqlsink
