@@ -1,10 +1,3 @@
-// Package strategies binds the driver (batch), progress storage (offsets)
-// and sink writers (writers) into the delivery strategies a user picks with
-// `--strategy`. Each strategy is a Task for the driver plus the set-up it
-// needs; the built-in job (per-key totals) is the default workload, and
-// Config.Transform (NewTransform) runs a user-defined one instead.
-//
-// It reads no flags or environment: cmd/microbatch fills a Config.
 package strategies
 
 import (

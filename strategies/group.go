@@ -1,36 +1,5 @@
 package strategies
 
-// Scale-out. Every process of a job (micro-batch strategies) is a member of
-// one Kafka consumer group (Config.Group, default the job name), joined with
-// sarama's ConsumerGroup and used for membership and partition assignment
-// only: the members never read through the group's claims (they are paused)
-// and, except for the at-least-once / at-most-once controls, never commit
-// offsets to it. Offsets come from and go to the sink.
-//
-// One group session (a generation) is one driver run over the partitions
-// the member was assigned:
-//
-//	Setup        claim the partitions in the sink: a new epoch, stamped on
-//	             their offset rows (fencing whoever held them), and the
-//	             stored offsets to plan from
-//	             start the driver on them
-//	ConsumeClaim wait for the session to end (a rebalance, or a stop)
-//	Cleanup      wait for the driver: the batch in flight commits or rolls
-//	             back before the partitions are released to the next owner
-//
-// A member that lost its partitions without noticing — paused past the
-// session timeout, a long GC, a network split: a zombie — still runs the
-// old session's batch; its commit carries the old epoch and the sink
-// refuses it (offsets.ErrFenced). The driver drops that partition and counts
-// the fenced commit, and the member leaves the stale session and rejoins
-// the group for a fresh assignment.
-//
-// A group belongs to one job. A process that finds another job's member
-// in the group when it first joins (Setup of its first session) is the
-// newcomer: it leaves with ErrConfig before it claims anything. The job
-// that held the group goes on: its leader assigns the newcomer nothing
-// (exclusive), and its members log a warning naming it.
-
 import (
 	"context"
 	"errors"

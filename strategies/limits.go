@@ -1,20 +1,5 @@
 package strategies
 
-// Broker limits. A few settings are bounded by the brokers, which refuse a
-// value outside the bounds only when it is used: a session timeout outside
-// group.min/max.session.timeout.ms fails the group join, a Kafka
-// transaction timeout above transaction.max.timeout.ms fails the first
-// transactional producer — after the run started, in checkpoint mode
-// after restarts. Start-up (and the dry run) reads the bounds with
-// DescribeConfigs and refuses such a setting at once, naming both numbers.
-//
-// The preflight never stops a run by itself failing: a broker that does
-// not answer DescribeConfigs (an ACL without DescribeConfigs on the
-// cluster, a broker that does not implement it) or leaves a value out is
-// logged at debug level and the run goes on; the broker's refusal, if it
-// comes, is then the check (groupError, and the checkpoint runner for the
-// transaction timeout: both ErrConfig).
-
 import (
 	"fmt"
 	"slices"
