@@ -57,14 +57,6 @@ import (
 	"github.com/microbatch/microbatch/writers"
 )
 
-// State backends and sink modes of checkpoint mode.
-const (
-	StateBackendFile   = "file"
-	StateBackendMemory = "memory"
-	SinkMode2PC        = "2pc"
-	SinkModeWAL        = "wal"
-)
-
 // Limits of checkpoint mode's settings.
 const (
 	maxOperatorParallelism = 64
@@ -91,7 +83,7 @@ type ckptSinkSpec struct {
 // parseCheckpointSink reads --sink for checkpoint mode:
 // kafka://host:port[,host:port]/topic, file:///dir, or an SQL DSN (XA with
 // 2pc, WAL with --sink-mode wal).
-func parseCheckpointSink(dsn, mode string) (ckptSinkSpec, error) {
+func parseCheckpointSink(dsn string, mode SinkMode) (ckptSinkSpec, error) {
 	switch {
 	case isKafkaDSN(dsn):
 		if mode == SinkModeWAL {
@@ -135,20 +127,20 @@ func parseCheckpointSink(dsn, mode string) (ckptSinkSpec, error) {
 
 func (c Config) validateCheckpoint(bad func(string, ...any) error) error {
 	switch {
-	case c.OperatorParallelism < 1 || c.OperatorParallelism > maxOperatorParallelism:
-		return bad("operator-parallelism %d is outside 1..%d", c.OperatorParallelism, maxOperatorParallelism)
-	case c.CheckpointInterval < minCheckpointInterval:
-		return bad("checkpoint-interval %s is below %s", c.CheckpointInterval, minCheckpointInterval)
-	case c.CheckpointTimeout <= 0:
-		return bad("checkpoint-timeout %s must be positive", c.CheckpointTimeout)
-	case c.MaxRestartTime <= 0:
-		return bad("max-restart-time %s must be positive", c.MaxRestartTime)
-	case c.StateBackend != StateBackendFile && c.StateBackend != StateBackendMemory:
-		return bad("state-backend %q: want file or memory", c.StateBackend)
-	case c.SinkMode != SinkMode2PC && c.SinkMode != SinkModeWAL:
-		return bad("sink-mode %q: want 2pc or wal", c.SinkMode)
+	case c.Checkpoint.OperatorParallelism < 1 || c.Checkpoint.OperatorParallelism > maxOperatorParallelism:
+		return bad("operator-parallelism %d is outside 1..%d", c.Checkpoint.OperatorParallelism, maxOperatorParallelism)
+	case c.Checkpoint.Interval < minCheckpointInterval:
+		return bad("checkpoint-interval %s is below %s", c.Checkpoint.Interval, minCheckpointInterval)
+	case c.Checkpoint.Timeout <= 0:
+		return bad("checkpoint-timeout %s must be positive", c.Checkpoint.Timeout)
+	case c.Checkpoint.MaxRestartTime <= 0:
+		return bad("max-restart-time %s must be positive", c.Checkpoint.MaxRestartTime)
+	case c.Checkpoint.StateBackend != StateBackendFile && c.Checkpoint.StateBackend != StateBackendMemory:
+		return bad("state-backend %q: want file or memory", c.Checkpoint.StateBackend)
+	case c.Checkpoint.SinkMode != SinkMode2PC && c.Checkpoint.SinkMode != SinkModeWAL:
+		return bad("sink-mode %q: want 2pc or wal", c.Checkpoint.SinkMode)
 	}
-	spec, err := parseCheckpointSink(c.Sink, c.SinkMode)
+	spec, err := parseCheckpointSink(c.Sink, c.Checkpoint.SinkMode)
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -166,8 +158,8 @@ func (c Config) validateCheckpoint(bad func(string, ...any) error) error {
 		// checkpoint n completes: up to an interval (or a checkpoint
 		// timeout) plus a checkpoint timeout later; after a crash, a
 		// restart later still.
-		need := max(c.CheckpointInterval, c.CheckpointTimeout) + c.CheckpointTimeout + c.MaxRestartTime
-		if err := writers.CheckKafkaTxnTimeout(c.KafkaTxnTimeout, need); err != nil {
+		need := max(c.Checkpoint.Interval, c.Checkpoint.Timeout) + c.Checkpoint.Timeout + c.Checkpoint.MaxRestartTime
+		if err := writers.CheckKafkaTxnTimeout(c.Checkpoint.KafkaTxnTimeout, need); err != nil {
 			return bad("%v (need: max(checkpoint interval, checkpoint timeout) + checkpoint timeout + max restart time; raise --kafka-txn-timeout or lower the others)", err)
 		}
 	}
@@ -224,7 +216,7 @@ func (k *keyState) UnmarshalJSON(b []byte) error {
 // until it fails. A failed attempt restarts in-process from the latest
 // complete checkpoint.
 func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Result, error) {
-	spec, err := parseCheckpointSink(cfg.Sink, cfg.SinkMode)
+	spec, err := parseCheckpointSink(cfg.Sink, cfg.Checkpoint.SinkMode)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -234,9 +226,9 @@ func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Res
 	// which would hold up reading and barriers.
 	src.TailQuiet = continuousTailQuiet
 	var store offsets.CheckpointStore
-	if cfg.StateBackend == StateBackendMemory {
+	if cfg.Checkpoint.StateBackend == StateBackendMemory {
 		store = offsets.NewMemoryCheckpoints()
-	} else if store, err = offsets.NewFileCheckpoints(cfg.StateDir, 0); err != nil {
+	} else if store, err = offsets.NewFileCheckpoints(cfg.Checkpoint.StateDir, 0); err != nil {
 		return Result{}, err
 	}
 	crash := func(string) {}
@@ -268,8 +260,8 @@ func runCheckpoint(ctx context.Context, cfg Config, src *batch.KafkaSource) (Res
 		case ctx.Err() != nil:
 			return res, err
 		}
-		if r.cfg.OnCheckpointFailure != nil {
-			r.cfg.OnCheckpointFailure(err)
+		if r.cfg.Checkpoint.OnFailure != nil {
+			r.cfg.Checkpoint.OnFailure(err)
 		}
 		if progressed {
 			failures = 0
@@ -351,7 +343,7 @@ func (r *ckptRunner) restore(ctx context.Context) (*offsets.Checkpoint, ckptData
 			return nil, ckptData{}, fmt.Errorf("%s/%d: checkpoint %d resumes at %d, log ends at %d: %w", cfg.Topic, p, chk.ID, next, b.End, batch.ErrOffsetAhead)
 		}
 	}
-	data.Subtasks = max(data.Subtasks, cfg.OperatorParallelism)
+	data.Subtasks = max(data.Subtasks, cfg.Checkpoint.OperatorParallelism)
 	if err := r.sinks.recover(ctx, data.Subtasks, data.Pending); err != nil {
 		return nil, ckptData{}, err
 	}
@@ -386,12 +378,12 @@ func (r *ckptRunner) attempt(ctx context.Context, res *Result) (progressed bool,
 	if !res.Started {
 		res.Started = true
 		r.log.Info("job started", "job", r.cfg.Job, "strategy", r.cfg.Strategy, "guarantee", GuaranteeOf(r.cfg.Strategy),
-			"topic", r.cfg.Topic, "partitions", len(chk.Offsets), "operators", r.cfg.OperatorParallelism,
+			"topic", r.cfg.Topic, "partitions", len(chk.Offsets), "operators", r.cfg.Checkpoint.OperatorParallelism,
 			"checkpoint", chk.ID, "state", r.store, "sink", r.sinks)
 	} else {
 		r.log.Info("job recovered", "job", r.cfg.Job, "checkpoint", chk.ID, "recoveries", r.recoveries)
-		if r.cfg.OnRecovery != nil {
-			r.cfg.OnRecovery()
+		if r.cfg.Checkpoint.OnRecovery != nil {
+			r.cfg.Checkpoint.OnRecovery()
 		}
 	}
 	p := newPipeline(r, chk, data)

@@ -93,7 +93,7 @@ func newPipeline(r *ckptRunner, chk *offsets.Checkpoint, data ckptData) *pipelin
 	for part := range chk.Offsets {
 		p.parts = append(p.parts, part)
 	}
-	nOps := r.cfg.OperatorParallelism
+	nOps := r.cfg.Checkpoint.OperatorParallelism
 	p.barriers = make([]chan int64, len(p.parts))
 	for i := range p.barriers {
 		p.barriers[i] = make(chan int64, 1)
@@ -138,14 +138,14 @@ func (p *pipeline) run(ctx context.Context, res *Result) error {
 	for i, part := range p.parts {
 		g.Go(func() error { return p.source(gctx, i, part) })
 	}
-	for o := range cfg.OperatorParallelism {
+	for o := range cfg.Checkpoint.OperatorParallelism {
 		state := p.operatorState(o)
 		g.Go(func() error { return p.operator(gctx, o, state) })
 		first := p.nextID // read here: the coordinator advances nextID
 		g.Go(func() error { return p.sink(gctx, o, first) })
 	}
 
-	ticker := time.NewTicker(cfg.CheckpointInterval)
+	ticker := time.NewTicker(cfg.Checkpoint.Interval)
 	defer ticker.Stop()
 	var idleSince time.Time
 	for {
@@ -226,12 +226,12 @@ func (p *pipeline) checkpoint(ctx context.Context, n int64) (*offsets.Checkpoint
 	for _, c := range p.barriers {
 		c <- n // capacity 1 and one checkpoint at a time: never blocks
 	}
-	want := len(p.parts) + 2*cfg.OperatorParallelism
+	want := len(p.parts) + 2*cfg.Checkpoint.OperatorParallelism
 	chk := &offsets.Checkpoint{Job: cfg.Job, ID: n, Topic: cfg.Topic, Offsets: map[int32]int64{}}
 	data := ckptData{Subtasks: p.data.Subtasks}
 	var states []map[string]keyState
 	prog := batch.Progress{BatchID: n, Partitions: len(p.parts)}
-	timeout := time.NewTimer(cfg.CheckpointTimeout)
+	timeout := time.NewTimer(cfg.Checkpoint.Timeout)
 	defer timeout.Stop()
 	for got := 0; got < want; got++ {
 		select {
@@ -250,7 +250,7 @@ func (p *pipeline) checkpoint(ctx context.Context, n int64) (*offsets.Checkpoint
 				data.Pending = append(data.Pending, a.pending...)
 			}
 		case <-timeout.C:
-			return nil, prog, fmt.Errorf("checkpoint %d timed out after %s (%d of %d tasks acked)", n, cfg.CheckpointTimeout, got, want)
+			return nil, prog, fmt.Errorf("checkpoint %d timed out after %s (%d of %d tasks acked)", n, cfg.Checkpoint.Timeout, got, want)
 		case <-ctx.Done():
 			return nil, prog, ctx.Err()
 		}

@@ -88,7 +88,7 @@ func openCheckpointSinks(ctx context.Context, cfg Config, spec ckptSinkSpec, par
 		}
 		// An XA writer holds a connection per slot (3), plus short-lived
 		// ones for recovery.
-		w.DB().SetMaxOpenConns(3*cfg.OperatorParallelism + 8)
+		w.DB().SetMaxOpenConns(3*cfg.Checkpoint.OperatorParallelism + 8)
 		s.sql = w
 	case "kafka":
 		// Created if missing, like the input topic of `microbatch produce`.
@@ -123,7 +123,7 @@ func (s *ckptSinks) subtask(i int) (ckptSink, error) {
 			Brokers:         s.spec.brokers,
 			TransactionalID: fmt.Sprintf("%s-%d", job, i),
 			Subtask:         i,
-			TxnTimeout:      s.cfg.KafkaTxnTimeout,
+			TxnTimeout:      s.cfg.Checkpoint.KafkaTxnTimeout,
 			Security:        s.cfg.Kafka,
 		})
 		if err != nil {
@@ -169,7 +169,7 @@ func (s *ckptSinks) recover(ctx context.Context, n int, pending []writers.Pendin
 			s.closeOpen()
 			return fmt.Errorf("recovering sink subtask %d: %w", i, err)
 		}
-		if i < s.cfg.OperatorParallelism {
+		if i < s.cfg.Checkpoint.OperatorParallelism {
 			s.open = append(s.open, w)
 		} else {
 			w.Close()

@@ -22,7 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Strategy != StrategyTxn || c.Topic != DefaultTopic || c.Job != DefaultJob || c.StartFrom != StartEarliest ||
 		c.Interval != DefaultInterval || c.MaxBatchRecords != DefaultMaxBatchRecords || c.Logger == nil ||
-		c.Group != c.Job || c.Assignment != AssignSticky || c.SessionTimeout != DefaultSessionTimeout || c.RebalanceTimeout != DefaultRebalanceTimeout {
+		c.Group.ID != c.Job || c.Group.Assignment != AssignSticky || c.Group.SessionTimeout != DefaultSessionTimeout || c.Group.RebalanceTimeout != DefaultRebalanceTimeout {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	// Explicit values survive SetDefaults.
@@ -82,15 +82,15 @@ func TestConfigValidate(t *testing.T) {
 		{"negative max-batch-records", func(c *Config) { c.MaxBatchRecords = -100 }, "max-batch-records"},
 		{"negative until-idle", func(c *Config) { c.UntilIdle = -time.Millisecond }, "until-idle"},
 		{"group settings", func(c *Config) {
-			c.Group, c.Assignment, c.InstanceID = "other.group", AssignRoundRobin, "host-1"
-			c.SessionTimeout, c.RebalanceTimeout = time.Second, 5*time.Second
+			c.Group.ID, c.Group.Assignment, c.Group.InstanceID = "other.group", AssignRoundRobin, "host-1"
+			c.Group.SessionTimeout, c.Group.RebalanceTimeout = time.Second, 5*time.Second
 		}, ""},
-		{"group with space", func(c *Config) { c.Group = "my group" }, "group"},
-		{"unknown assignment strategy", func(c *Config) { c.Assignment = "cooperative-sticky" }, "assignment-strategy"},
-		{"session timeout too short", func(c *Config) { c.SessionTimeout = 50 * time.Millisecond }, "session-timeout"},
-		{"rebalance shorter than session", func(c *Config) { c.SessionTimeout, c.RebalanceTimeout = 30*time.Second, 20*time.Second }, "rebalance-timeout"},
-		{"rebalance shorter than a batch", func(c *Config) { c.Interval, c.RebalanceTimeout = time.Minute, time.Minute }, "rebalance-timeout"},
-		{"instance id with slash", func(c *Config) { c.InstanceID = "a/b" }, "instance-id"},
+		{"group with space", func(c *Config) { c.Group.ID = "my group" }, "group"},
+		{"unknown assignment strategy", func(c *Config) { c.Group.Assignment = "cooperative-sticky" }, "assignment-strategy"},
+		{"session timeout too short", func(c *Config) { c.Group.SessionTimeout = 50 * time.Millisecond }, "session-timeout"},
+		{"rebalance shorter than session", func(c *Config) { c.Group.SessionTimeout, c.Group.RebalanceTimeout = 30*time.Second, 20*time.Second }, "rebalance-timeout"},
+		{"rebalance shorter than a batch", func(c *Config) { c.Interval, c.Group.RebalanceTimeout = time.Minute, time.Minute }, "rebalance-timeout"},
+		{"instance id with slash", func(c *Config) { c.Group.InstanceID = "a/b" }, "instance-id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,7 +20,7 @@
 // # Scale-out
 //
 // Every process of a job (micro-batch strategies) is a member of
-// one Kafka consumer group (Config.Group, default the job name), joined with
+// one Kafka consumer group (Config.Group.ID, default the job name), joined with
 // sarama's ConsumerGroup and used for membership and partition assignment
 // only: the members never read through the group's claims (they are paused)
 // and, except for the at-least-once / at-most-once controls, never commit

@@ -47,7 +47,7 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	done := make(chan outcome, 2)
 	start := func(name, group string, maxBatch int64, progress chan<- int64) context.CancelFunc {
 		cfg := baseConfig(t, brokers, topic, job, dsn)
-		cfg.Group = group
+		cfg.Group.ID = group
 		cfg.UntilIdle = 0
 		cfg.MaxBatchRecords = maxBatch
 		if progress != nil {

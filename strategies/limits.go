@@ -26,9 +26,9 @@ const (
 func checkBrokerLimits(cfg Config, client sarama.Client) error {
 	log := cfg.Logger
 	if cfg.Strategy != StrategyCheckpoint {
-		coord, err := client.Coordinator(cfg.Group)
+		coord, err := client.Coordinator(cfg.Group.ID)
 		if err != nil {
-			log.Debug(brokerLimitsLogMessage, "group", cfg.Group, "err", fmt.Errorf("finding the group coordinator: %w", err))
+			log.Debug(brokerLimitsLogMessage, "group", cfg.Group.ID, "err", fmt.Errorf("finding the group coordinator: %w", err))
 			return nil
 		}
 		limits, err := describeBroker(client, coord.ID(), brokerGroupMinSession, brokerGroupMaxSession)
@@ -36,17 +36,17 @@ func checkBrokerLimits(cfg Config, client sarama.Client) error {
 			log.Debug(brokerLimitsLogMessage, "broker", coord.Addr(), "err", err)
 			return nil
 		}
-		if ms, ok := limits[brokerGroupMinSession]; ok && cfg.SessionTimeout < msDuration(ms) {
+		if ms, ok := limits[brokerGroupMinSession]; ok && cfg.Group.SessionTimeout < msDuration(ms) {
 			return fmt.Errorf("%w: session-timeout %s is below the broker's %s %d (%s): raise --session-timeout, or lower the broker's bound",
-				ErrConfig, cfg.SessionTimeout, brokerGroupMinSession, ms, msDuration(ms))
+				ErrConfig, cfg.Group.SessionTimeout, brokerGroupMinSession, ms, msDuration(ms))
 		}
-		if ms, ok := limits[brokerGroupMaxSession]; ok && cfg.SessionTimeout > msDuration(ms) {
+		if ms, ok := limits[brokerGroupMaxSession]; ok && cfg.Group.SessionTimeout > msDuration(ms) {
 			return fmt.Errorf("%w: session-timeout %s is above the broker's %s %d (%s): lower --session-timeout, or raise the broker's bound",
-				ErrConfig, cfg.SessionTimeout, brokerGroupMaxSession, ms, msDuration(ms))
+				ErrConfig, cfg.Group.SessionTimeout, brokerGroupMaxSession, ms, msDuration(ms))
 		}
 		return nil
 	}
-	spec, err := parseCheckpointSink(cfg.Sink, cfg.SinkMode)
+	spec, err := parseCheckpointSink(cfg.Sink, cfg.Checkpoint.SinkMode)
 	if err != nil || spec.kind != "kafka" {
 		return nil // Validate reported a bad sink; no other uses transactions
 	}
@@ -81,9 +81,9 @@ func checkBrokerLimits(cfg Config, client sarama.Client) error {
 		log.Debug(brokerLimitsLogMessage, "broker", b.Addr(), "err", err)
 		return nil
 	}
-	if ms, ok := limits[brokerTxnMaxTimeout]; ok && cfg.KafkaTxnTimeout > msDuration(ms) {
+	if ms, ok := limits[brokerTxnMaxTimeout]; ok && cfg.Checkpoint.KafkaTxnTimeout > msDuration(ms) {
 		return fmt.Errorf("%w: kafka-txn-timeout %s is above the broker's %s %d (%s): lower --kafka-txn-timeout (and the checkpoint settings it must cover), or raise the broker's limit",
-			ErrConfig, cfg.KafkaTxnTimeout, brokerTxnMaxTimeout, ms, msDuration(ms))
+			ErrConfig, cfg.Checkpoint.KafkaTxnTimeout, brokerTxnMaxTimeout, ms, msDuration(ms))
 	}
 	return nil
 }

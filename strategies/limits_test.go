@@ -109,7 +109,7 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 	t.Run("session refused at the join", func(t *testing.T) {
 		cfg := baseConfig(t, brokers, topic, uniqueName(t, "job"), "sqlite://"+t.TempDir()+"/sink.db")
 		cfg.Kafka = app
-		cfg.SessionTimeout = 200 * time.Millisecond
+		cfg.Group.SessionTimeout = 200 * time.Millisecond
 		_, err := strategies.Run(ctx, cfg)
 		if !errors.Is(err, strategies.ErrConfig) || !strings.Contains(err.Error(), "session-timeout 200ms: the broker refuses it") {
 			t.Fatalf("Run: %v, want the broker's refusal as a configuration error", err)
@@ -119,10 +119,10 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 		cfg := baseConfig(t, brokers, topic, uniqueName(t, "job"), "kafka://"+brokers[0]+"/"+uniqueName(t, "out"))
 		cfg.Strategy = strategies.StrategyCheckpoint
 		cfg.Kafka = app
-		cfg.StateDir = t.TempDir()
-		cfg.KafkaTxnTimeout = 20 * time.Minute
+		cfg.Checkpoint.StateDir = t.TempDir()
+		cfg.Checkpoint.KafkaTxnTimeout = 20 * time.Minute
 		var failures atomic.Int64
-		cfg.OnCheckpointFailure = func(error) { failures.Add(1) }
+		cfg.Checkpoint.OnFailure = func(error) { failures.Add(1) }
 		_, err := strategies.Run(ctx, cfg)
 		if !errors.Is(err, strategies.ErrConfig) || !errors.Is(err, sarama.ErrInvalidTransactionTimeout) {
 			t.Fatalf("Run: %v, want INVALID_TRANSACTION_TIMEOUT as a configuration error", err)

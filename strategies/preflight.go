@@ -28,7 +28,7 @@ type PartitionPlan struct {
 // Plan is what `run --dry-run` reports: the configuration checked, Kafka
 // and the sink reached, and what the job would do first.
 type Plan struct {
-	Strategy   string
+	Strategy   Strategy
 	Guarantee  Guarantee
 	Topic      string
 	Group      string
@@ -46,7 +46,7 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	if err := cfg.Validate(); err != nil {
 		return Plan{}, err
 	}
-	p := Plan{Strategy: cfg.Strategy, Guarantee: GuaranteeOf(cfg.Strategy), Topic: cfg.Topic, Group: cfg.Group}
+	p := Plan{Strategy: cfg.Strategy, Guarantee: GuaranteeOf(cfg.Strategy), Topic: cfg.Topic, Group: cfg.Group.ID}
 	client, src, err := openSource(ctx, cfg)
 	if err != nil {
 		return Plan{}, err
@@ -87,7 +87,7 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 			defer w.Close()
 			p.Sink = w.String()
 		}
-		if stored, err = offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).Load(ctx, src.Partitions()); err != nil {
+		if stored, err = offsets.NewKafkaGroup(client, cfg.Group.ID, cfg.Topic).Load(ctx, src.Partitions()); err != nil {
 			return Plan{}, classify(err)
 		}
 	case newFile: // no offsets stored yet
@@ -110,15 +110,15 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 			}
 		}
 	}
-	if p.Members, err = groupMembers(client, cfg.Group); err != nil {
-		return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
+	if p.Members, err = groupMembers(client, cfg.Group.ID); err != nil {
+		return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group.ID, err))
 	}
 	if cfg.Strategy != StrategyCheckpoint {
 		// A run would be the newcomer in a group another job holds, and
 		// be refused.
-		foreign, err := foreignMembers(client, cfg.Group, cfg.Job)
+		foreign, err := foreignMembers(client, cfg.Group.ID, cfg.Job)
 		if err != nil {
-			return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
+			return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group.ID, err))
 		}
 		if len(foreign) > 0 {
 			return Plan{}, errGroupInUse(cfg, foreign)

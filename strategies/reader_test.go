@@ -27,14 +27,14 @@ import (
 func TestReaderSeesWholeBatches(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		strategy string
+		strategy strategies.Strategy
 		sink     sinkTarget
 	}{
 		{strategies.StrategyTxn, mariaDB},
 		{strategies.StrategySingle, mariaDB},
 		{strategies.StrategyIdempotent, redisSink},
 	} {
-		t.Run(c.strategy, func(t *testing.T) {
+		t.Run(string(c.strategy), func(t *testing.T) {
 			t.Parallel()
 			dsn := c.sink.dsn(t)
 			brokers := kfake.brokers(t)

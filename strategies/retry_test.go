@@ -55,7 +55,7 @@ func TestRetriesLostConnections(t *testing.T) {
 		{strategies.CrashAfterWriteBeforeOffsets, 1}, {strategies.CrashAfterOffsetsBeforeWrite, 1},
 	}
 	for _, c := range []struct {
-		strategy string
+		strategy strategies.Strategy
 		sink     sinkTarget
 		cuts     []cutAt
 	}{
@@ -65,14 +65,14 @@ func TestRetriesLostConnections(t *testing.T) {
 			{"", 1}, {strategies.CrashMidWrite, 1}, {strategies.CrashAfterWriteBeforeOffsets, 1},
 		}},
 	} {
-		t.Run(c.strategy, func(t *testing.T) {
+		t.Run(string(c.strategy), func(t *testing.T) {
 			t.Parallel()
 			testRetriesLostConnections(t, c.strategy, c.sink.dsn(t), c.cuts)
 		})
 	}
 }
 
-func testRetriesLostConnections(t *testing.T, strategy, upstream string, cuts []cutAt) {
+func testRetriesLostConnections(t *testing.T, strategy strategies.Strategy, upstream string, cuts []cutAt) {
 	brokers := kfake.brokers(t)
 	u, err := url.Parse(upstream)
 	if err != nil {

@@ -170,11 +170,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	case StrategyAtLeastOnce, StrategyAtMostOnce:
 		res.Sink = w.String()
 		stored = func(ctx context.Context) (map[int32]int64, error) {
-			return offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).Load(ctx, src.Partitions())
+			return offsets.NewKafkaGroup(client, cfg.Group.ID, cfg.Topic).Load(ctx, src.Partitions())
 		}
 		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
 			d := newDriver()
-			group := offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).AsMember(s.MemberID, s.Generation)
+			group := offsets.NewKafkaGroup(client, cfg.Group.ID, cfg.Topic).AsMember(s.MemberID, s.Generation)
 			var err error
 			if d.Next, err = groupStart(ctx, group, src, cfg, s.Partitions); err != nil {
 				return nil, 0, err
@@ -201,13 +201,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		return d, epoch, err
 	}
-	if cfg.InstanceID == "" {
+	if cfg.Group.InstanceID == "" {
 		host, _ := os.Hostname()
-		slot, err := claimInstanceSlot(cfg.InstanceLockDir, cfg.Group, cfg.Job, host)
+		slot, err := claimInstanceSlot(cfg.Group.InstanceLockDir, cfg.Group.ID, cfg.Job, host)
 		if err != nil {
 			log.Warn("no default instance id: joining the group as a dynamic member (a restart after a crash waits for the dead member's session to time out; set --instance-id)", "err", err)
 		} else {
-			cfg.InstanceID = slot.ID
+			cfg.Group.InstanceID = slot.ID
 			// Marked free only once the member has left the group (runGroup
 			// returned); a failed run's member may still hold partitions.
 			defer func() { slot.Release(err == nil) }()
@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	onStart := func(epoch int64) {
 		log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
-			"topic", cfg.Topic, "partitions", len(src.Partitions()), "group", cfg.Group, "instance", cfg.InstanceID,
+			"topic", cfg.Topic, "partitions", len(src.Partitions()), "group", cfg.Group.ID, "instance", cfg.Group.InstanceID,
 			"epoch", epoch, "sink", res.Sink)
 	}
 	res.Summary, res.Epoch, err = runGroup(ctx, cfg, client, src.Partitions(), start, onStart)

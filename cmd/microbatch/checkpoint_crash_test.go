@@ -315,7 +315,7 @@ func newCkptHarness(t *testing.T, brokers, job, sink string, extra ...string) *c
 }
 
 func (h *ckptHarness) args(more ...string) []string {
-	return slices.Concat([]string{"run", "--strategy", strategies.StrategyCheckpoint,
+	return slices.Concat([]string{"run", "--strategy", string(strategies.StrategyCheckpoint),
 		"--brokers", h.brokers, "--topic", h.topic, "--job", h.job, "--sink", h.sink,
 		"--checkpoint-interval", ckptInterval.String(), "--operator-parallelism", strconv.Itoa(ckptOperators),
 		"--state-dir", h.stateDir, "--log-level", "debug"}, h.extra, more)
@@ -477,7 +477,7 @@ func (h *ckptHarness) drain() string {
 // exact.
 func (h *ckptHarness) verify() (dups, losses int64) {
 	t := h.t
-	v := runBin(t, h.logDir, nil, time.Minute, "verify", "--strategy", strategies.StrategyCheckpoint, "--sink", h.sink, "--job", h.job,
+	v := runBin(t, h.logDir, nil, time.Minute, "verify", "--strategy", string(strategies.StrategyCheckpoint), "--sink", h.sink, "--job", h.job,
 		"--expect-events", strconv.FormatInt(h.produced, 10), "--expect-amount", strconv.FormatInt(h.amount, 10))
 	dups, losses = count(t, duplicatesRE, v.stdout), count(t, lossesRE, v.stdout)
 	if v.code != 0 || dups != 0 || losses != 0 || !strings.Contains(v.stdout, "OK") {
@@ -1518,7 +1518,7 @@ func TestCheckpointCrashWAL(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	sink := "sqlite://" + t.TempDir() + "/sink.db"
-	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), sink, "--sink-mode", strategies.SinkModeWAL)
+	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), sink, "--sink-mode", string(strategies.SinkModeWAL))
 	w := sinktest.OpenSQL(t, sink)
 	h.inspect = walInspect(t, w, h.stateDir, h.job)
 	// Checkpoint saved, its buffered writes not applied: recovery applies them.
@@ -1553,7 +1553,7 @@ func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	dir := filepath.Join(t.TempDir(), "out")
-	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), "file://"+dir, "--state-backend", strategies.StateBackendMemory)
+	h := newCkptHarness(t, b.addr, uniqueName(t, "ckpt-job"), "file://"+dir, "--state-backend", string(strategies.StateBackendMemory))
 	h.startFeeder()
 	// Killed a little after a checkpoint completed, once its files are
 	// committed: the sinks commit after the coordinator logs the
@@ -1599,7 +1599,7 @@ func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
 	if dups != committedBefore || losses != 0 {
 		t.Errorf("want exactly the %d records committed before the kill twice and no loss, got %d duplicates, %d losses", committedBefore, dups, losses)
 	}
-	v := runBin(t, h.logDir, nil, time.Minute, "verify", "--strategy", strategies.StrategyCheckpoint, "--sink", h.sink, "--job", h.job,
+	v := runBin(t, h.logDir, nil, time.Minute, "verify", "--strategy", string(strategies.StrategyCheckpoint), "--sink", h.sink, "--job", h.job,
 		"--expect-events", strconv.FormatInt(h.produced, 10), "--expect-amount", strconv.FormatInt(h.amount, 10))
 	if v.code == 0 || count(t, duplicatesRE, v.stdout) != dups {
 		t.Errorf("verify should fail and show %d duplicates: %s", dups, v)
@@ -1612,7 +1612,7 @@ func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
 // start-up, as a configuration error.
 func TestCheckpointKafkaTxnTimeoutConfig(t *testing.T) {
 	binary(t)
-	base := []string{"run", "--strategy", strategies.StrategyCheckpoint, "--brokers", unreachable, "--sink", "kafka://" + unreachable + "/out"}
+	base := []string{"run", "--strategy", string(strategies.StrategyCheckpoint), "--brokers", unreachable, "--sink", "kafka://" + unreachable + "/out"}
 	for _, c := range []struct {
 		name string
 		args []string

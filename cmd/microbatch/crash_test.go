@@ -72,16 +72,16 @@ func TestCrashRecovery(t *testing.T) {
 		strategy string
 		setup    func(t *testing.T) (brokers, sink string)
 	}{
-		{"ApacheKafkaToMariaDB", strategies.StrategyTxn, apache},
-		{"kfakeToSQLite", strategies.StrategyTxn, kfake},
-		{"single/kfakeToSQLite", strategies.StrategySingle, kfake},
-		{"idempotent/kfakeToRedis", strategies.StrategyIdempotent, func(t *testing.T) (string, string) {
+		{"ApacheKafkaToMariaDB", string(strategies.StrategyTxn), apache},
+		{"kfakeToSQLite", string(strategies.StrategyTxn), kfake},
+		{"single/kfakeToSQLite", string(strategies.StrategySingle), kfake},
+		{"idempotent/kfakeToRedis", string(strategies.StrategyIdempotent), func(t *testing.T) (string, string) {
 			redis := testutil.NeedServer(t, testutil.EnvRedis)
 			b := startBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 			return b.addr, redis
 		}},
-		{"at-least-once/ApacheKafkaToMariaDB", strategies.StrategyAtLeastOnce, apache},
-		{"at-most-once/ApacheKafkaToMariaDB", strategies.StrategyAtMostOnce, apache},
+		{"at-least-once/ApacheKafkaToMariaDB", string(strategies.StrategyAtLeastOnce), apache},
+		{"at-most-once/ApacheKafkaToMariaDB", string(strategies.StrategyAtMostOnce), apache},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,7 +94,7 @@ func TestCrashRecovery(t *testing.T) {
 // storedNext is where the job will resume: mb_offsets for the exactly-once
 // strategies, the consumer group for the controls.
 func storedNext(t *testing.T, strategy, sink, brokers, job, topic string) map[int32]int64 {
-	switch strategy {
+	switch strategies.Strategy(strategy) {
 	case strategies.StrategyIdempotent:
 		r, err := writers.OpenRedis(t.Context(), sink)
 		if err != nil {
@@ -205,12 +205,12 @@ func testCrashRecovery(t *testing.T, strategy, brokers, sink string) {
 		kills, mid, mid-alignedMid, kills-aligned, alignedMid, aligned, toppedUp)
 	t.Logf("produced %d events (amount %d); sink holds %d events (amount %d), %d keys, %d dead letters; duplicates %d, losses %d",
 		produced, expAmount, got.Events, got.Amount, got.Keys, got.DeadLetters, max(got.Events-produced, 0), max(produced-got.Events, 0))
-	switch strategies.GuaranteeOf(strategy) {
+	switch strategies.GuaranteeOf(strategies.Strategy(strategy)) {
 	case strategies.ExactlyOnce:
 		if got.Events != produced || !got.AmountIs(expAmount) || got.DeadLetters != 0 {
 			t.Errorf("sink totals %+v, want events=%d amount=%d and no dead letters", got, produced, expAmount)
 		}
-		if strategy != strategies.StrategyIdempotent {
+		if strategy != string(strategies.StrategyIdempotent) {
 			checkCrashPerKey(t, sinktest.OpenSQL(t, sink), job, produced)
 		}
 	case strategies.AtLeastOnce:

@@ -19,7 +19,7 @@ func TestCLIDryRunCreatesNothing(t *testing.T) {
 	b := startBroker(t)
 	topic := uniqueName(t, "dry")
 	produceCLI(t, b.addr, topic, 1, 0, 200)
-	for _, s := range []string{strategies.StrategyTxn, strategies.StrategySingle, strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce} {
+	for _, s := range []string{string(strategies.StrategyTxn), string(strategies.StrategySingle), string(strategies.StrategyAtLeastOnce), string(strategies.StrategyAtMostOnce)} {
 		t.Run(s, func(t *testing.T) {
 			dir := t.TempDir()
 			r := runBin(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.addr, "--topic", topic, "--job", "dry",

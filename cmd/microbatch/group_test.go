@@ -101,10 +101,10 @@ func TestGroupJobsIsolated(t *testing.T) {
 	jobs := []string{uniqueName(t, "iso-a"), uniqueName(t, "iso-b")}
 	var procs []*groupProc
 	for i, job := range jobs {
-		args := append(groupArgs(brokers, topic, job, sink, strategies.StrategyTxn), "--until-idle", "2s")
+		args := append(groupArgs(brokers, topic, job, sink, string(strategies.StrategyTxn)), "--until-idle", "2s")
 		procs = append(procs, startGroupProc(t, fmt.Sprintf("job-%c", 'a'+i), logDir, cmdEnv(), args))
 	}
-	gs := openGroupSink(t, strategies.StrategyTxn, sink)
+	gs := openGroupSink(t, string(strategies.StrategyTxn), sink)
 	for i, p := range procs {
 		ps := p.exit(t, 2*time.Minute)
 		log := p.text()
@@ -121,7 +121,7 @@ func TestGroupJobsIsolated(t *testing.T) {
 					jobs[i], a.parts, a.group, a.generation, groupPartitions, jobs[i])
 			}
 		}
-		got := checkGroupSink(t, gs, brokers, topic, jobs[i], strategies.StrategyTxn, logDir, produced, expAmount)
+		got := checkGroupSink(t, gs, brokers, topic, jobs[i], string(strategies.StrategyTxn), logDir, produced, expAmount)
 		t.Logf("job %s: %d sessions, generations %v; sink holds %d events (amount %d), %d keys",
 			jobs[i], len(as), generationsOf(as), got.Events, got.Amount, got.Keys)
 	}
@@ -180,14 +180,14 @@ type groupCase struct {
 
 func groupCases() []groupCase {
 	return []groupCase{
-		{"txn/ApacheKafkaToMariaDB", strategies.StrategyTxn, func(t *testing.T) (string, string) {
+		{"txn/ApacheKafkaToMariaDB", string(strategies.StrategyTxn), func(t *testing.T) (string, string) {
 			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 		}},
-		{"single/kfakeToSQLite", strategies.StrategySingle, func(t *testing.T) (string, string) {
+		{"single/kfakeToSQLite", string(strategies.StrategySingle), func(t *testing.T) (string, string) {
 			b := startBroker(t, "--partitions", strconv.Itoa(groupPartitions))
 			return b.addr, "sqlite://" + t.TempDir() + "/sink.db"
 		}},
-		{"idempotent/ApacheKafkaToRedis", strategies.StrategyIdempotent, func(t *testing.T) (string, string) {
+		{"idempotent/ApacheKafkaToRedis", string(strategies.StrategyIdempotent), func(t *testing.T) (string, string) {
 			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvRedis)
 		}},
 	}
@@ -458,7 +458,7 @@ type groupSink struct {
 func openGroupSink(t *testing.T, strategy, dsn string) *groupSink {
 	t.Helper()
 	gs := &groupSink{dsn: dsn}
-	if strategy != strategies.StrategyIdempotent {
+	if strategy != string(strategies.StrategyIdempotent) {
 		gs.sql = sinktest.OpenSQL(t, dsn)
 		return gs
 	}
