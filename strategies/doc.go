@@ -8,13 +8,22 @@
 //
 // # Strategies
 //
-// Each strategy is one type that owns its start-up beside its task and
-// commit (txn.go, single.go, idempotent.go, control.go; checkpoint mode in
-// checkpoint.go): the batchStrategy interface. Run opens the sink and the
-// source, picks the strategy's type from a constructor table (strategyFor),
-// and runs the consumer group, whose every session starts a driver through
-// the strategy's start (claim the partitions, recover, read positions).
-// Retries (bounds, the retryable predicate, unknown outcomes) live in
+// Each micro-batch strategy is a type that owns its sink and its start-up
+// (batchStrategy, in run.go): how a group session's partitions are claimed,
+// what a previous owner left half done is finished, and where they start;
+// beside it in its file are its partition task and commit:
+//
+//	txn.go        txnStrategy: one transaction per partition
+//	single.go     singleStrategy: one transaction per batch
+//	sqlstart.go   the SQL sink and mb_offsets claim txn and single share
+//	idempotent.go idempotentStrategy: Redis, logged plans, guarded folds
+//	control.go    controlStrategy: at-least-once and at-most-once, positions in the consumer group
+//
+// Run picks the type from batchStrategies, opens its sink, then the source,
+// and runs the consumer group (group.go), each session of which starts a
+// driver (batch.Driver) through the strategy's start. Checkpoint mode
+// (checkpoint*.go) is a pipeline of its own, without driver or group.
+// Retries (bounds, the retryable predicate, unknown outcomes) are in
 // retry.go.
 //
 // # Scale-out

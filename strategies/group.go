@@ -411,23 +411,9 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	parts := slices.Clone(sess.Claims()[g.cfg.Topic])
 	slices.Sort(parts)
 	s := session{Partitions: parts, All: g.all, Generation: sess.GenerationID(), MemberID: sess.MemberID()}
-	// Another job in the group: the newcomer leaves, before it claims
-	// anything; a member that held the group before goes on (its leader
-	// assigned the newcomer nothing, see exclusive).
-	if foreign, err := foreignMembers(g.client, g.cfg.Group.ID, g.cfg.Job); err != nil {
-		g.log.Warn("could not describe the consumer group", "group", g.cfg.Group.ID, "err", err)
-	} else if len(foreign) > 0 && !g.holdsGroup() {
-		err := errGroupInUse(g.cfg, foreign)
-		g.mu.Lock()
-		g.fatal = err
-		g.mu.Unlock()
+	if err := g.admit(); err != nil {
 		return err
-	} else {
-		g.warnForeign(foreign)
 	}
-	g.mu.Lock()
-	g.holds = true
-	g.mu.Unlock()
 	// A rebalance during the claim must not turn into a failed claim: the
 	// claim is bounded by its retries, and the session ends right after.
 	if g.cfg.CrashPoint != nil {
@@ -496,6 +482,28 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 		}
 		g.rejoin()
 	}()
+	return nil
+}
+
+// admit checks the group for another job's members: the newcomer leaves,
+// before it claims anything (a fatal ErrConfig); a member that held the
+// group before goes on (its leader assigned the newcomer nothing, see
+// exclusive).
+func (g *groupRun) admit() error {
+	if foreign, err := foreignMembers(g.client, g.cfg.Group.ID, g.cfg.Job); err != nil {
+		g.log.Warn("could not describe the consumer group", "group", g.cfg.Group.ID, "err", err)
+	} else if len(foreign) > 0 && !g.holdsGroup() {
+		err := errGroupInUse(g.cfg, foreign)
+		g.mu.Lock()
+		g.fatal = err
+		g.mu.Unlock()
+		return err
+	} else {
+		g.warnForeign(foreign)
+	}
+	g.mu.Lock()
+	g.holds = true
+	g.mu.Unlock()
 	return nil
 }
 

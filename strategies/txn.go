@@ -12,6 +12,19 @@ import (
 	"github.com/microbatch/microbatch/writers"
 )
 
+// txnStrategy is strategy txn: each partition commits its own
+// transaction (txnTask), its offset row claimed in mb_offsets.
+type txnStrategy struct{ sqlStrategy }
+
+func (t *txnStrategy) start(ctx context.Context, s session, d *batch.Driver) (int64, error) {
+	epoch, err := t.sqlStrategy.start(ctx, s, d)
+	if err != nil {
+		return 0, err
+	}
+	d.Task = (&txnTask{src: t.src, w: t.w, work: workloadOf(t.cfg), job: t.cfg.Job, log: t.log, crash: t.crash}).run
+	return epoch, nil
+}
+
 // txnTask is the `txn` strategy's partition task: decode and aggregate the
 // range (the built-in totals or the user's Transform), then in ONE
 // transaction upsert the results, insert the dead
