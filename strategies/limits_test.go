@@ -31,50 +31,7 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: skipped with -short")
 	}
-	const appPassword = "app-pw-5521"
-	all := func(r kmsg.ACLResourceType) kfakepkg.ACL {
-		return kfakepkg.ACL{Resource: r, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationAll, Allow: true}
-	}
-	c, err := kfakepkg.NewCluster(
-		kfakepkg.NumBrokers(1),
-		kfakepkg.DefaultNumPartitions(testPartitions),
-		kfakepkg.GroupMinSessionTimeout(500*time.Millisecond),
-		kfakepkg.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}),
-		kfakepkg.EnableSASL(),
-		kfakepkg.EnableACLs(),
-		kfakepkg.Superuser(kafkautil.SASLPlain, "admin", "admin-pw"),
-		// Everything the jobs need, nothing on the cluster.
-		kfakepkg.User(kafkautil.SASLPlain, "app", appPassword,
-			all(kmsg.ACLResourceTypeTopic), all(kmsg.ACLResourceTypeGroup), all(kmsg.ACLResourceTypeTransactionalId)),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	brokers := c.ListenAddrs()
-	admin := kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "admin", Password: "admin-pw"}
-	app := kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "app", Password: appPassword}
-
-	// The app really may not read the broker's settings.
-	conf, err := app.Config("limits-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := sarama.NewClient(brokers, conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ca.DescribeConfig(sarama.ConfigResource{Type: sarama.BrokerResource, Name: "0", ConfigNames: []string{"transaction.max.timeout.ms"}})
-	ca.Close() // closes the client
-	var denied *sarama.DescribeConfigError
-	if !errors.As(err, &denied) || !errors.Is(denied.Err, sarama.ErrClusterAuthorizationFailed) {
-		t.Fatalf("DescribeConfigs as the app: %v, want CLUSTER_AUTHORIZATION_FAILED", err)
-	}
-
+	brokers, admin, app := clusterWithoutDescribeConfigs(t)
 	topic := uniqueName(t, "mbt")
 	if err := admin.EnsureTopic(brokers, topic, testPartitions); err != nil {
 		t.Fatal(err)
@@ -131,4 +88,55 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 			t.Errorf("the job restarted %d times on a transaction timeout the broker refuses", n)
 		}
 	})
+}
+
+// clusterWithoutDescribeConfigs is a kfake cluster whose user app may do
+// everything a job needs but not read the brokers' settings
+// (DescribeConfigs on the cluster), and whose admin may.
+func clusterWithoutDescribeConfigs(t *testing.T) (brokers []string, admin, app kafkautil.Security) {
+	const appPassword = "app-pw-5521"
+	all := func(r kmsg.ACLResourceType) kfakepkg.ACL {
+		return kfakepkg.ACL{Resource: r, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationAll, Allow: true}
+	}
+	c, err := kfakepkg.NewCluster(
+		kfakepkg.NumBrokers(1),
+		kfakepkg.DefaultNumPartitions(testPartitions),
+		kfakepkg.GroupMinSessionTimeout(500*time.Millisecond),
+		kfakepkg.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}),
+		kfakepkg.EnableSASL(),
+		kfakepkg.EnableACLs(),
+		kfakepkg.Superuser(kafkautil.SASLPlain, "admin", "admin-pw"),
+		// Everything the jobs need, nothing on the cluster.
+		kfakepkg.User(kafkautil.SASLPlain, "app", appPassword,
+			all(kmsg.ACLResourceTypeTopic), all(kmsg.ACLResourceTypeGroup), all(kmsg.ACLResourceTypeTransactionalId)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	brokers = c.ListenAddrs()
+	admin = kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "admin", Password: "admin-pw"}
+	app = kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "app", Password: appPassword}
+
+	// The app really may not read the broker's settings.
+	conf, err := app.Config("limits-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := sarama.NewClient(brokers, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ca.DescribeConfig(sarama.ConfigResource{Type: sarama.BrokerResource, Name: "0", ConfigNames: []string{"transaction.max.timeout.ms"}})
+	ca.Close() // closes the client
+	var denied *sarama.DescribeConfigError
+	if !errors.As(err, &denied) || !errors.Is(denied.Err, sarama.ErrClusterAuthorizationFailed) {
+		t.Fatalf("DescribeConfigs as the app: %v, want CLUSTER_AUTHORIZATION_FAILED", err)
+	}
+
+	return brokers, admin, app
 }
