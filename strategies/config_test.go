@@ -117,3 +117,35 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestStrategyNames: the typed names keep the values `--strategy` and the
+// other flags have always taken (the CLI's contract), and every strategy
+// but checkpoint (a pipeline of its own) has a type Run can pick.
+func TestStrategyNames(t *testing.T) {
+	if got := strings.Join(strategyNames(), " "); got != "txn single idempotent checkpoint at-least-once at-most-once" {
+		t.Errorf("strategy names %q", got)
+	}
+	for _, pair := range [][2]string{
+		{string(StartEarliest), "earliest"}, {string(StartLatest), "latest"},
+		{string(AssignSticky), "sticky"}, {string(AssignRange), "range"}, {string(AssignRoundRobin), "roundrobin"},
+		{string(StateBackendFile), "file"}, {string(StateBackendMemory), "memory"},
+		{string(SinkMode2PC), "2pc"}, {string(SinkModeWAL), "wal"},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("%q, want %q", pair[0], pair[1])
+		}
+	}
+	for _, s := range Strategies {
+		newStrategy, ok := batchStrategies[s]
+		if ok == (s == StrategyCheckpoint) {
+			t.Errorf("strategy %s: in batchStrategies %v", s, ok)
+			continue
+		}
+		if ok && newStrategy(newRunEnv(validConfig())) == nil {
+			t.Errorf("strategy %s: no type", s)
+		}
+	}
+	if len(batchStrategies) != len(Strategies)-1 {
+		t.Errorf("batchStrategies has %d entries, want %d", len(batchStrategies), len(Strategies)-1)
+	}
+}
