@@ -55,8 +55,8 @@ func latencyConfig(brokers []string, mysql, kind, topic, job string, interval ti
 	case "txn-mariadb":
 		cfg.Strategy, cfg.Interval = strategies.StrategyTxn, interval
 	default:
-		cfg.Strategy, cfg.CheckpointInterval, cfg.StateDir = strategies.StrategyCheckpoint, interval, stateDir
-		cfg.CheckpointTimeout = 30 * time.Second
+		cfg.Strategy, cfg.Checkpoint.Interval, cfg.Checkpoint.StateDir = strategies.StrategyCheckpoint, interval, stateDir
+		cfg.Checkpoint.Timeout = 30 * time.Second
 		if kind == "checkpoint-kafka" {
 			cfg.Sink = fmt.Sprintf("kafka://%s/%s-out", brokers[0], topic)
 		}

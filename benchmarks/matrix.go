@@ -79,11 +79,12 @@ var Names = []string{"txn", "single", "idempotent", "at-least-once", "at-most-on
 
 // spec is how the bench runs one of Names.
 type spec struct {
-	name, strategy string
-	needs          string // "mysql" (any SQL sink), "xa" (MySQL/MariaDB), "redis", or ""
-	sink           string // kind of sink: sql, redis, kafka, file
-	extra          []string
-	points         []string // crash points this strategy reaches
+	name     string
+	strategy strategies.Strategy
+	needs    string // "mysql" (any SQL sink), "xa" (MySQL/MariaDB), "redis", or ""
+	sink     string // kind of sink: sql, redis, kafka, file
+	extra    []string
+	points   []string // crash points this strategy reaches
 }
 
 func specOf(name string) (spec, bool) {
@@ -93,14 +94,14 @@ func specOf(name string) (spec, bool) {
 	}
 	switch name {
 	case "txn", "single":
-		return spec{name: name, strategy: name, needs: "mysql", sink: "sql", points: batchPoints}, true
+		return spec{name: name, strategy: strategies.Strategy(name), needs: "mysql", sink: "sql", points: batchPoints}, true
 	case "idempotent":
 		// The fold moves offsets and totals together: no offsets-before-write.
-		return spec{name: name, strategy: name, needs: "redis", sink: "redis", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
+		return spec{name: name, strategy: strategies.Strategy(name), needs: "redis", sink: "redis", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
 	case "at-least-once":
-		return spec{name: name, strategy: name, needs: "mysql", sink: "sql", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
+		return spec{name: name, strategy: strategies.Strategy(name), needs: "mysql", sink: "sql", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
 	case "at-most-once":
-		return spec{name: name, strategy: name, needs: "mysql", sink: "sql", points: without(strategies.CrashAfterWriteBeforeOffsets)}, true
+		return spec{name: name, strategy: strategies.Strategy(name), needs: "mysql", sink: "sql", points: without(strategies.CrashAfterWriteBeforeOffsets)}, true
 	case "checkpoint-kafka":
 		return spec{name: name, strategy: strategies.StrategyCheckpoint, sink: "kafka", points: strategies.CheckpointCrashPoints}, true
 	case "checkpoint-xa":
@@ -109,7 +110,7 @@ func specOf(name string) (spec, bool) {
 		return spec{name: name, strategy: strategies.StrategyCheckpoint, sink: "file", points: strategies.CheckpointCrashPoints}, true
 	case "checkpoint-wal":
 		return spec{name: name, strategy: strategies.StrategyCheckpoint, needs: "mysql", sink: "sql",
-			extra: []string{"--sink-mode", strategies.SinkModeWAL}, points: strategies.CheckpointCrashPoints}, true
+			extra: []string{"--sink-mode", string(strategies.SinkModeWAL)}, points: strategies.CheckpointCrashPoints}, true
 	}
 	return spec{}, false
 }
@@ -448,7 +449,7 @@ func (b *bench) runAll() {
 			continue
 		}
 		b.prog.printf("strategy %d/%d: %s", i+1, len(o.Strategies), n)
-		b.res.Rows = append(b.res.Rows, Row{Name: n, Strategy: s.strategy, Guarantee: string(strategies.GuaranteeOf(s.strategy))})
+		b.res.Rows = append(b.res.Rows, Row{Name: n, Strategy: string(s.strategy), Guarantee: string(strategies.GuaranteeOf(s.strategy))})
 		row := &b.res.Rows[len(b.res.Rows)-1]
 		row.Sink = b.sinkLabel(s)
 		est := b.estClean(s)
@@ -582,7 +583,7 @@ func (b *bench) sinkLabel(s spec) string {
 
 // runArgs are the `microbatch run` arguments of s on topic for job.
 func (b *bench) runArgs(s spec, topic, job string, more ...string) []string {
-	args := []string{"run", "--strategy", s.strategy, "--brokers", strings.Join(b.brokers, ","), "--topic", topic,
+	args := []string{"run", "--strategy", string(s.strategy), "--brokers", strings.Join(b.brokers, ","), "--topic", topic,
 		"--job", job, "--sink", b.sinkFor(s, job), "--interval", b.o.Interval.String()}
 	if s.strategy == strategies.StrategyCheckpoint {
 		args = append(args, "--checkpoint-interval", b.o.Interval.String(), "--state-dir", filepath.Join(b.workDir, job+"-state"))

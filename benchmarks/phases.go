@@ -323,7 +323,7 @@ var (
 func (b *bench) verify(s spec, job string, events, amount int64, f *Fault) error {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, b.o.Binary, "verify", "--strategy", s.strategy, "--sink", b.sinkFor(s, job), "--job", job,
+	cmd := exec.CommandContext(ctx, b.o.Binary, "verify", "--strategy", string(s.strategy), "--sink", b.sinkFor(s, job), "--job", job,
 		"--expect-events", strconv.FormatInt(events, 10), "--expect-amount", strconv.FormatInt(amount, 10))
 	cmd.Env = childEnv()
 	var out, errb bytes.Buffer

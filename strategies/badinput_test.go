@@ -12,6 +12,7 @@ import (
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/sinktest"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // badRecord is a record the built-in job must dead-letter.
@@ -102,23 +103,54 @@ type partOff struct {
 }
 
 func testBadInput(t *testing.T, brokers []string, dsn string) {
-	const goodEvents = 3000
 	topic := newTopic(t, brokers)
 	job := uniqueName(t, "bad")
-
-	// Interleave the bad records and edge cases with generated events.
 	bad := badRecords()
+	in := badInputMessages(t, topic, bad)
+	var wantEvents, wantAmount int64
+	for _, tt := range in.want {
+		wantEvents += tt.Events
+		wantAmount += tt.Amount
+	}
+	wantDL := produceBadInput(t, brokers, in)
+
+	res := runJob(t, baseConfig(t, brokers, topic, job, dsn))
+	if res.DeadLetters != int64(len(bad)) || res.Records != wantEvents {
+		t.Errorf("run reported %d records and %d dead letters, want %d and %d", res.Records, res.DeadLetters, wantEvents, len(bad))
+	}
+
+	w := sinktest.OpenSQL(t, dsn)
+	checkBadInputDeadLetters(t, w, job, topic, wantDL)
+	got := readSinkTotals(t, w, job)
+	if got.Events != wantEvents || !got.AmountIs(wantAmount) || got.DeadLetters != int64(len(bad)) {
+		t.Errorf("sink totals %+v, want events=%d amount=%d dead letters=%d", got, wantEvents, wantAmount, len(bad))
+	}
+	checkPerKey(t, readPerKey(t, w, job), in.want)
+	checkOffsets(t, w, brokers, job, topic)
+	if t.Failed() {
+		t.Logf("topic %s, job %s, sink %s", topic, job, w)
+	}
+}
+
+// badInput is the topic's content: generated events with the bad records
+// and the edge cases interleaved.
+type badInput struct {
+	msgs  []*sarama.ProducerMessage
+	badOf map[*sarama.ProducerMessage]badRecord
+	want  keyTotals // of the good records
+}
+
+func badInputMessages(t *testing.T, topic string, bad []badRecord) badInput {
+	const goodEvents = 3000
 	edge := edgeGoodRecords()
-	want := keyTotals{}
-	var msgs []*sarama.ProducerMessage
-	badOf := map[*sarama.ProducerMessage]badRecord{}
+	in := badInput{badOf: map[*sarama.ProducerMessage]badRecord{}, want: keyTotals{}}
 	gen := event.NewGenerator(7, testKeys)
 	every := goodEvents / (len(bad) + len(edge) + 1)
 	for i := range goodEvents {
 		id, key, amount := gen.Next()
-		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key),
+		in.msgs = append(in.msgs, &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key),
 			Value: sarama.ByteEncoder(event.Append(nil, id, key, amount, time.Now().UnixMilli()))})
-		want.add(key, amount)
+		in.want.add(key, amount)
 		if i%every != every-1 {
 			continue
 		}
@@ -128,23 +160,23 @@ func testBadInput(t *testing.T, brokers []string, dsn string) {
 			if bad[n].value != nil {
 				m.Value = sarama.ByteEncoder(bad[n].value)
 			}
-			msgs = append(msgs, m)
-			badOf[m] = bad[n]
+			in.msgs = append(in.msgs, m)
+			in.badOf[m] = bad[n]
 		case n-len(bad) < len(edge):
 			e := edge[n-len(bad)]
-			msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(e.key), Value: sarama.ByteEncoder(e.value)})
-			want.add(e.key, e.amount)
+			in.msgs = append(in.msgs, &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(e.key), Value: sarama.ByteEncoder(e.value)})
+			in.want.add(e.key, e.amount)
 		}
 	}
-	if len(badOf) != len(bad) {
-		t.Fatalf("test set-up: placed %d of %d bad records", len(badOf), len(bad))
+	if len(in.badOf) != len(bad) {
+		t.Fatalf("test set-up: placed %d of %d bad records", len(in.badOf), len(bad))
 	}
-	var wantEvents, wantAmount int64
-	for _, tt := range want {
-		wantEvents += tt.Events
-		wantAmount += tt.Amount
-	}
+	return in
+}
 
+// produceBadInput writes in's messages and returns where each bad record
+// landed.
+func produceBadInput(t *testing.T, brokers []string, in badInput) map[partOff]badRecord {
 	cfg := kafkautil.Config("microbatch-test-bad-producer")
 	cfg.Producer.Return.Successes = true
 	cfg.Producer.RequiredAcks = sarama.WaitForAll
@@ -154,7 +186,7 @@ func testBadInput(t *testing.T, brokers []string, dsn string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.SendMessages(msgs)
+	err = p.SendMessages(in.msgs)
 	if cerr := p.Close(); err == nil {
 		err = cerr
 	}
@@ -162,16 +194,15 @@ func testBadInput(t *testing.T, brokers []string, dsn string) {
 		t.Fatalf("producing: %v", err)
 	}
 	wantDL := map[partOff]badRecord{}
-	for m, b := range badOf {
+	for m, b := range in.badOf {
 		wantDL[partOff{m.Partition, m.Offset}] = b
 	}
+	return wantDL
+}
 
-	res := runJob(t, baseConfig(t, brokers, topic, job, dsn))
-	if res.DeadLetters != int64(len(bad)) || res.Records != wantEvents {
-		t.Errorf("run reported %d records and %d dead letters, want %d and %d", res.Records, res.DeadLetters, wantEvents, len(bad))
-	}
-
-	w := sinktest.OpenSQL(t, dsn)
+// checkBadInputDeadLetters checks that mb_dead_letters holds exactly the
+// bad records, each with its topic, a reason and its exact payload.
+func checkBadInputDeadLetters(t *testing.T, w *sqlsink.Writer, job, topic string, wantDL map[partOff]badRecord) {
 	rows, err := w.DB().Query(`SELECT topic, part, off, reason, payload FROM mb_dead_letters WHERE job = ?`, job)
 	if err != nil {
 		t.Fatal(err)
@@ -211,15 +242,5 @@ func testBadInput(t *testing.T, brokers []string, dsn string) {
 		if !seen[po] {
 			t.Errorf("%s at %s/%d@%d (%.60q) is not in mb_dead_letters", b.name, topic, po.part, po.off, b.value)
 		}
-	}
-
-	got := readSinkTotals(t, w, job)
-	if got.Events != wantEvents || !got.AmountIs(wantAmount) || got.DeadLetters != int64(len(bad)) {
-		t.Errorf("sink totals %+v, want events=%d amount=%d dead letters=%d", got, wantEvents, wantAmount, len(bad))
-	}
-	checkPerKey(t, readPerKey(t, w, job), want)
-	checkOffsets(t, w, brokers, job, topic)
-	if t.Failed() {
-		t.Logf("topic %s, job %s, sink %s", topic, job, w)
 	}
 }

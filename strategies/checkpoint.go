@@ -9,26 +9,6 @@ import (
 	"github.com/microbatch/microbatch/strategies/checkpoint"
 )
 
-// State backends and sink modes of checkpoint mode (Config.StateBackend,
-// Config.SinkMode; see package checkpoint).
-const (
-	StateBackendFile   = string(checkpoint.StateBackendFile)
-	StateBackendMemory = string(checkpoint.StateBackendMemory)
-	SinkMode2PC        = string(checkpoint.SinkMode2PC)
-	SinkModeWAL        = string(checkpoint.SinkModeWAL)
-)
-
-// Crash points of checkpoint mode (see CrashPoints).
-const (
-	CrashAfterBarrier                = checkpoint.CrashAfterBarrier                // a source forwarded barrier n
-	CrashAfterPrecommit              = checkpoint.CrashAfterPrecommit              // a sink pre-committed, not yet acked
-	CrashAfterCheckpointBeforeCommit = checkpoint.CrashAfterCheckpointBeforeCommit // checkpoint saved, no sink told to commit
-	CrashMidCommit                   = checkpoint.CrashMidCommit                   // a sink committed, others may not have
-)
-
-// CheckpointCrashPoints lists the crash points of checkpoint mode.
-var CheckpointCrashPoints = []string{CrashAfterBarrier, CrashAfterPrecommit, CrashAfterCheckpointBeforeCommit, CrashMidCommit}
-
 // DeadLetterTopicSuffix names the Kafka sink's dead-letter topic:
 // <output topic>-dead-letters, written in the same transactions.
 const DeadLetterTopicSuffix = checkpoint.DeadLetterTopicSuffix
@@ -37,8 +17,8 @@ func isKafkaDSN(dsn string) bool { return strings.HasPrefix(dsn, "kafka://") }
 func isFileDSN(dsn string) bool  { return strings.HasPrefix(dsn, "file://") }
 
 // parseCheckpointSink reads a checkpoint-mode sink DSN (checkpoint.ParseSink).
-func parseCheckpointSink(dsn, mode string) (checkpoint.SinkSpec, error) {
-	return checkpoint.ParseSink(dsn, checkpoint.SinkMode(mode))
+func parseCheckpointSink(dsn string, mode SinkMode) (checkpoint.SinkSpec, error) {
+	return checkpoint.ParseSink(dsn, mode)
 }
 
 // checkpointConfig is the part of c that checkpoint mode runs with.
@@ -48,22 +28,22 @@ func (c Config) checkpointConfig() checkpoint.Config {
 		Job:                 c.Job,
 		StartLatest:         c.StartFrom == StartLatest,
 		Sink:                c.Sink,
-		SinkMode:            checkpoint.SinkMode(c.SinkMode),
+		SinkMode:            c.Checkpoint.SinkMode,
 		Kafka:               c.Kafka,
 		ConnectTimeout:      connectTimeout,
-		OperatorParallelism: c.OperatorParallelism,
-		Interval:            c.CheckpointInterval,
-		Timeout:             c.CheckpointTimeout,
-		StateBackend:        checkpoint.StateBackend(c.StateBackend),
-		StateDir:            c.StateDir,
-		KafkaTxnTimeout:     c.KafkaTxnTimeout,
-		MaxRestartTime:      c.MaxRestartTime,
+		OperatorParallelism: c.Checkpoint.OperatorParallelism,
+		Interval:            c.Checkpoint.Interval,
+		Timeout:             c.Checkpoint.Timeout,
+		StateBackend:        c.Checkpoint.StateBackend,
+		StateDir:            c.Checkpoint.StateDir,
+		KafkaTxnTimeout:     c.Checkpoint.KafkaTxnTimeout,
+		MaxRestartTime:      c.Checkpoint.MaxRestartTime,
 		UntilIdle:           c.UntilIdle,
 		NewSpool:            func() checkpoint.Spool { return spool{newDLSpool()} },
 		Logger:              c.Logger,
 		OnProgress:          c.OnProgress,
-		OnCheckpointFailure: c.OnCheckpointFailure,
-		OnRecovery:          c.OnRecovery,
+		OnCheckpointFailure: c.Checkpoint.OnFailure,
+		OnRecovery:          c.Checkpoint.OnRecovery,
 		CrashPoint:          c.CrashPoint,
 	}
 	if sw := streamWorkOf(c); sw != nil {

@@ -49,11 +49,11 @@ var overflowSeeds = map[string][2]int64{"hot": {3, math.MaxInt64 - 100}, "cold":
 func checkpointConfig(t *testing.T, brokers []string, topic, job, sink, mode, stateDir string) strategies.Config {
 	cfg := baseConfig(t, brokers, topic, job, sink)
 	cfg.Strategy = strategies.StrategyCheckpoint
-	cfg.SinkMode = mode
-	cfg.StateDir = stateDir
-	cfg.OperatorParallelism = 2
-	cfg.CheckpointInterval = 50 * time.Millisecond
-	cfg.CheckpointTimeout = 30 * time.Second
+	cfg.Checkpoint.SinkMode = strategies.SinkMode(mode)
+	cfg.Checkpoint.StateDir = stateDir
+	cfg.Checkpoint.OperatorParallelism = 2
+	cfg.Checkpoint.Interval = 50 * time.Millisecond
+	cfg.Checkpoint.Timeout = 30 * time.Second
 	return cfg
 }
 
@@ -76,7 +76,7 @@ func TestCheckpointOutputsPastInt64(t *testing.T) {
 		Offsets: map[int32]int64{}, Data: data, Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := checkpointConfig(t, brokers, topic, job, "file://"+dir+"/out", strategies.SinkMode2PC, dir+"/state")
+	cfg := checkpointConfig(t, brokers, topic, job, "file://"+dir+"/out", string(strategies.SinkMode2PC), dir+"/state")
 
 	// want: per id, the key's count and total after it.
 	type running struct {
@@ -159,10 +159,10 @@ func TestCheckpointMbTotalsPastInt64(t *testing.T) {
 	}{
 		// A database of its own: mb_totals as this version creates it,
 		// whatever the shared test database holds.
-		{"XA", strategies.SinkMode2PC, sinkTarget{"MariaDB", func(t testing.TB) string {
+		{"XA", string(strategies.SinkMode2PC), sinkTarget{"MariaDB", func(t testing.TB) string {
 			return testutil.FreshMySQLDatabase(t, testutil.NeedServer(t, testutil.EnvMySQL))
 		}}},
-		{"WAL", strategies.SinkModeWAL, sqliteSink},
+		{"WAL", string(strategies.SinkModeWAL), sqliteSink},
 	} {
 		t.Run(c.name+"/"+c.sink.name, func(t *testing.T) {
 			dsn := c.sink.dsn(t)

@@ -34,22 +34,22 @@ func TestCheckpointFailureRewinds(t *testing.T) {
 	var logBuf bytes.Buffer
 	cfg := strategies.Config{
 		Strategy: strategies.StrategyCheckpoint, Brokers: brokers, Topic: topic, Job: job,
-		Sink: "file://" + dir + "/out", StateDir: dir + "/state",
+		Sink: "file://" + dir + "/out",
 		// A timeout no healthy checkpoint reaches on a busy machine; the
 		// stalled one below overruns it by construction.
-		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second,
-		UntilIdle: time.Second,
-		Logger:    slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logBuf}, nil)),
+		Checkpoint: strategies.CheckpointConfig{StateDir: dir + "/state", Interval: 100 * time.Millisecond, Timeout: 10 * time.Second},
+		UntilIdle:  time.Second,
+		Logger:     slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logBuf}, nil)),
 	}
 	// The first pre-commit that holds records stalls past the checkpoint
 	// timeout (after the transaction was pre-committed, before the ack).
 	var stalled atomic.Bool
 	var failures, recoveries atomic.Int64
-	cfg.OnCheckpointFailure = func(error) { failures.Add(1) }
-	cfg.OnRecovery = func() { recoveries.Add(1) }
+	cfg.Checkpoint.OnFailure = func(error) { failures.Add(1) }
+	cfg.Checkpoint.OnRecovery = func() { recoveries.Add(1) }
 	cfg.CrashPoint = func(point string) {
 		if point == strategies.CrashAfterPrecommit && pendingFiles(dir+"/out") > 0 && stalled.CompareAndSwap(false, true) {
-			time.Sleep(cfg.CheckpointTimeout + time.Second)
+			time.Sleep(cfg.Checkpoint.Timeout + time.Second)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)

@@ -1,10 +1,3 @@
-// Package strategies binds the driver (batch), progress storage (offsets)
-// and sink writers (writers) into the delivery strategies a user picks with
-// `--strategy`. Each strategy is a Task for the driver plus the set-up it
-// needs; the built-in job (per-key totals) is the default workload, and
-// Config.Transform (NewTransform) runs a user-defined one instead.
-//
-// It reads no flags or environment: cmd/microbatch fills a Config.
 package strategies
 
 import (
@@ -19,21 +12,26 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/writers/kafkasink"
 )
 
+// Strategy is a delivery strategy, as `--strategy` names it: the string
+// values are the command line's contract.
+type Strategy string
+
 // Strategy names accepted by Config.Strategy.
 const (
-	StrategyTxn         = "txn"
-	StrategySingle      = "single"
-	StrategyAtLeastOnce = "at-least-once"
-	StrategyAtMostOnce  = "at-most-once"
-	StrategyIdempotent  = "idempotent"
-	StrategyCheckpoint  = "checkpoint"
+	StrategyTxn         Strategy = "txn"
+	StrategySingle      Strategy = "single"
+	StrategyAtLeastOnce Strategy = "at-least-once"
+	StrategyAtMostOnce  Strategy = "at-most-once"
+	StrategyIdempotent  Strategy = "idempotent"
+	StrategyCheckpoint  Strategy = "checkpoint"
 )
 
 // Strategies lists the implemented strategies.
-var Strategies = []string{StrategyTxn, StrategySingle, StrategyIdempotent, StrategyCheckpoint, StrategyAtLeastOnce, StrategyAtMostOnce}
+var Strategies = []Strategy{StrategyTxn, StrategySingle, StrategyIdempotent, StrategyCheckpoint, StrategyAtLeastOnce, StrategyAtMostOnce}
 
 // Guarantee is what a strategy promises about the sink after crashes.
 type Guarantee string
@@ -46,7 +44,7 @@ const (
 )
 
 // GuaranteeOf returns the promise of a strategy ("" if unknown).
-func GuaranteeOf(strategy string) Guarantee {
+func GuaranteeOf(strategy Strategy) Guarantee {
 	switch strategy {
 	case StrategyTxn, StrategySingle, StrategyIdempotent, StrategyCheckpoint:
 		return ExactlyOnce
@@ -60,7 +58,7 @@ func GuaranteeOf(strategy string) Guarantee {
 
 // Crash points: named moments at which Config.CrashPoint is called, so that
 // tests and benchmarks can kill the process exactly there. Each strategy
-// reaches the points it has, in its own order (docs/crash-points.md).
+// reaches the points it has, in its own order (README, "Crash points").
 const (
 	CrashAfterPlan               = "after-plan"                 // batch planned, nothing read
 	CrashMidWrite                = "mid-write"                  // some results written, not all
@@ -71,6 +69,12 @@ const (
 	// assigned this process its partitions; none is claimed yet. A process
 	// that dies here is a member that died in the middle of its join.
 	CrashAfterJoin = "after-join"
+
+	// Checkpoint mode (defined by package checkpoint).
+	CrashAfterBarrier                = checkpoint.CrashAfterBarrier                // a source forwarded barrier n
+	CrashAfterPrecommit              = checkpoint.CrashAfterPrecommit              // a sink pre-committed, not yet acked
+	CrashAfterCheckpointBeforeCommit = checkpoint.CrashAfterCheckpointBeforeCommit // checkpoint saved, no sink told to commit
+	CrashMidCommit                   = checkpoint.CrashMidCommit                   // a sink committed, others may not have
 )
 
 // CrashPoints lists the crash points of the micro-batch strategies.
@@ -79,17 +83,43 @@ var CrashPoints = []string{CrashAfterPlan, CrashMidWrite, CrashAfterWriteBeforeO
 // GroupCrashPoints lists the crash points of the consumer group.
 var GroupCrashPoints = []string{CrashAfterJoin}
 
+// CheckpointCrashPoints lists the crash points of checkpoint mode.
+var CheckpointCrashPoints = []string{CrashAfterBarrier, CrashAfterPrecommit, CrashAfterCheckpointBeforeCommit, CrashMidCommit}
+
+// StartFrom is where a new job's partitions start (Config.StartFrom).
+type StartFrom string
+
 // Start-from values for partitions without a stored offset.
 const (
-	StartEarliest = "earliest"
-	StartLatest   = "latest"
+	StartEarliest StartFrom = "earliest"
+	StartLatest   StartFrom = "latest"
 )
 
-// Partition assignment strategies of the consumer group (Config.Assignment).
+// Assignment is how the consumer group spreads partitions over its
+// members (GroupConfig.Assignment).
+type Assignment string
+
+// Partition assignment strategies of the consumer group.
 const (
-	AssignSticky     = "sticky"
-	AssignRange      = "range"
-	AssignRoundRobin = "roundrobin"
+	AssignSticky     Assignment = "sticky"
+	AssignRange      Assignment = "range"
+	AssignRoundRobin Assignment = "roundrobin"
+)
+
+// StateBackend is where checkpoint mode keeps its checkpoints
+// (CheckpointConfig.StateBackend).
+type StateBackend = checkpoint.StateBackend
+
+// SinkMode is how checkpoint mode's sink makes its writes exactly-once
+// (CheckpointConfig.SinkMode).
+type SinkMode = checkpoint.SinkMode
+
+// State backends and sink modes of checkpoint mode.
+const (
+	StateBackendFile   = checkpoint.StateBackendFile
+	StateBackendMemory = checkpoint.StateBackendMemory
+	SinkMode2PC        = checkpoint.SinkMode2PC
+	SinkModeWAL        = checkpoint.SinkModeWAL
 )
 
 // Defaults.
@@ -113,13 +143,14 @@ const (
 	MaxBatchRecordsLimit = 1_000_000
 )
 
-// Config is one run of a job.
+// Config is one run of a job. The settings of one concern are grouped
+// (Group, Checkpoint, Kafka), as sarama's Config.Consumer.Group is.
 type Config struct {
-	Strategy        string
+	Strategy        Strategy
 	Brokers         []string
 	Topic           string
 	Job             string
-	StartFrom       string
+	StartFrom       StartFrom
 	Sink            string // SQL DSN (sqlsink.ParseDSN), or redis:// for idempotent
 	Interval        time.Duration
 	Parallelism     int   // 0 = number of partitions
@@ -132,11 +163,30 @@ type Config struct {
 	// source and to a kafka:// checkpoint sink alike.
 	Kafka kafkasink.Security
 
-	// Scale-out (every strategy but checkpoint; see group.go): processes
-	// of one job join the Kafka consumer group Group, which assigns them
-	// partitions.
-	Group            string        // default: Job
-	Assignment       string        // sticky, range or roundrobin
+	// Group is the consumer group of every strategy but checkpoint.
+	Group GroupConfig
+
+	// Checkpoint is the settings of checkpoint mode (strategy checkpoint).
+	Checkpoint CheckpointConfig
+
+	// Transform, when set, replaces the built-in per-key totals job with
+	// the user's (checkpoint mode: with an SQL sink only).
+	Transform *Transform
+
+	Logger       *slog.Logger
+	OnBatchStart func(batch.Info, []record.Range)
+	OnProgress   func(batch.Progress)
+	// CrashPoint, when set, is called at each crash point (see
+	// CrashPoints), possibly from several partition tasks at once.
+	CrashPoint func(point string)
+}
+
+// GroupConfig is the scale-out of every strategy but checkpoint (see the
+// package doc, "Scale-out"): processes of one job join the Kafka consumer
+// group ID, which assigns them partitions.
+type GroupConfig struct {
+	ID               string        // default: the job
+	Assignment       Assignment    // sticky, range or roundrobin
 	SessionTimeout   time.Duration // a member silent this long loses its partitions
 	RebalanceTimeout time.Duration // how long a rebalance waits for a member's batch in flight
 	// InstanceID is this process's static group membership id (KIP-345):
@@ -153,33 +203,26 @@ type Config struct {
 	// every process of the group on the host, and by nothing on another
 	// host that has the same host name.
 	InstanceLockDir string
+}
 
-	// Checkpoint mode (strategy checkpoint); see checkpoint.go.
+// CheckpointConfig is the settings of checkpoint mode (strategy
+// checkpoint); see checkpoint.go.
+type CheckpointConfig struct {
 	OperatorParallelism int           // keyed operator instances (= sink subtasks)
-	CheckpointInterval  time.Duration // how often barriers are injected
-	CheckpointTimeout   time.Duration // a checkpoint not complete by then fails
-	StateBackend        string        // file (StateDir) or memory
+	Interval            time.Duration // how often barriers are injected
+	Timeout             time.Duration // a checkpoint not complete by then fails
+	StateBackend        StateBackend  // file (StateDir) or memory
 	StateDir            string
-	SinkMode            string        // 2pc, or wal (SQL sinks)
+	SinkMode            SinkMode      // 2pc, or wal (SQL sinks)
 	KafkaTxnTimeout     time.Duration // Kafka sink's transaction timeout
 	MaxRestartTime      time.Duration // how long a restart may take; the txn timeout must cover it
 
-	// Transform, when set, replaces the built-in per-key totals job with
-	// the user's (checkpoint mode: with an SQL sink only).
-	Transform *Transform
-
-	Logger       *slog.Logger
-	OnBatchStart func(batch.Info, []record.Range)
-	OnProgress   func(batch.Progress)
-	// Checkpoint mode: OnCheckpointFailure is told of each failed attempt
-	// that the job restarts from (a checkpoint that failed or timed out, a
-	// task that died), and OnRecovery when the job has been restored from
-	// the latest complete checkpoint after one.
-	OnCheckpointFailure func(error)
-	OnRecovery          func()
-	// CrashPoint, when set, is called at each crash point (see
-	// CrashPoints), possibly from several partition tasks at once.
-	CrashPoint func(point string)
+	// OnFailure is told of each failed attempt that the job restarts from
+	// (a checkpoint that failed or timed out, a task that died), and
+	// OnRecovery when the job has been restored from the latest complete
+	// checkpoint after one.
+	OnFailure  func(error)
+	OnRecovery func()
 }
 
 var jobRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`) // no leading dot: names files
@@ -211,44 +254,44 @@ func (c *Config) SetDefaults() {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
-	if c.Group == "" {
-		c.Group = c.Job
+	if c.Group.ID == "" {
+		c.Group.ID = c.Job
 	}
-	if c.Assignment == "" {
-		c.Assignment = DefaultAssignment
+	if c.Group.Assignment == "" {
+		c.Group.Assignment = DefaultAssignment
 	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = DefaultSessionTimeout
+	if c.Group.SessionTimeout == 0 {
+		c.Group.SessionTimeout = DefaultSessionTimeout
 	}
-	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = DefaultRebalanceTimeout
+	if c.Group.RebalanceTimeout == 0 {
+		c.Group.RebalanceTimeout = DefaultRebalanceTimeout
 	}
-	if c.InstanceLockDir == "" {
-		c.InstanceLockDir = filepath.Join(os.TempDir(), DefaultInstanceLockDirName)
+	if c.Group.InstanceLockDir == "" {
+		c.Group.InstanceLockDir = filepath.Join(os.TempDir(), DefaultInstanceLockDirName)
 	}
-	if c.OperatorParallelism == 0 {
-		c.OperatorParallelism = DefaultOperatorParallelism
+	if c.Checkpoint.OperatorParallelism == 0 {
+		c.Checkpoint.OperatorParallelism = DefaultOperatorParallelism
 	}
-	if c.CheckpointInterval == 0 {
-		c.CheckpointInterval = DefaultCheckpointInterval
+	if c.Checkpoint.Interval == 0 {
+		c.Checkpoint.Interval = DefaultCheckpointInterval
 	}
-	if c.CheckpointTimeout == 0 {
-		c.CheckpointTimeout = DefaultCheckpointTimeout
+	if c.Checkpoint.Timeout == 0 {
+		c.Checkpoint.Timeout = DefaultCheckpointTimeout
 	}
-	if c.StateBackend == "" {
-		c.StateBackend = StateBackendFile
+	if c.Checkpoint.StateBackend == "" {
+		c.Checkpoint.StateBackend = StateBackendFile
 	}
-	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
+	if c.Checkpoint.StateDir == "" {
+		c.Checkpoint.StateDir = DefaultStateDir
 	}
-	if c.SinkMode == "" {
-		c.SinkMode = SinkMode2PC
+	if c.Checkpoint.SinkMode == "" {
+		c.Checkpoint.SinkMode = SinkMode2PC
 	}
-	if c.KafkaTxnTimeout == 0 {
-		c.KafkaTxnTimeout = DefaultKafkaTxnTimeout
+	if c.Checkpoint.KafkaTxnTimeout == 0 {
+		c.Checkpoint.KafkaTxnTimeout = DefaultKafkaTxnTimeout
 	}
-	if c.MaxRestartTime == 0 {
-		c.MaxRestartTime = DefaultMaxRestartTime
+	if c.Checkpoint.MaxRestartTime == 0 {
+		c.Checkpoint.MaxRestartTime = DefaultMaxRestartTime
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -264,7 +307,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case !slices.Contains(Strategies, c.Strategy):
-		return bad("unknown strategy %q (available: %s)", c.Strategy, strings.Join(Strategies, ", "))
+		return bad("unknown strategy %q (available: %s)", c.Strategy, strings.Join(strategyNames(), ", "))
 	case len(c.Brokers) == 0:
 		return bad("brokers: none given")
 	case c.Kafka.Validate() != nil:
@@ -302,20 +345,29 @@ func (c Config) Validate() error {
 // validateGroup checks the consumer-group settings.
 func (c Config) validateGroup(bad func(string, ...any) error) error {
 	switch {
-	case !validGroup(c.Group):
-		return bad("group %q: use 1-249 of [A-Za-z0-9._-]", c.Group)
-	case c.Assignment != AssignSticky && c.Assignment != AssignRange && c.Assignment != AssignRoundRobin:
-		return bad("assignment-strategy %q: want sticky, range or roundrobin", c.Assignment)
-	case c.SessionTimeout < 100*time.Millisecond:
-		return bad("session-timeout %s: must be at least 100ms (the broker's group.min.session.timeout.ms is usually 6s)", c.SessionTimeout)
-	case c.RebalanceTimeout < c.SessionTimeout:
-		return bad("rebalance-timeout %s: must be at least session-timeout %s", c.RebalanceTimeout, c.SessionTimeout)
-	case c.RebalanceTimeout < 2*c.Interval:
-		return bad("rebalance-timeout %s: must cover a batch in flight, at least 2 intervals (%s)", c.RebalanceTimeout, 2*c.Interval)
-	case c.InstanceID != "" && !validGroup(c.InstanceID):
-		return bad("instance-id %q: use 1-249 of [A-Za-z0-9._-]", c.InstanceID)
+	case !validGroup(c.Group.ID):
+		return bad("group %q: use 1-249 of [A-Za-z0-9._-]", c.Group.ID)
+	case c.Group.Assignment != AssignSticky && c.Group.Assignment != AssignRange && c.Group.Assignment != AssignRoundRobin:
+		return bad("assignment-strategy %q: want sticky, range or roundrobin", c.Group.Assignment)
+	case c.Group.SessionTimeout < 100*time.Millisecond:
+		return bad("session-timeout %s: must be at least 100ms (the broker's group.min.session.timeout.ms is usually 6s)", c.Group.SessionTimeout)
+	case c.Group.RebalanceTimeout < c.Group.SessionTimeout:
+		return bad("rebalance-timeout %s: must be at least session-timeout %s", c.Group.RebalanceTimeout, c.Group.SessionTimeout)
+	case c.Group.RebalanceTimeout < 2*c.Interval:
+		return bad("rebalance-timeout %s: must cover a batch in flight, at least 2 intervals (%s)", c.Group.RebalanceTimeout, 2*c.Interval)
+	case c.Group.InstanceID != "" && !validGroup(c.Group.InstanceID):
+		return bad("instance-id %q: use 1-249 of [A-Za-z0-9._-]", c.Group.InstanceID)
 	}
 	return nil
+}
+
+// strategyNames is Strategies as text, for messages.
+func strategyNames() []string {
+	out := make([]string, len(Strategies))
+	for i, s := range Strategies {
+		out[i] = string(s)
+	}
+	return out
 }
 
 func isRedisDSN(dsn string) bool {

@@ -22,7 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Strategy != StrategyTxn || c.Topic != DefaultTopic || c.Job != DefaultJob || c.StartFrom != StartEarliest ||
 		c.Interval != DefaultInterval || c.MaxBatchRecords != DefaultMaxBatchRecords || c.Logger == nil ||
-		c.Group != c.Job || c.Assignment != AssignSticky || c.SessionTimeout != DefaultSessionTimeout || c.RebalanceTimeout != DefaultRebalanceTimeout {
+		c.Group.ID != c.Job || c.Group.Assignment != AssignSticky || c.Group.SessionTimeout != DefaultSessionTimeout || c.Group.RebalanceTimeout != DefaultRebalanceTimeout {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	// Explicit values survive SetDefaults.
@@ -82,15 +82,15 @@ func TestConfigValidate(t *testing.T) {
 		{"negative max-batch-records", func(c *Config) { c.MaxBatchRecords = -100 }, "max-batch-records"},
 		{"negative until-idle", func(c *Config) { c.UntilIdle = -time.Millisecond }, "until-idle"},
 		{"group settings", func(c *Config) {
-			c.Group, c.Assignment, c.InstanceID = "other.group", AssignRoundRobin, "host-1"
-			c.SessionTimeout, c.RebalanceTimeout = time.Second, 5*time.Second
+			c.Group.ID, c.Group.Assignment, c.Group.InstanceID = "other.group", AssignRoundRobin, "host-1"
+			c.Group.SessionTimeout, c.Group.RebalanceTimeout = time.Second, 5*time.Second
 		}, ""},
-		{"group with space", func(c *Config) { c.Group = "my group" }, "group"},
-		{"unknown assignment strategy", func(c *Config) { c.Assignment = "cooperative-sticky" }, "assignment-strategy"},
-		{"session timeout too short", func(c *Config) { c.SessionTimeout = 50 * time.Millisecond }, "session-timeout"},
-		{"rebalance shorter than session", func(c *Config) { c.SessionTimeout, c.RebalanceTimeout = 30*time.Second, 20*time.Second }, "rebalance-timeout"},
-		{"rebalance shorter than a batch", func(c *Config) { c.Interval, c.RebalanceTimeout = time.Minute, time.Minute }, "rebalance-timeout"},
-		{"instance id with slash", func(c *Config) { c.InstanceID = "a/b" }, "instance-id"},
+		{"group with space", func(c *Config) { c.Group.ID = "my group" }, "group"},
+		{"unknown assignment strategy", func(c *Config) { c.Group.Assignment = "cooperative-sticky" }, "assignment-strategy"},
+		{"session timeout too short", func(c *Config) { c.Group.SessionTimeout = 50 * time.Millisecond }, "session-timeout"},
+		{"rebalance shorter than session", func(c *Config) { c.Group.SessionTimeout, c.Group.RebalanceTimeout = 30*time.Second, 20*time.Second }, "rebalance-timeout"},
+		{"rebalance shorter than a batch", func(c *Config) { c.Interval, c.Group.RebalanceTimeout = time.Minute, time.Minute }, "rebalance-timeout"},
+		{"instance id with slash", func(c *Config) { c.Group.InstanceID = "a/b" }, "instance-id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,5 +115,37 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate error %q does not name %q", err, tc.setting)
 			}
 		})
+	}
+}
+
+// TestStrategyNames: the typed names keep the values `--strategy` and the
+// other flags have always taken (the CLI's contract), and every strategy
+// but checkpoint (a pipeline of its own) has a type Run can pick.
+func TestStrategyNames(t *testing.T) {
+	if got := strings.Join(strategyNames(), " "); got != "txn single idempotent checkpoint at-least-once at-most-once" {
+		t.Errorf("strategy names %q", got)
+	}
+	for _, pair := range [][2]string{
+		{string(StartEarliest), "earliest"}, {string(StartLatest), "latest"},
+		{string(AssignSticky), "sticky"}, {string(AssignRange), "range"}, {string(AssignRoundRobin), "roundrobin"},
+		{string(StateBackendFile), "file"}, {string(StateBackendMemory), "memory"},
+		{string(SinkMode2PC), "2pc"}, {string(SinkModeWAL), "wal"},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("%q, want %q", pair[0], pair[1])
+		}
+	}
+	for _, s := range Strategies {
+		newStrategy, ok := batchStrategies[s]
+		if ok == (s == StrategyCheckpoint) {
+			t.Errorf("strategy %s: in batchStrategies %v", s, ok)
+			continue
+		}
+		if ok && newStrategy(newRunEnv(validConfig())) == nil {
+			t.Errorf("strategy %s: no type", s)
+		}
+	}
+	if len(batchStrategies) != len(Strategies)-1 {
+		t.Errorf("batchStrategies has %d entries, want %d", len(batchStrategies), len(Strategies)-1)
 	}
 }

@@ -12,6 +12,64 @@ import (
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
+// controlStrategy is the two negative controls, at-least-once and
+// at-most-once: one type, since they differ only in the order of the
+// offset commit and the write (control.run). Results go to the SQL sink;
+// positions live in the Kafka consumer group, not in the sink.
+type controlStrategy struct {
+	sqlStrategy
+	atMostOnce bool
+}
+
+// stored reads the consumer group's committed offsets.
+func (c *controlStrategy) stored(ctx context.Context) (map[int32]int64, error) {
+	return offsets.NewKafkaGroup(c.client, c.cfg.Group.ID, c.cfg.Topic).Load(ctx, c.src.Partitions())
+}
+
+// start commits as this generation's member (the group fences an older
+// one) and starts from the group's offsets (groupStart).
+func (c *controlStrategy) start(ctx context.Context, s session, d *batch.Driver) (int64, error) {
+	group := offsets.NewKafkaGroup(c.client, c.cfg.Group.ID, c.cfg.Topic).AsMember(s.MemberID, s.Generation)
+	var err error
+	if d.Next, err = groupStart(ctx, group, c.src, c.cfg, s.Partitions); err != nil {
+		return 0, err
+	}
+	d.Epoch = int64(s.Generation)
+	d.Task = (&control{src: c.src, w: c.w, work: workloadOf(c.cfg), group: group, job: c.cfg.Job, log: c.log, crash: c.crash, atMostOnce: c.atMostOnce}).run
+	return d.Epoch, nil
+}
+
+// groupStart reads where the controls start on the session's partitions:
+// the consumer group's committed offsets; start-from for a group that has
+// none at all, earliest for a partition that appeared later.
+func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSource, cfg Config, parts []int32) (map[int32]int64, error) {
+	committed, err := g.Load(ctx, src.Partitions())
+	if err != nil {
+		return nil, err
+	}
+	start, err := startRule(ctx, src, cfg)
+	if err != nil {
+		return nil, err
+	}
+	next := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		if off, ok := committed[p]; ok {
+			next[p] = off
+			continue
+		}
+		if next[p], err = start(p, len(committed) == 0); err != nil {
+			return nil, err
+		}
+		// Record the start before the first batch, as claimPartitions does for
+		// mb_offsets: otherwise a crash before the partition's first commit
+		// would resolve "latest" again on restart and skip what arrived.
+		if err := g.Commit(ctx, p, next[p]); err != nil {
+			return nil, err
+		}
+	}
+	return next, nil
+}
+
 // control is the task of the two negative controls. Results go to the SQL
 // sink as plain autocommit upserts; offsets go to the Kafka consumer group,
 // as a hand-written consumer would keep them. Nothing ties the two:

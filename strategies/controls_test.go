@@ -19,8 +19,8 @@ import (
 // "latest" again on restart and skip what arrived in between.
 func TestControlsRecordTheirStart(t *testing.T) {
 	t.Parallel()
-	for _, strategy := range []string{strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce} {
-		t.Run(strategy, func(t *testing.T) {
+	for _, strategy := range []strategies.Strategy{strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce} {
+		t.Run(string(strategy), func(t *testing.T) {
 			t.Parallel()
 			brokers := kfake.brokers(t)
 			dsn := sqliteSink.dsn(t)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/offsets"
@@ -39,31 +40,9 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	job := uniqueName(t, "fence")
 	exp := produce(t, brokers, topic, 5, 0, events)
 
-	type outcome struct {
-		name string
-		res  strategies.Result
-		err  error
-	}
-	done := make(chan outcome, 2)
+	done := make(chan fenceOutcome, 2)
 	start := func(name, group string, maxBatch int64, progress chan<- int64) context.CancelFunc {
-		cfg := baseConfig(t, brokers, topic, job, dsn)
-		cfg.Group = group
-		cfg.UntilIdle = 0
-		cfg.MaxBatchRecords = maxBatch
-		if progress != nil {
-			cfg.OnProgress = func(p batch.Progress) {
-				select {
-				case progress <- p.BatchID:
-				default:
-				}
-			}
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			res, err := strategies.Run(ctx, cfg)
-			done <- outcome{name, res, err}
-		}()
-		return cancel
+		return startFencingInstance(t, baseConfig(t, brokers, topic, job, dsn), name, group, maxBatch, progress, done)
 	}
 
 	// A: slow batches. B starts once A has committed twice.
@@ -84,7 +63,7 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	feed := kafkautil.StartFeeder(kafkautil.ProduceOptions{Brokers: brokers, Topic: topic, Count: 500, Keys: testKeys, Seed: 5, Rate: 5000}, exp)
 	defer feed.Finish()
 
-	var first, second outcome
+	var first, second fenceOutcome
 	select {
 	case first = <-done:
 	case <-time.After(4 * time.Minute):
@@ -111,8 +90,45 @@ func testFencing(t *testing.T, brokers []string, dsn string) {
 	t.Logf("%s stopped fenced (%v) after committing %d records, %d fenced commits; %s committed %d records, %d fenced",
 		first.name, first.err, first.res.Records, first.res.Fenced, second.name, second.res.Records, second.res.Fenced)
 
+	checkFencingDrain(t, baseConfig(t, brokers, topic, job, dsn), first, second, total)
+}
+
+// fenceOutcome is how one instance of testFencing ended.
+type fenceOutcome struct {
+	name string
+	res  strategies.Result
+	err  error
+}
+
+// startFencingInstance runs cfg in group until cancelled, reporting each
+// committed batch to progress (if not nil) and its end to done.
+func startFencingInstance(t *testing.T, cfg strategies.Config, name, group string, maxBatch int64, progress chan<- int64, done chan<- fenceOutcome) context.CancelFunc {
+	cfg.Group.ID = group
+	cfg.UntilIdle = 0
+	cfg.MaxBatchRecords = maxBatch
+	if progress != nil {
+		cfg.OnProgress = func(p batch.Progress) {
+			select {
+			case progress <- p.BatchID:
+			default:
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		res, err := strategies.Run(ctx, cfg)
+		done <- fenceOutcome{name, res, err}
+	}()
+	return cancel
+}
+
+// checkFencingDrain runs a third instance, cfg in the job's own group, to
+// drain what is left and checks that the three together committed every
+// event exactly once.
+func checkFencingDrain(t *testing.T, cfg strategies.Config, first, second fenceOutcome, total event.Expected) {
+	brokers, topic, job, dsn := cfg.Brokers, cfg.Topic, cfg.Job, cfg.Sink
 	// A third instance in the job's own group drains what is left.
-	resC := runJob(t, baseConfig(t, brokers, topic, job, dsn))
+	resC := runJob(t, cfg)
 	if resC.Epoch <= max(first.res.Epoch, second.res.Epoch) {
 		t.Errorf("C has epoch %d, not newer than %d and %d", resC.Epoch, first.res.Epoch, second.res.Epoch)
 	}

@@ -1,36 +1,5 @@
 package strategies
 
-// Scale-out. Every process of a job (micro-batch strategies) is a member of
-// one Kafka consumer group (Config.Group, default the job name), joined with
-// sarama's ConsumerGroup and used for membership and partition assignment
-// only: the members never read through the group's claims (they are paused)
-// and, except for the at-least-once / at-most-once controls, never commit
-// offsets to it. Offsets come from and go to the sink.
-//
-// One group session (a generation) is one driver run over the partitions
-// the member was assigned:
-//
-//	Setup        claim the partitions in the sink: a new epoch, stamped on
-//	             their offset rows (fencing whoever held them), and the
-//	             stored offsets to plan from
-//	             start the driver on them
-//	ConsumeClaim wait for the session to end (a rebalance, or a stop)
-//	Cleanup      wait for the driver: the batch in flight commits or rolls
-//	             back before the partitions are released to the next owner
-//
-// A member that lost its partitions without noticing — paused past the
-// session timeout, a long GC, a network split: a zombie — still runs the
-// old session's batch; its commit carries the old epoch and the sink
-// refuses it (offsets.ErrFenced). The driver drops that partition and counts
-// the fenced commit, and the member leaves the stale session and rejoins
-// the group for a fresh assignment.
-//
-// A group belongs to one job. A process that finds another job's member
-// in the group when it first joins (Setup of its first session) is the
-// newcomer: it leaves with ErrConfig before it claims anything. The job
-// that held the group goes on: its leader assigns the newcomer nothing
-// (exclusive), and its members log a warning naming it.
-
 import (
 	"context"
 	"errors"
@@ -78,10 +47,10 @@ func groupConfig(cfg Config) *sarama.Config {
 	c := kafkautil.Config(clientIDPrefix + cfg.Job)
 	_ = cfg.Kafka.Apply(c) // openSource applied the same settings first and stopped on an error
 	g := &c.Consumer.Group
-	g.Session.Timeout = cfg.SessionTimeout
-	g.Heartbeat.Interval = max(cfg.SessionTimeout/4, 10*time.Millisecond)
-	g.Rebalance.Timeout = cfg.RebalanceTimeout
-	g.InstanceId = cfg.InstanceID
+	g.Session.Timeout = cfg.Group.SessionTimeout
+	g.Heartbeat.Interval = max(cfg.Group.SessionTimeout/4, 10*time.Millisecond)
+	g.Rebalance.Timeout = cfg.Group.RebalanceTimeout
+	g.InstanceId = cfg.Group.InstanceID
 	// Processes started together keep running into each other's joins
 	// ("rebalance in progress"): sarama's 2 s default backoff made the
 	// whole group wait seconds for its last member (the scale-out
@@ -93,8 +62,8 @@ func groupConfig(cfg Config) *sarama.Config {
 	// (and a SyncGroup waits for the leader's, as long). Only this client
 	// makes those calls. Rebalances that follow one another can hold a
 	// join longer still; runGroup rejoins after such a timeout.
-	c.Net.ReadTimeout = cfg.RebalanceTimeout + max(cfg.SessionTimeout, 5*time.Second)
-	switch cfg.Assignment {
+	c.Net.ReadTimeout = cfg.Group.RebalanceTimeout + max(cfg.Group.SessionTimeout, 5*time.Second)
+	switch cfg.Group.Assignment {
 	case AssignRange:
 		g.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
 	case AssignRoundRobin:
@@ -170,7 +139,7 @@ func describeForeign(ms []foreignMember) string {
 // others when it joins: the newcomer is the one refused.
 func errGroupInUse(cfg Config, ms []foreignMember) error {
 	return fmt.Errorf("%w: consumer group %q is used by %s: give job %q its own --group (two jobs in one group would each miss the partitions assigned to the other)",
-		ErrConfig, cfg.Group, describeForeign(ms), cfg.Job)
+		ErrConfig, cfg.Group.ID, describeForeign(ms), cfg.Job)
 }
 
 // GroupMembers returns the live members of a consumer group by member id,
@@ -276,22 +245,22 @@ func runGroup(ctx context.Context, cfg Config, client sarama.Client, all []int32
 			readTimeout = min(2*readTimeout, maxGroupReadTimeout)
 		}
 		wait := min(rejoinBackoffMin<<min(failures-1, 10), rejoinBackoffMax)
-		g.log.Warn("consumer group error: rejoining", "group", cfg.Group, "attempt", failures, "retry_in", wait,
+		g.log.Warn("consumer group error: rejoining", "group", cfg.Group.ID, "attempt", failures, "retry_in", wait,
 			"read_timeout", readTimeout, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
 		}
 	}
-	if cfg.InstanceID != "" && !errors.Is(err, sarama.ErrFencedInstancedId) {
+	if cfg.Group.InstanceID != "" && !errors.Is(err, sarama.ErrFencedInstancedId) {
 		// A static member stays in the group after its client closes, until
 		// its session times out: that is what lets a crashed process's
 		// restart take its place. A process that stops on purpose leaves by
 		// its instance id instead, so that the others take its partitions
 		// now. (Fenced: the id is another process's now; leaving would
 		// remove that one.)
-		if lerr := leaveStatic(client, cfg.Group, cfg.InstanceID); lerr != nil {
-			g.log.Warn("leaving consumer group", "group", cfg.Group, "instance", cfg.InstanceID, "err", lerr)
+		if lerr := leaveStatic(client, cfg.Group.ID, cfg.Group.InstanceID); lerr != nil {
+			g.log.Warn("leaving consumer group", "group", cfg.Group.ID, "instance", cfg.Group.InstanceID, "err", lerr)
 		}
 	}
 	g.mu.Lock()
@@ -317,12 +286,12 @@ func (g *groupRun) member(ctx context.Context, readTimeout time.Duration) (sessi
 	cutter.Use(conf)
 	gclient, err := sarama.NewClient(cfg.Brokers, conf)
 	if err != nil {
-		return 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group, err)
+		return 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group.ID, err)
 	}
 	defer gclient.Close()
-	cg, err := sarama.NewConsumerGroupFromClient(cfg.Group, gclient)
+	cg, err := sarama.NewConsumerGroupFromClient(cfg.Group.ID, gclient)
 	if err != nil {
-		return 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group, err)
+		return 0, fmt.Errorf("joining consumer group %q: %w", cfg.Group.ID, err)
 	}
 	// A stop ends the session — the driver finishes its batch (Cleanup
 	// waits for it; the batch needs neither this client nor the group) —
@@ -347,13 +316,13 @@ func (g *groupRun) member(ctx context.Context, readTimeout time.Duration) (sessi
 				continue
 			}
 			if ctx.Err() == nil {
-				g.log.Warn("consumer group", "group", cfg.Group, "err", err)
+				g.log.Warn("consumer group", "group", cfg.Group.ID, "err", err)
 			}
 		}
 	}()
 	defer func() {
 		if cerr := cg.Close(); cerr != nil && err == nil && ctx.Err() == nil {
-			g.log.Warn("leaving consumer group", "group", cfg.Group, "err", cerr)
+			g.log.Warn("leaving consumer group", "group", cfg.Group.ID, "err", cerr)
 		}
 		<-errsDone
 	}()
@@ -396,18 +365,18 @@ func groupError(cfg Config, err error) error {
 	switch {
 	case errors.Is(err, sarama.ErrFencedInstancedId):
 		return fmt.Errorf("%w: consumer group %q: instance id %q belongs to another process now (this process was paused past its session timeout and another took its place, two processes have the same --instance-id, or two hosts with the same host name share a lock directory): give each process its own --instance-id: %w",
-			ErrConfig, cfg.Group, cfg.InstanceID, err)
+			ErrConfig, cfg.Group.ID, cfg.Group.InstanceID, err)
 	case errors.Is(err, sarama.ErrInvalidSessionTimeout):
 		return fmt.Errorf("%w: session-timeout %s: the broker refuses it (outside its group.min.session.timeout.ms .. group.max.session.timeout.ms)",
-			ErrConfig, cfg.SessionTimeout)
+			ErrConfig, cfg.Group.SessionTimeout)
 	case errors.Is(err, sarama.ErrInconsistentGroupProtocol):
-		return fmt.Errorf("%w: consumer group %q is used by consumers of another kind: give the job its own --group", ErrConfig, cfg.Group)
+		return fmt.Errorf("%w: consumer group %q is used by consumers of another kind: give the job its own --group", ErrConfig, cfg.Group.ID)
 	case errors.Is(err, sarama.ErrGroupMaxSizeReached):
-		return fmt.Errorf("%w: consumer group %q is full (the broker's group.max.size): run fewer processes", ErrConfig, cfg.Group)
+		return fmt.Errorf("%w: consumer group %q is full (the broker's group.max.size): run fewer processes", ErrConfig, cfg.Group.ID)
 	case errors.Is(err, sarama.ErrUnknownTopicOrPartition):
 		return fmt.Errorf("%w %q: %w", ErrNoTopic, cfg.Topic, err)
 	case isDenied(err):
-		return fmt.Errorf("%w: consumer group %q: %w", ErrDenied, cfg.Group, err)
+		return fmt.Errorf("%w: consumer group %q: %w", ErrDenied, cfg.Group.ID, err)
 	}
 	return nil
 }
@@ -442,23 +411,9 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	parts := slices.Clone(sess.Claims()[g.cfg.Topic])
 	slices.Sort(parts)
 	s := session{Partitions: parts, All: g.all, Generation: sess.GenerationID(), MemberID: sess.MemberID()}
-	// Another job in the group: the newcomer leaves, before it claims
-	// anything; a member that held the group before goes on (its leader
-	// assigned the newcomer nothing, see exclusive).
-	if foreign, err := foreignMembers(g.client, g.cfg.Group, g.cfg.Job); err != nil {
-		g.log.Warn("could not describe the consumer group", "group", g.cfg.Group, "err", err)
-	} else if len(foreign) > 0 && !g.holdsGroup() {
-		err := errGroupInUse(g.cfg, foreign)
-		g.mu.Lock()
-		g.fatal = err
-		g.mu.Unlock()
+	if err := g.admit(); err != nil {
 		return err
-	} else {
-		g.warnForeign(foreign)
 	}
-	g.mu.Lock()
-	g.holds = true
-	g.mu.Unlock()
 	// A rebalance during the claim must not turn into a failed claim: the
 	// claim is bounded by its retries, and the session ends right after.
 	if g.cfg.CrashPoint != nil {
@@ -481,7 +436,7 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 		g.mu.Unlock()
 		return err
 	}
-	g.log.Info("partitions assigned", "group", g.cfg.Group, "generation", s.Generation, "member", s.MemberID,
+	g.log.Info("partitions assigned", "group", g.cfg.Group.ID, "generation", s.Generation, "member", s.MemberID,
 		"partitions", fmt.Sprint(parts), "epoch", epoch)
 	fenced := false
 	d.Drop = isFenced
@@ -527,6 +482,28 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 		}
 		g.rejoin()
 	}()
+	return nil
+}
+
+// admit checks the group for another job's members: the newcomer leaves,
+// before it claims anything (a fatal ErrConfig); a member that held the
+// group before goes on (its leader assigned the newcomer nothing, see
+// exclusive).
+func (g *groupRun) admit() error {
+	if foreign, err := foreignMembers(g.client, g.cfg.Group.ID, g.cfg.Job); err != nil {
+		g.log.Warn("could not describe the consumer group", "group", g.cfg.Group.ID, "err", err)
+	} else if len(foreign) > 0 && !g.holdsGroup() {
+		err := errGroupInUse(g.cfg, foreign)
+		g.mu.Lock()
+		g.fatal = err
+		g.mu.Unlock()
+		return err
+	} else {
+		g.warnForeign(foreign)
+	}
+	g.mu.Lock()
+	g.holds = true
+	g.mu.Unlock()
 	return nil
 }
 
@@ -578,7 +555,7 @@ func (g *groupRun) warnForeign(ms []foreignMember) {
 	g.mu.Unlock()
 	if len(fresh) > 0 {
 		g.log.Warn("another job tried to join this job's consumer group: this job goes on, the newcomer is refused (give it its own --group)",
-			"group", g.cfg.Group, "job", g.cfg.Job, "joined", describeForeign(fresh))
+			"group", g.cfg.Group.ID, "job", g.cfg.Job, "joined", describeForeign(fresh))
 	}
 }
 
@@ -597,9 +574,9 @@ type exclusive struct {
 
 func (s exclusive) Plan(members map[string]sarama.ConsumerGroupMemberMetadata, topics map[string][]int32) (sarama.BalanceStrategyPlan, error) {
 	if s.g.holdsGroup() {
-		foreign, err := foreignMembers(s.g.client, s.g.cfg.Group, s.g.cfg.Job)
+		foreign, err := foreignMembers(s.g.client, s.g.cfg.Group.ID, s.g.cfg.Job)
 		if err != nil {
-			s.g.log.Warn("could not describe the consumer group", "group", s.g.cfg.Group, "err", err)
+			s.g.log.Warn("could not describe the consumer group", "group", s.g.cfg.Group.ID, "err", err)
 		}
 		if len(foreign) > 0 {
 			// A copy: sarama gives the members missing from the plan

@@ -77,7 +77,7 @@ func testGroupShared(t *testing.T, brokers []string) {
 	}
 
 	cfgB := baseConfig(t, brokers, topic, jobB, dsn)
-	cfgB.Group = jobA
+	cfgB.Group.ID = jobA
 	_, errB := strategies.Run(ctx, cfgB)
 	if !errors.Is(errB, strategies.ErrConfig) || !strings.Contains(errB.Error(), fmt.Sprintf(`consumer group %q is used by job %q`, jobA, jobA)) {
 		t.Fatalf("job B returned %v, want a configuration error naming job %q", errB, jobA)

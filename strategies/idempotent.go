@@ -15,12 +15,107 @@ import (
 	"github.com/microbatch/microbatch/writers/redissink"
 )
 
-// idempotent is the `idempotent` strategy on Redis (redissink.Job): the
+// idempotentStrategy is strategy idempotent, on Redis: offsets are
+// claimed and stored in Redis, and a session first finishes the batches
+// its partitions' previous owner logged but did not fold (recover).
+type idempotentStrategy struct {
+	*runEnv
+	r *redissink.Sink
+	j *redissink.Job // r bound to the job
+}
+
+// connect opens the Redis sink, waiting up to the connect timeout for it
+// to answer.
+func (s *idempotentStrategy) connect(ctx context.Context) error {
+	return connect(ctx, s.cfg.ConnectTimeout, func(actx context.Context) (err error) {
+		if s.r, err = redissink.Open(actx, s.cfg.Sink); err != nil {
+			return err
+		}
+		if s.j, err = s.r.Job(s.cfg.Job); err != nil {
+			s.r.Close()
+		}
+		return err
+	})
+}
+
+// open is connect: Redis has no tables to create.
+func (s *idempotentStrategy) open(ctx context.Context) error { return s.connect(ctx) }
+func (s *idempotentStrategy) close() error                   { return s.r.Close() }
+func (s *idempotentStrategy) sinkName() string               { return s.r.String() }
+
+func (s *idempotentStrategy) stored(ctx context.Context) (map[int32]int64, error) {
+	return s.j.Offsets(ctx, s.cfg.Topic)
+}
+
+// start claims the partitions (startIdempotent), finishes their logged
+// batches, and plans from their offsets.
+func (s *idempotentStrategy) start(ctx context.Context, sess session, d *batch.Driver) (int64, error) {
+	st, err := startIdempotent(ctx, s.j, s.src, s.cfg, sess, s.crash)
+	if err != nil {
+		return 0, err
+	}
+	if err := st.recover(ctx, s.cfg.Topic, sess.Partitions); err != nil {
+		return 0, err
+	}
+	all, err := s.j.Offsets(ctx, s.cfg.Topic)
+	if err != nil {
+		return 0, err
+	}
+	d.Next = make(map[int32]int64, len(sess.Partitions))
+	for _, p := range sess.Partitions {
+		d.Next[p] = all[p]
+	}
+	d.Epoch = st.epoch
+	d.BatchIDs = func(ctx context.Context) (id int64, err error) {
+		// A repeat after a lost reply only skips an id.
+		_, err = withRetry(ctx, s.log, "allocating a batch id", func() error {
+			id, err = s.j.NextBatchID(ctx)
+			return err
+		})
+		return id, err
+	}
+	d.Prepare, d.Task, d.Commit = st.prepare, st.task, st.commit
+	return st.epoch, nil
+}
+
+// startIdempotent claims the session's partitions in Redis (a new epoch,
+// checked per partition inside every script, fences their previous owner)
+// after creating the offsets of partitions that have none: start-from for a
+// new job, earliest for later partitions.
+func startIdempotent(ctx context.Context, rw *redissink.Job, src *batch.KafkaSource, cfg Config, s session, crash func(string)) (*idempotent, error) {
+	stored, err := rw.Offsets(ctx, cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	start, err := startRule(ctx, src, cfg)
+	if err != nil {
+		return nil, err
+	}
+	starts := map[int32]int64{}
+	for _, p := range s.All {
+		if _, ok := stored[p]; ok {
+			continue
+		}
+		if starts[p], err = start(p, len(stored) == 0); err != nil {
+			return nil, err
+		}
+	}
+	if err := rw.InitOffsets(ctx, cfg.Topic, starts); err != nil {
+		return nil, err
+	}
+	epoch, err := rw.ClaimPartitions(ctx, cfg.Topic, s.Partitions, int64(s.Generation))
+	if err != nil {
+		return nil, err
+	}
+	return &idempotent{src: src, r: rw, work: workloadOf(cfg), job: cfg.Job, epoch: epoch, log: cfg.Logger, crash: crash}, nil
+}
+
+// idempotent is the `idempotent` strategy on Redis (redissink.Sink): the
 // plan of each batch is logged before it is read; each partition task
 // writes its results under a key named after its range (a replay
 // overwrites); then one atomic, offset-guarded script folds the batch into
-// the users' totals and advances the offsets. See package redissink for
-// the key layout and the guarantee.
+// the users' totals and advances the offsets. See writers/redis.go for the
+// key layout and the guarantee.
 //
 // A user's Transform (work) runs the same protocol with rows instead of
 // totals: WriteRowsContribution and FoldRows, into the hashes of its

@@ -33,7 +33,7 @@ import (
 // temp dir), not per working directory.
 
 // DefaultInstanceLockDirName is the directory under os.TempDir() holding
-// the slot locks when Config.InstanceLockDir is empty.
+// the slot locks when Config.Group.InstanceLockDir is empty.
 const DefaultInstanceLockDirName = "microbatch-members"
 
 // maxInstanceSlots bounds the slot search: more processes of one group on

@@ -5,5 +5,5 @@ package strategies
 import "os"
 
 // tryLock: no flock here, so no default instance id; members join with a
-// dynamic id (set Config.InstanceID for fast restarts).
+// dynamic id (set Config.Group.InstanceID for fast restarts).
 func tryLock(*os.File) (bool, error) { return false, errNoLocks }

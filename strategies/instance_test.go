@@ -126,7 +126,7 @@ func TestInstanceSlotReleasedByKill(t *testing.T) {
 }
 
 func TestGroupErrorFatalOrRejoin(t *testing.T) {
-	cfg := Config{Group: "g", Topic: "t", InstanceID: "job-h-0", SessionTimeout: time.Second}
+	cfg := Config{Topic: "t", Group: GroupConfig{ID: "g", InstanceID: "job-h-0", SessionTimeout: time.Second}}
 	for _, c := range []struct {
 		err  error
 		want error // nil: rejoin

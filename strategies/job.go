@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
-	"github.com/microbatch/microbatch/writers/redissink"
 )
 
 // The built-in job, shared by every strategy: read a range, sum valid
@@ -66,43 +64,5 @@ func deadLetter(job, topic string, rec *batch.Record, err error) record.DeadLett
 	return record.DeadLetter{
 		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
 		Reason: reason.Safe(why, writers.MaxReasonBytes), Payload: bytes.Clone(rec.Value),
-	}
-}
-
-// unknownOutcome marks a failed attempt whose commit may have landed (its
-// offsets couldn't be read back): only another attempt can tell.
-type unknownOutcome struct{ err error }
-
-func (u unknownOutcome) Error() string { return u.err.Error() }
-func (u unknownOutcome) Unwrap() error { return u.err }
-
-// isRetryable: lost connections, deadlocks, Kafka read errors and unknown
-// outcomes may succeed on another attempt; fencing, conflicts and bad
-// configuration never do. Nor does a read that gave up on the run's stop
-// request (batch.ErrStopped): another attempt would only wait again.
-func isRetryable(err error) bool {
-	if errors.Is(err, batch.ErrStopped) {
-		return false
-	}
-	var u unknownOutcome
-	return errors.As(err, &u) || writers.IsRetryable(err) || redissink.IsRetryable(err) || batch.IsRetryable(err)
-}
-
-// withRetry runs attempt until it succeeds, fails for good, or has been
-// tried maxAttempts times, backing off between tries. It returns how many
-// attempts it made.
-func withRetry(ctx context.Context, log *slog.Logger, what string, attempt func() error) (int, error) {
-	for n := 1; ; n++ {
-		err := attempt()
-		if err == nil {
-			return n, nil
-		}
-		if !isRetryable(err) || n >= maxAttempts {
-			return n, err
-		}
-		log.Warn("retrying", "what", what, "attempt", n, "err", err)
-		if err := sleepBackoff(ctx, n); err != nil {
-			return n, err
-		}
 	}
 }

@@ -1,20 +1,5 @@
 package strategies
 
-// Broker limits. A few settings are bounded by the brokers, which refuse a
-// value outside the bounds only when it is used: a session timeout outside
-// group.min/max.session.timeout.ms fails the group join, a Kafka
-// transaction timeout above transaction.max.timeout.ms fails the first
-// transactional producer — after the run started, in checkpoint mode
-// after restarts. Start-up (and the dry run) reads the bounds with
-// DescribeConfigs and refuses such a setting at once, naming both numbers.
-//
-// The preflight never stops a run by itself failing: a broker that does
-// not answer DescribeConfigs (an ACL without DescribeConfigs on the
-// cluster, a broker that does not implement it) or leaves a value out is
-// logged at debug level and the run goes on; the broker's refusal, if it
-// comes, is then the check (groupError, and the checkpoint runner for the
-// transaction timeout: both ErrConfig).
-
 import (
 	"fmt"
 	"slices"
@@ -22,7 +7,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
 	"github.com/microbatch/microbatch/strategies/checkpoint"
 )
 
@@ -43,9 +27,9 @@ const (
 func checkBrokerLimits(cfg Config, client sarama.Client) error {
 	log := cfg.Logger
 	if cfg.Strategy != StrategyCheckpoint {
-		coord, err := client.Coordinator(cfg.Group)
+		coord, err := client.Coordinator(cfg.Group.ID)
 		if err != nil {
-			log.Debug(brokerLimitsLogMessage, "group", cfg.Group, "err", fmt.Errorf("finding the group coordinator: %w", err))
+			log.Debug(brokerLimitsLogMessage, "group", cfg.Group.ID, "err", fmt.Errorf("finding the group coordinator: %w", err))
 			return nil
 		}
 		limits, err := describeBroker(client, coord.ID(), brokerGroupMinSession, brokerGroupMaxSession)
@@ -53,17 +37,17 @@ func checkBrokerLimits(cfg Config, client sarama.Client) error {
 			log.Debug(brokerLimitsLogMessage, "broker", coord.Addr(), "err", err)
 			return nil
 		}
-		if ms, ok := limits[brokerGroupMinSession]; ok && cfg.SessionTimeout < msDuration(ms) {
+		if ms, ok := limits[brokerGroupMinSession]; ok && cfg.Group.SessionTimeout < msDuration(ms) {
 			return fmt.Errorf("%w: session-timeout %s is below the broker's %s %d (%s): raise --session-timeout, or lower the broker's bound",
-				ErrConfig, cfg.SessionTimeout, brokerGroupMinSession, ms, msDuration(ms))
+				ErrConfig, cfg.Group.SessionTimeout, brokerGroupMinSession, ms, msDuration(ms))
 		}
-		if ms, ok := limits[brokerGroupMaxSession]; ok && cfg.SessionTimeout > msDuration(ms) {
+		if ms, ok := limits[brokerGroupMaxSession]; ok && cfg.Group.SessionTimeout > msDuration(ms) {
 			return fmt.Errorf("%w: session-timeout %s is above the broker's %s %d (%s): lower --session-timeout, or raise the broker's bound",
-				ErrConfig, cfg.SessionTimeout, brokerGroupMaxSession, ms, msDuration(ms))
+				ErrConfig, cfg.Group.SessionTimeout, brokerGroupMaxSession, ms, msDuration(ms))
 		}
 		return nil
 	}
-	spec, err := parseCheckpointSink(cfg.Sink, cfg.SinkMode)
+	spec, err := parseCheckpointSink(cfg.Sink, cfg.Checkpoint.SinkMode)
 	if err != nil || spec.Kind != checkpoint.SinkKafka {
 		return nil // Validate reported a bad sink; no other uses transactions
 	}
@@ -98,9 +82,9 @@ func checkBrokerLimits(cfg Config, client sarama.Client) error {
 		log.Debug(brokerLimitsLogMessage, "broker", b.Addr(), "err", err)
 		return nil
 	}
-	if ms, ok := limits[brokerTxnMaxTimeout]; ok && cfg.KafkaTxnTimeout > msDuration(ms) {
+	if ms, ok := limits[brokerTxnMaxTimeout]; ok && cfg.Checkpoint.KafkaTxnTimeout > msDuration(ms) {
 		return fmt.Errorf("%w: kafka-txn-timeout %s is above the broker's %s %d (%s): lower --kafka-txn-timeout (and the checkpoint settings it must cover), or raise the broker's limit",
-			ErrConfig, cfg.KafkaTxnTimeout, brokerTxnMaxTimeout, ms, msDuration(ms))
+			ErrConfig, cfg.Checkpoint.KafkaTxnTimeout, brokerTxnMaxTimeout, ms, msDuration(ms))
 	}
 	return nil
 }

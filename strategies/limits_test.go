@@ -31,50 +31,7 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: skipped with -short")
 	}
-	const appPassword = "app-pw-5521"
-	all := func(r kmsg.ACLResourceType) kfakepkg.ACL {
-		return kfakepkg.ACL{Resource: r, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationAll, Allow: true}
-	}
-	c, err := kfakepkg.NewCluster(
-		kfakepkg.NumBrokers(1),
-		kfakepkg.DefaultNumPartitions(testPartitions),
-		kfakepkg.GroupMinSessionTimeout(500*time.Millisecond),
-		kfakepkg.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}),
-		kfakepkg.EnableSASL(),
-		kfakepkg.EnableACLs(),
-		kfakepkg.Superuser(kafkautil.SASLPlain, "admin", "admin-pw"),
-		// Everything the jobs need, nothing on the cluster.
-		kfakepkg.User(kafkautil.SASLPlain, "app", appPassword,
-			all(kmsg.ACLResourceTypeTopic), all(kmsg.ACLResourceTypeGroup), all(kmsg.ACLResourceTypeTransactionalId)),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	brokers := c.ListenAddrs()
-	admin := kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "admin", Password: "admin-pw"}
-	app := kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "app", Password: appPassword}
-
-	// The app really may not read the broker's settings.
-	conf, err := app.Config("limits-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := sarama.NewClient(brokers, conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ca.DescribeConfig(sarama.ConfigResource{Type: sarama.BrokerResource, Name: "0", ConfigNames: []string{"transaction.max.timeout.ms"}})
-	ca.Close() // closes the client
-	var denied *sarama.DescribeConfigError
-	if !errors.As(err, &denied) || !errors.Is(denied.Err, sarama.ErrClusterAuthorizationFailed) {
-		t.Fatalf("DescribeConfigs as the app: %v, want CLUSTER_AUTHORIZATION_FAILED", err)
-	}
-
+	brokers, admin, app := clusterWithoutDescribeConfigs(t)
 	topic := uniqueName(t, "mbt")
 	if err := admin.EnsureTopic(brokers, topic, testPartitions); err != nil {
 		t.Fatal(err)
@@ -109,7 +66,7 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 	t.Run("session refused at the join", func(t *testing.T) {
 		cfg := baseConfig(t, brokers, topic, uniqueName(t, "job"), "sqlite://"+t.TempDir()+"/sink.db")
 		cfg.Kafka = app
-		cfg.SessionTimeout = 200 * time.Millisecond
+		cfg.Group.SessionTimeout = 200 * time.Millisecond
 		_, err := strategies.Run(ctx, cfg)
 		if !errors.Is(err, strategies.ErrConfig) || !strings.Contains(err.Error(), "session-timeout 200ms: the broker refuses it") {
 			t.Fatalf("Run: %v, want the broker's refusal as a configuration error", err)
@@ -119,10 +76,10 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 		cfg := baseConfig(t, brokers, topic, uniqueName(t, "job"), "kafka://"+brokers[0]+"/"+uniqueName(t, "out"))
 		cfg.Strategy = strategies.StrategyCheckpoint
 		cfg.Kafka = app
-		cfg.StateDir = t.TempDir()
-		cfg.KafkaTxnTimeout = 20 * time.Minute
+		cfg.Checkpoint.StateDir = t.TempDir()
+		cfg.Checkpoint.KafkaTxnTimeout = 20 * time.Minute
 		var failures atomic.Int64
-		cfg.OnCheckpointFailure = func(error) { failures.Add(1) }
+		cfg.Checkpoint.OnFailure = func(error) { failures.Add(1) }
 		_, err := strategies.Run(ctx, cfg)
 		if !errors.Is(err, strategies.ErrConfig) || !errors.Is(err, sarama.ErrInvalidTransactionTimeout) {
 			t.Fatalf("Run: %v, want INVALID_TRANSACTION_TIMEOUT as a configuration error", err)
@@ -131,4 +88,55 @@ func TestBrokerLimitsUnreadable(t *testing.T) {
 			t.Errorf("the job restarted %d times on a transaction timeout the broker refuses", n)
 		}
 	})
+}
+
+// clusterWithoutDescribeConfigs is a kfake cluster whose user app may do
+// everything a job needs but not read the brokers' settings
+// (DescribeConfigs on the cluster), and whose admin may.
+func clusterWithoutDescribeConfigs(t *testing.T) (brokers []string, admin, app kafkautil.Security) {
+	const appPassword = "app-pw-5521"
+	all := func(r kmsg.ACLResourceType) kfakepkg.ACL {
+		return kfakepkg.ACL{Resource: r, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationAll, Allow: true}
+	}
+	c, err := kfakepkg.NewCluster(
+		kfakepkg.NumBrokers(1),
+		kfakepkg.DefaultNumPartitions(testPartitions),
+		kfakepkg.GroupMinSessionTimeout(500*time.Millisecond),
+		kfakepkg.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}),
+		kfakepkg.EnableSASL(),
+		kfakepkg.EnableACLs(),
+		kfakepkg.Superuser(kafkautil.SASLPlain, "admin", "admin-pw"),
+		// Everything the jobs need, nothing on the cluster.
+		kfakepkg.User(kafkautil.SASLPlain, "app", appPassword,
+			all(kmsg.ACLResourceTypeTopic), all(kmsg.ACLResourceTypeGroup), all(kmsg.ACLResourceTypeTransactionalId)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	brokers = c.ListenAddrs()
+	admin = kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "admin", Password: "admin-pw"}
+	app = kafkautil.Security{SASLMechanism: kafkautil.SASLPlain, User: "app", Password: appPassword}
+
+	// The app really may not read the broker's settings.
+	conf, err := app.Config("limits-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := sarama.NewClient(brokers, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ca.DescribeConfig(sarama.ConfigResource{Type: sarama.BrokerResource, Name: "0", ConfigNames: []string{"transaction.max.timeout.ms"}})
+	ca.Close() // closes the client
+	var denied *sarama.DescribeConfigError
+	if !errors.As(err, &denied) || !errors.Is(denied.Err, sarama.ErrClusterAuthorizationFailed) {
+		t.Fatalf("DescribeConfigs as the app: %v, want CLUSTER_AUTHORIZATION_FAILED", err)
+	}
+
+	return brokers, admin, app
 }

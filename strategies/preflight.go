@@ -8,11 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/IBM/sarama"
 
-	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
@@ -28,7 +27,7 @@ type PartitionPlan struct {
 // Plan is what `run --dry-run` reports: the configuration checked, Kafka
 // and the sink reached, and what the job would do first.
 type Plan struct {
-	Strategy   string
+	Strategy   Strategy
 	Guarantee  Guarantee
 	Topic      string
 	Group      string
@@ -46,7 +45,7 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	if err := cfg.Validate(); err != nil {
 		return Plan{}, err
 	}
-	p := Plan{Strategy: cfg.Strategy, Guarantee: GuaranteeOf(cfg.Strategy), Topic: cfg.Topic, Group: cfg.Group}
+	p := Plan{Strategy: cfg.Strategy, Guarantee: GuaranteeOf(cfg.Strategy), Topic: cfg.Topic, Group: cfg.Group.ID}
 	client, src, err := openSource(ctx, cfg)
 	if err != nil {
 		return Plan{}, err
@@ -60,76 +59,86 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	if err != nil {
 		return Plan{}, classify(fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err))
 	}
-
-	// Opening a SQLite file that does not exist creates it: a dry run
-	// leaves it to the run.
-	var newFile bool
-	if cfg.Strategy != StrategyCheckpoint && cfg.Strategy != StrategyIdempotent {
-		if newFile, err = newSQLiteFile(cfg.Sink); err != nil {
-			return Plan{}, err
-		}
-		if newFile {
-			p.Sink = SinkDisplay(cfg.Sink)
-			p.Note = "the SQLite file does not exist yet: run creates it"
-		}
-	}
 	stored := map[int32]int64{}
-	switch {
-	case cfg.Strategy == StrategyCheckpoint:
+	if cfg.Strategy == StrategyCheckpoint {
 		p.Sink = SinkDisplay(cfg.Sink)
 		p.Note = "checkpoint mode: the sink is not opened (of a kafka:// sink only the brokers' transaction.max.timeout.ms is read) and positions come from the latest checkpoint in --state-dir at start"
-	case cfg.Strategy == StrategyAtLeastOnce || cfg.Strategy == StrategyAtMostOnce:
-		if !newFile {
-			w, _, err := openSink(ctx, cfg)
-			if err != nil {
-				return Plan{}, err
-			}
-			defer w.Close()
-			p.Sink = w.String()
-		}
-		if stored, err = offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).Load(ctx, src.Partitions()); err != nil {
-			return Plan{}, classify(err)
-		}
-	case newFile: // no offsets stored yet
-	default:
-		w, rw, err := openSink(ctx, cfg)
+	} else {
+		env := newRunEnv(cfg)
+		env.client, env.src = client, src
+		st := batchStrategies[cfg.Strategy](env)
+		closeSink, err := dryRunSink(ctx, cfg, st, &p, &stored)
 		if err != nil {
 			return Plan{}, err
 		}
-		if rw != nil {
-			defer rw.Close()
-			p.Sink = rw.String()
-			j, err := rw.Job(cfg.Job)
-			if err == nil {
-				stored, err = j.Offsets(ctx, cfg.Topic)
-			}
-			if err != nil {
-				return Plan{}, classify(err)
-			}
-		} else {
-			defer w.Close()
-			p.Sink = w.String()
-			if stored, err = storedSQL(ctx, w, cfg); err != nil {
-				return Plan{}, classify(err)
-			}
-		}
+		defer closeSink()
 	}
-	if p.Members, err = groupMembers(client, cfg.Group); err != nil {
-		return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
+	if err := dryRunGroup(cfg, client, &p); err != nil {
+		return Plan{}, err
 	}
-	if cfg.Strategy != StrategyCheckpoint {
-		// A run would be the newcomer in a group another job holds, and
-		// be refused.
-		foreign, err := foreignMembers(client, cfg.Group, cfg.Job)
-		if err != nil {
-			return Plan{}, classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group, err))
-		}
-		if len(foreign) > 0 {
-			return Plan{}, errGroupInUse(cfg, foreign)
-		}
-	}
+	p.Partitions = firstBatch(cfg, src.Partitions(), bounds, stored)
+	return p, nil
+}
 
-	for _, part := range src.Partitions() {
+// dryRunSink connects to a micro-batch strategy's sink, writing nothing,
+// and reads the job's stored positions into stored; the returned close is
+// for once the plan is made. Opening a SQLite file that does not exist
+// creates it: a dry run leaves that to the run, and such a sink holds no
+// positions.
+func dryRunSink(ctx context.Context, cfg Config, st batchStrategy, p *Plan, stored *map[int32]int64) (closeSink func(), err error) {
+	closeSink = func() {}
+	var newFile bool
+	if cfg.Strategy != StrategyIdempotent {
+		if newFile, err = newSQLiteFile(cfg.Sink); err != nil {
+			return nil, err
+		}
+	}
+	if newFile {
+		p.Sink = SinkDisplay(cfg.Sink)
+		p.Note = "the SQLite file does not exist yet: run creates it"
+	} else {
+		if err := st.connect(ctx); err != nil {
+			return nil, err
+		}
+		closeSink = func() { st.close() }
+		p.Sink = st.sinkName()
+	}
+	_, inGroup := st.(*controlStrategy) // the controls' positions are not in the sink
+	if newFile && !inGroup {
+		return closeSink, nil // no offsets stored yet
+	}
+	if *stored, err = st.stored(ctx); err != nil {
+		closeSink()
+		return nil, classify(err)
+	}
+	return closeSink, nil
+}
+
+// dryRunGroup lists the group's members, and refuses a group another job
+// holds: a run would be the newcomer there, and be refused.
+func dryRunGroup(cfg Config, client sarama.Client, p *Plan) error {
+	var err error
+	if p.Members, err = groupMembers(client, cfg.Group.ID); err != nil {
+		return classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group.ID, err))
+	}
+	if cfg.Strategy == StrategyCheckpoint {
+		return nil
+	}
+	foreign, err := foreignMembers(client, cfg.Group.ID, cfg.Job)
+	if err != nil {
+		return classify(fmt.Errorf("describing consumer group %q: %w", cfg.Group.ID, err))
+	}
+	if len(foreign) > 0 {
+		return errGroupInUse(cfg, foreign)
+	}
+	return nil
+}
+
+// firstBatch plans each partition's first batch from its stored position,
+// or from where a run would start it.
+func firstBatch(cfg Config, parts []int32, bounds map[int32]batch.Bounds, stored map[int32]int64) []PartitionPlan {
+	var out []PartitionPlan
+	for _, part := range parts {
 		b := bounds[part]
 		pp := PartitionPlan{Partition: part, Stored: -1, Start: b.Start, End: b.End}
 		from, ok := stored[part]
@@ -144,9 +153,9 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 		if from >= b.Start && from < b.End {
 			pp.To = min(b.End, from+cfg.MaxBatchRecords)
 		}
-		p.Partitions = append(p.Partitions, pp)
+		out = append(out, pp)
 	}
-	return p, nil
+	return out
 }
 
 // newSQLiteFile says whether dsn is a SQLite file that does not exist yet.
@@ -164,23 +173,6 @@ func newSQLiteFile(dsn string) (bool, error) {
 		return false, fmt.Errorf("connecting to sink %s: directory %s does not exist", t.Display, filepath.Dir(t.File))
 	}
 	return true, nil
-}
-
-// storedSQL reads the job's mb_offsets rows, if the table exists yet.
-func storedSQL(ctx context.Context, w *sqlsink.Writer, cfg Config) (map[int32]int64, error) {
-	pos, err := offsets.Load(ctx, w.DB(), cfg.Job, cfg.Topic)
-	if err != nil {
-		msg := err.Error()
-		if strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
-			return map[int32]int64{}, nil // a sink the job never ran against
-		}
-		return nil, err
-	}
-	out := make(map[int32]int64, len(pos))
-	for p, v := range pos {
-		out[p] = v.NextOffset
-	}
-	return out, nil
 }
 
 // groupMembers lists the client ids of the group's live members.

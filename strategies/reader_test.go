@@ -27,95 +27,101 @@ import (
 func TestReaderSeesWholeBatches(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		strategy string
+		strategy strategies.Strategy
 		sink     sinkTarget
 	}{
 		{strategies.StrategyTxn, mariaDB},
 		{strategies.StrategySingle, mariaDB},
 		{strategies.StrategyIdempotent, redisSink},
 	} {
-		t.Run(c.strategy, func(t *testing.T) {
+		t.Run(string(c.strategy), func(t *testing.T) {
 			t.Parallel()
-			dsn := c.sink.dsn(t)
-			brokers := kfake.brokers(t)
-			topic := newTopic(t, brokers)
-			job := uniqueName(t, "job")
-			const events = 60_000
-			produce(t, brokers, topic, integrationSeed, 0, events)
-
-			snapshot := sqlSnapshot
-			if c.strategy == strategies.StrategyIdempotent {
-				snapshot = redisSnapshot
-			}
-			read := snapshot(t, dsn, job)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			var polls, midway int
-			var polled atomic.Int64 // snapshots finished
-			readerGone := make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer close(readerGone)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					counted, below, err := read()
-					if err != nil {
-						t.Errorf("reading the sink: %v", err)
-						return
-					}
-					polls++
-					polled.Store(int64(polls))
-					if counted != below {
-						t.Errorf("snapshot %d: totals count %d events (with dead letters), offsets cover %d records", polls, counted, below)
-						return
-					}
-					if below > 0 && below < events {
-						midway++
-					}
-				}
-			}()
-			cfg := baseConfig(t, brokers, topic, job, dsn)
-			cfg.Strategy = c.strategy
-			cfg.MaxBatchRecords = 1_000 // many small batches to catch in between
-			cfg.Interval = 10 * time.Millisecond
-			// The first batches wait after their commit for a snapshot
-			// that began after it, so that mid-run snapshots are taken
-			// however little CPU the reader gets; the rest run free.
-			var committed int
-			cfg.OnProgress = func(batch.Progress) {
-				if committed++; committed > midRunSnapshots {
-					return
-				}
-				// The snapshot in flight may have begun before the commit.
-				want := polled.Load() + 2
-				for deadline := time.Now().Add(time.Minute); polled.Load() < want; time.Sleep(time.Millisecond) {
-					select {
-					case <-readerGone: // it failed the test
-						return
-					default:
-					}
-					if time.Now().After(deadline) {
-						t.Errorf("the reader took no snapshot within a minute of batch %d's commit", committed)
-						return
-					}
-				}
-			}
-			res := runJob(t, cfg)
-			close(stop)
-			wg.Wait()
-			t.Logf("%d snapshots, %d of them mid-run, over %d batches", polls, midway, res.Batches)
-			if midway < midRunSnapshots {
-				t.Fatalf("only %d snapshots were taken mid-run: the test saw too little", midway)
-			}
-			if counted, below, err := read(); err != nil || counted != events || below != events {
-				t.Fatalf("at the end: %d counted, %d below offsets (%v), want %d", counted, below, err, events)
-			}
+			testReaderSeesWholeBatches(t, c.strategy, c.sink)
 		})
+	}
+}
+
+// testReaderSeesWholeBatches reads the sink over and over while strategy
+// runs: each snapshot's totals must match its offsets.
+func testReaderSeesWholeBatches(t *testing.T, strategy strategies.Strategy, sink sinkTarget) {
+	dsn := sink.dsn(t)
+	brokers := kfake.brokers(t)
+	topic := newTopic(t, brokers)
+	job := uniqueName(t, "job")
+	const events = 60_000
+	produce(t, brokers, topic, integrationSeed, 0, events)
+
+	snapshot := sqlSnapshot
+	if strategy == strategies.StrategyIdempotent {
+		snapshot = redisSnapshot
+	}
+	read := snapshot(t, dsn, job)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var polls, midway int
+	var polled atomic.Int64 // snapshots finished
+	readerGone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(readerGone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			counted, below, err := read()
+			if err != nil {
+				t.Errorf("reading the sink: %v", err)
+				return
+			}
+			polls++
+			polled.Store(int64(polls))
+			if counted != below {
+				t.Errorf("snapshot %d: totals count %d events (with dead letters), offsets cover %d records", polls, counted, below)
+				return
+			}
+			if below > 0 && below < events {
+				midway++
+			}
+		}
+	}()
+	cfg := baseConfig(t, brokers, topic, job, dsn)
+	cfg.Strategy = strategy
+	cfg.MaxBatchRecords = 1_000 // many small batches to catch in between
+	cfg.Interval = 10 * time.Millisecond
+	// The first batches wait after their commit for a snapshot
+	// that began after it, so that mid-run snapshots are taken
+	// however little CPU the reader gets; the rest run free.
+	var committed int
+	cfg.OnProgress = func(batch.Progress) {
+		if committed++; committed > midRunSnapshots {
+			return
+		}
+		// The snapshot in flight may have begun before the commit.
+		want := polled.Load() + 2
+		for deadline := time.Now().Add(time.Minute); polled.Load() < want; time.Sleep(time.Millisecond) {
+			select {
+			case <-readerGone: // it failed the test
+				return
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the reader took no snapshot within a minute of batch %d's commit", committed)
+				return
+			}
+		}
+	}
+	res := runJob(t, cfg)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d snapshots, %d of them mid-run, over %d batches", polls, midway, res.Batches)
+	if midway < midRunSnapshots {
+		t.Fatalf("only %d snapshots were taken mid-run: the test saw too little", midway)
+	}
+	if counted, below, err := read(); err != nil || counted != events || below != events {
+		t.Fatalf("at the end: %d counted, %d below offsets (%v), want %d", counted, below, err, events)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/record"
@@ -55,7 +56,7 @@ func TestRetriesLostConnections(t *testing.T) {
 		{strategies.CrashAfterWriteBeforeOffsets, 1}, {strategies.CrashAfterOffsetsBeforeWrite, 1},
 	}
 	for _, c := range []struct {
-		strategy string
+		strategy strategies.Strategy
 		sink     sinkTarget
 		cuts     []cutAt
 	}{
@@ -65,14 +66,14 @@ func TestRetriesLostConnections(t *testing.T) {
 			{"", 1}, {strategies.CrashMidWrite, 1}, {strategies.CrashAfterWriteBeforeOffsets, 1},
 		}},
 	} {
-		t.Run(c.strategy, func(t *testing.T) {
+		t.Run(string(c.strategy), func(t *testing.T) {
 			t.Parallel()
 			testRetriesLostConnections(t, c.strategy, c.sink.dsn(t), c.cuts)
 		})
 	}
 }
 
-func testRetriesLostConnections(t *testing.T, strategy, upstream string, cuts []cutAt) {
+func testRetriesLostConnections(t *testing.T, strategy strategies.Strategy, upstream string, cuts []cutAt) {
 	brokers := kfake.brokers(t)
 	u, err := url.Parse(upstream)
 	if err != nil {
@@ -152,6 +153,11 @@ func testRetriesLostConnections(t *testing.T, strategy, upstream string, cuts []
 	if firedBatches == 0 || retries.Load() < int64(fired[testutil.CutBeforeForward]) {
 		t.Fatalf("%d retries after %d cuts before forwarding: the cuts did not land inside a write", retries.Load(), fired[testutil.CutBeforeForward])
 	}
+	checkSinkAfterCuts(t, strategy, upstream, brokers, job, topic, exp, events)
+}
+
+// checkSinkAfterCuts checks that the sink holds every event exactly once.
+func checkSinkAfterCuts(t *testing.T, strategy strategies.Strategy, upstream string, brokers []string, job, topic string, exp event.Expected, events int64) {
 	got, _, err := strategies.ReadTotals(context.Background(), upstream, job)
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,8 @@ package strategies
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -12,9 +12,6 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
-	"github.com/microbatch/microbatch/writers/redissink"
-	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // connectTimeout bounds how long the checkpoint sinks wait for their
@@ -37,202 +34,134 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	log := cfg.Logger
 	if cfg.Strategy == StrategyCheckpoint {
-		client, src, err := openSource(ctx, cfg)
-		if err != nil {
-			return Result{}, err
-		}
-		defer client.Close()
-		defer src.Close()
-		if err := checkBrokerLimits(cfg, client); err != nil {
-			return Result{}, err
-		}
-		return runCheckpoint(ctx, cfg, src)
+		return runCheckpointMode(ctx, cfg)
 	}
-
+	env := newRunEnv(cfg)
+	st := batchStrategies[cfg.Strategy](env)
 	began := time.Now()
-	w, rs, err := openSink(ctx, cfg)
-	if err != nil {
+	if err := st.open(ctx); err != nil {
 		return Result{}, err
 	}
-	var rw *redissink.Job
-	if rs != nil {
-		defer rs.Close()
-		if rw, err = rs.Job(cfg.Job); err != nil {
-			return Result{}, err
-		}
-	} else {
-		defer w.Close()
-		if err := w.CreateTables(ctx); err != nil {
-			return Result{}, classify(err)
-		}
-		if cfg.Transform != nil {
-			if err := checkTable(ctx, w, cfg.Transform.Upsert()); err != nil {
-				return Result{}, err
-			}
-		}
-	}
-
-	log.Debug("sink ready", "took", time.Since(began).Round(time.Millisecond))
+	defer st.close()
+	env.log.Debug("sink ready", "took", time.Since(began).Round(time.Millisecond))
 	client, src, err := openSource(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	defer client.Close()
 	defer src.Close()
-	log.Debug("kafka ready", "took", time.Since(began).Round(time.Millisecond))
+	env.log.Debug("kafka ready", "took", time.Since(began).Round(time.Millisecond))
 	if err := checkBrokerLimits(cfg, client); err != nil {
 		return Result{}, err
 	}
+	env.client, env.src = client, src
+	return (&batchRun{runEnv: env, st: st}).run(ctx)
+}
 
+// runCheckpointMode runs strategy checkpoint, which has a pipeline of its
+// own instead of the driver and the consumer group.
+func runCheckpointMode(ctx context.Context, cfg Config) (Result, error) {
+	client, src, err := openSource(ctx, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	defer client.Close()
+	defer src.Close()
+	if err := checkBrokerLimits(cfg, client); err != nil {
+		return Result{}, err
+	}
+	return runCheckpoint(ctx, cfg, src)
+}
+
+// batchStrategy is a micro-batch strategy (every one but checkpoint) as
+// Run and the consumer group drive it. Each owns its sink and its
+// start-up: how a session's partitions are claimed and where they start.
+type batchStrategy interface {
+	// open connects to the sink (waiting up to the connect timeout) and
+	// readies it for the run: its tables, a Transform's table checked.
+	open(ctx context.Context) error
+	// connect only connects to the sink, writing nothing (the dry run).
+	connect(ctx context.Context) error
+	close() error
+	// sinkName is the sink's address without password.
+	sinkName() string
+	// stored reads where the job stands on every partition of its topic,
+	// as the sink (or, for the controls, the consumer group) stores it.
+	stored(ctx context.Context) (map[int32]int64, error)
+	// start claims session s's partitions — a new epoch that fences
+	// whoever held them — finishes what was left half done, and readies d
+	// for them: positions, epoch, task and commit. It returns the epoch.
+	start(ctx context.Context, s session, d *batch.Driver) (int64, error)
+}
+
+// batchStrategies makes each micro-batch strategy's type.
+var batchStrategies = map[Strategy]func(*runEnv) batchStrategy{
+	StrategyTxn:         func(e *runEnv) batchStrategy { return &txnStrategy{sqlStrategy{runEnv: e}} },
+	StrategySingle:      func(e *runEnv) batchStrategy { return &singleStrategy{sqlStrategy{runEnv: e}} },
+	StrategyIdempotent:  func(e *runEnv) batchStrategy { return &idempotentStrategy{runEnv: e} },
+	StrategyAtLeastOnce: func(e *runEnv) batchStrategy { return &controlStrategy{sqlStrategy: sqlStrategy{runEnv: e}} },
+	StrategyAtMostOnce: func(e *runEnv) batchStrategy {
+		return &controlStrategy{sqlStrategy: sqlStrategy{runEnv: e}, atMostOnce: true}
+	},
+}
+
+// runEnv is what every strategy works with: the run's settings, its
+// Kafka client and source (set by Run once the sink is ready).
+type runEnv struct {
+	cfg    Config
+	log    *slog.Logger
+	crash  func(point string) // never nil
+	client sarama.Client
+	src    *batch.KafkaSource
+}
+
+func newRunEnv(cfg Config) *runEnv {
 	crash := func(string) {}
 	if cfg.CrashPoint != nil {
 		crash = cfg.CrashPoint
 	}
-	// Each group session gets a driver of its own over its partitions.
-	newDriver := func() *batch.Driver {
-		return &batch.Driver{
-			Source:      src,
-			Topic:       cfg.Topic,
-			Interval:    cfg.Interval,
-			MaxRecords:  cfg.MaxBatchRecords,
-			Parallelism: cfg.Parallelism,
-			UntilIdle:   cfg.UntilIdle,
-			OnProgress:  cfg.OnProgress,
-			OnStart: func(b batch.Info, ranges []record.Range) {
-				if cfg.OnBatchStart != nil {
-					cfg.OnBatchStart(b, ranges)
-				}
-				crash(CrashAfterPlan)
-			},
-		}
-	}
-	res := Result{}
-	var start sessionStart
-	var stored storedPositions
-	switch cfg.Strategy {
-	case StrategyIdempotent:
-		res.Sink = rs.String()
-		stored = func(ctx context.Context) (map[int32]int64, error) { return rw.Offsets(ctx, cfg.Topic) }
-		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
-			d := newDriver()
-			st, err := startIdempotent(ctx, rw, src, cfg, s, crash)
-			if err != nil {
-				return nil, 0, err
-			}
-			if err := st.recover(ctx, cfg.Topic, s.Partitions); err != nil {
-				return nil, 0, err
-			}
-			all, err := rw.Offsets(ctx, cfg.Topic)
-			if err != nil {
-				return nil, 0, err
-			}
-			d.Next = make(map[int32]int64, len(s.Partitions))
-			for _, p := range s.Partitions {
-				d.Next[p] = all[p]
-			}
-			d.Epoch = st.epoch
-			d.BatchIDs = func(ctx context.Context) (id int64, err error) {
-				// A repeat after a lost reply only skips an id.
-				_, err = withRetry(ctx, cfg.Logger, "allocating a batch id", func() error {
-					id, err = rw.NextBatchID(ctx)
-					return err
-				})
-				return id, err
-			}
-			d.Prepare, d.Task, d.Commit = st.prepare, st.task, st.commit
-			return d, st.epoch, nil
-		}
-	case StrategyTxn, StrategySingle:
-		res.Sink = w.String()
-		stored = func(ctx context.Context) (map[int32]int64, error) {
-			pos, err := offsets.Load(ctx, w.DB(), cfg.Job, cfg.Topic)
-			next := make(map[int32]int64, len(pos))
-			for p, x := range pos {
-				next[p] = x.NextOffset
-			}
-			return next, err
-		}
-		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
-			d := newDriver()
-			claim, err := claimPartitions(ctx, w, src, cfg, s)
-			if err != nil {
-				return nil, 0, err
-			}
-			d.Next = make(map[int32]int64, len(claim.Positions))
-			for p, pos := range claim.Positions {
-				d.Next[p] = pos.NextOffset
-			}
-			d.LastBatch, d.Epoch = claim.LastBatch, claim.Epoch
-			if cfg.Strategy == StrategyTxn {
-				d.Task = (&txnTask{src: src, w: w, work: workloadOf(cfg), job: cfg.Job, log: log, crash: crash}).run
-			} else {
-				s := newSingle(src, w, workloadOf(cfg), cfg.Job, log, crash)
-				d.Task, d.Commit = s.compute, s.commit
-			}
-			return d, claim.Epoch, nil
-		}
-	case StrategyAtLeastOnce, StrategyAtMostOnce:
-		res.Sink = w.String()
-		stored = func(ctx context.Context) (map[int32]int64, error) {
-			return offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).Load(ctx, src.Partitions())
-		}
-		start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
-			d := newDriver()
-			group := offsets.NewKafkaGroup(client, cfg.Group, cfg.Topic).AsMember(s.MemberID, s.Generation)
-			var err error
-			if d.Next, err = groupStart(ctx, group, src, cfg, s.Partitions); err != nil {
-				return nil, 0, err
-			}
-			d.Epoch = int64(s.Generation)
-			c := &control{src: src, w: w, work: workloadOf(cfg), group: group, job: cfg.Job, log: log, crash: crash, atMostOnce: cfg.Strategy == StrategyAtMostOnce}
-			d.Task = c.run
-			return d, d.Epoch, nil
-		}
-	}
-	jobLag := func(ctx context.Context, bounds map[int32]batch.Bounds) (int64, error) {
-		var next map[int32]int64
-		_, err := withRetry(ctx, log, "reading the job's positions", func() (err error) {
-			next, err = stored(ctx)
-			return err
-		})
-		return wholeLag(next, bounds), err
-	}
-	startDriver := start
-	start = func(ctx context.Context, s session) (*batch.Driver, int64, error) {
-		d, epoch, err := startDriver(ctx, s)
-		if d != nil {
-			d.JobLag = jobLag
-		}
-		return d, epoch, err
-	}
-	if cfg.InstanceID == "" {
+	return &runEnv{cfg: cfg, log: cfg.Logger, crash: crash}
+}
+
+// batchRun is one run of a micro-batch strategy: the consumer group, with
+// a driver per session.
+type batchRun struct {
+	*runEnv
+	st batchStrategy
+}
+
+// run joins the group and runs its sessions (runGroup), then reports the
+// whole job's lag.
+func (r *batchRun) run(ctx context.Context) (res Result, err error) {
+	cfg := &r.cfg
+	res.Sink = r.st.sinkName()
+	if cfg.Group.InstanceID == "" {
 		host, _ := os.Hostname()
-		slot, err := claimInstanceSlot(cfg.InstanceLockDir, cfg.Group, cfg.Job, host)
-		if err != nil {
-			log.Warn("no default instance id: joining the group as a dynamic member (a restart after a crash waits for the dead member's session to time out; set --instance-id)", "err", err)
+		slot, serr := claimInstanceSlot(cfg.Group.InstanceLockDir, cfg.Group.ID, cfg.Job, host)
+		if serr != nil {
+			r.log.Warn("no default instance id: joining the group as a dynamic member (a restart after a crash waits for the dead member's session to time out; set --instance-id)", "err", serr)
 		} else {
-			cfg.InstanceID = slot.ID
+			cfg.Group.InstanceID = slot.ID
 			// Marked free only once the member has left the group (runGroup
 			// returned); a failed run's member may still hold partitions.
 			defer func() { slot.Release(err == nil) }()
 		}
 	}
 	onStart := func(epoch int64) {
-		log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
-			"topic", cfg.Topic, "partitions", len(src.Partitions()), "group", cfg.Group, "instance", cfg.InstanceID,
+		r.log.Info("job started", "job", cfg.Job, "strategy", cfg.Strategy, "guarantee", GuaranteeOf(cfg.Strategy),
+			"topic", cfg.Topic, "partitions", len(r.src.Partitions()), "group", cfg.Group.ID, "instance", cfg.Group.InstanceID,
 			"epoch", epoch, "sink", res.Sink)
 	}
-	res.Summary, res.Epoch, err = runGroup(ctx, cfg, client, src.Partitions(), start, onStart)
+	res.Summary, res.Epoch, err = runGroup(ctx, *cfg, r.client, r.src.Partitions(), r.startSession, onStart)
 	res.Started = res.Epoch != 0
 	if res.Started {
 		// The run's last word on lag is the whole job's, whichever process
 		// holds which partition: "lag=0" must mean nothing is left behind.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if bounds, berr := src.Bounds(lctx); berr == nil {
-			if next, serr := stored(lctx); serr == nil {
+		if bounds, berr := r.src.Bounds(lctx); berr == nil {
+			if next, serr := r.st.stored(lctx); serr == nil {
 				res.Lag = wholeLag(next, bounds)
 			}
 		}
@@ -240,9 +169,43 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, err
 }
 
-// storedPositions reads where the job stands on every partition of its
-// topic, as its sink (or, for the controls, its consumer group) stores it.
-type storedPositions func(ctx context.Context) (map[int32]int64, error)
+// startSession is the group's sessionStart: a driver over the session's
+// partitions, readied by the strategy.
+func (r *batchRun) startSession(ctx context.Context, s session) (*batch.Driver, int64, error) {
+	cfg := r.cfg
+	d := &batch.Driver{
+		Source:      r.src,
+		Topic:       cfg.Topic,
+		Interval:    cfg.Interval,
+		MaxRecords:  cfg.MaxBatchRecords,
+		Parallelism: cfg.Parallelism,
+		UntilIdle:   cfg.UntilIdle,
+		OnProgress:  cfg.OnProgress,
+		OnStart: func(b batch.Info, ranges []record.Range) {
+			if cfg.OnBatchStart != nil {
+				cfg.OnBatchStart(b, ranges)
+			}
+			r.crash(CrashAfterPlan)
+		},
+	}
+	epoch, err := r.st.start(ctx, s, d)
+	if err != nil {
+		return nil, 0, err
+	}
+	d.JobLag = r.jobLag
+	return d, epoch, nil
+}
+
+// jobLag is the driver's JobLag: the whole job's lag, from the stored
+// positions of every partition.
+func (r *batchRun) jobLag(ctx context.Context, bounds map[int32]batch.Bounds) (int64, error) {
+	var next map[int32]int64
+	_, err := withRetry(ctx, r.log, "reading the job's positions", func() (err error) {
+		next, err = r.st.stored(ctx)
+		return err
+	})
+	return wholeLag(next, bounds), err
+}
 
 // wholeLag is the job's lag over every partition in bounds; a partition
 // with no stored position has all of its log ahead of it.
@@ -283,119 +246,6 @@ func openSource(ctx context.Context, cfg Config) (sarama.Client, *batch.KafkaSou
 		return nil, nil, classify(err)
 	}
 	return client, src, nil
-}
-
-// openSink connects to the micro-batch strategies' sink — Redis for
-// idempotent, SQL for the others — waiting up to the connect timeout for
-// it to answer.
-func openSink(ctx context.Context, cfg Config) (w *sqlsink.Writer, rs *redissink.Sink, err error) {
-	err = connect(ctx, cfg.ConnectTimeout, func(actx context.Context) (err error) {
-		if cfg.Strategy == StrategyIdempotent {
-			rs, err = redissink.Open(actx, cfg.Sink)
-		} else {
-			w, err = sqlsink.Open(actx, cfg.Sink)
-		}
-		return err
-	})
-	return w, rs, err
-}
-
-// checkTable makes sure a Transform's table exists with its columns and
-// key before the first batch, so that a missing one is one clear message
-// at start instead of a failed batch (or, on MySQL without the key,
-// duplicate rows).
-func checkTable(ctx context.Context, w *sqlsink.Writer, u writers.Upsert) error {
-	err := w.CheckUpsert(ctx, u)
-	if errors.Is(err, sqlsink.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
-		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
-	}
-	return err
-}
-
-// claimPartitions takes a new epoch for the session's partitions and makes
-// sure every partition of the topic has an offset row, resolving
-// start-from for the new ones.
-func claimPartitions(ctx context.Context, w *sqlsink.Writer, src *batch.KafkaSource, cfg Config, s session) (offsets.Claim, error) {
-	start, err := startRule(ctx, src, cfg)
-	if err != nil {
-		return offsets.Claim{}, err
-	}
-	var claim offsets.Claim
-	_, err = withRetry(ctx, cfg.Logger, fmt.Sprintf("claiming partitions of job %q", cfg.Job), func() error {
-		tx, err := w.DB().BeginTxx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("claiming partitions of job %q: %w", cfg.Job, err)
-		}
-		defer tx.Rollback() // no-op after Commit
-		if claim, err = offsets.ClaimPartitions(ctx, tx, w.Dialect(), cfg.Job, cfg.Topic, s.All, s.Partitions, int64(s.Generation), start); err != nil {
-			return err
-		}
-		return tx.Commit()
-	})
-	return claim, err
-}
-
-// groupStart reads where the controls start on the session's partitions:
-// the consumer group's committed offsets; start-from for a group that has
-// none at all, earliest for a partition that appeared later.
-func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSource, cfg Config, parts []int32) (map[int32]int64, error) {
-	committed, err := g.Load(ctx, src.Partitions())
-	if err != nil {
-		return nil, err
-	}
-	start, err := startRule(ctx, src, cfg)
-	if err != nil {
-		return nil, err
-	}
-	next := make(map[int32]int64, len(parts))
-	for _, p := range parts {
-		if off, ok := committed[p]; ok {
-			next[p] = off
-			continue
-		}
-		if next[p], err = start(p, len(committed) == 0); err != nil {
-			return nil, err
-		}
-		// Record the start before the first batch, as claimPartitions does for
-		// mb_offsets: otherwise a crash before the partition's first commit
-		// would resolve "latest" again on restart and skip what arrived.
-		if err := g.Commit(ctx, p, next[p]); err != nil {
-			return nil, err
-		}
-	}
-	return next, nil
-}
-
-// startIdempotent claims the session's partitions in Redis (a new epoch,
-// checked per partition inside every script, fences their previous owner)
-// after creating the offsets of partitions that have none: start-from for a
-// new job, earliest for later partitions.
-func startIdempotent(ctx context.Context, rw *redissink.Job, src *batch.KafkaSource, cfg Config, s session, crash func(string)) (*idempotent, error) {
-	stored, err := rw.Offsets(ctx, cfg.Topic)
-	if err != nil {
-		return nil, err
-	}
-	start, err := startRule(ctx, src, cfg)
-	if err != nil {
-		return nil, err
-	}
-	starts := map[int32]int64{}
-	for _, p := range s.All {
-		if _, ok := stored[p]; ok {
-			continue
-		}
-		if starts[p], err = start(p, len(stored) == 0); err != nil {
-			return nil, err
-		}
-	}
-	if err := rw.InitOffsets(ctx, cfg.Topic, starts); err != nil {
-		return nil, err
-	}
-	epoch, err := rw.ClaimPartitions(ctx, cfg.Topic, s.Partitions, int64(s.Generation))
-	if err != nil {
-		return nil, err
-	}
-	return &idempotent{src: src, r: rw, work: workloadOf(cfg), job: cfg.Job, epoch: epoch, log: cfg.Logger, crash: crash}, nil
 }
 
 // startRule is where a partition without stored progress begins, for every

@@ -77,25 +77,7 @@ func TestSecureKafka(t *testing.T) {
 
 	fail := func(t *testing.T, sec kafkautil.Security) error {
 		t.Helper()
-		cfg := baseConfig(t, brokers, topic, uniqueName(t, "job"), "sqlite://"+t.TempDir()+"/sink.db")
-		cfg.Kafka = sec
-		// Far above what a refusal takes (a few seconds), so that a busy
-		// machine can't pass for retries until the timeout.
-		cfg.ConnectTimeout = time.Minute
-		start := time.Now()
-		_, err := strategies.Run(ctx, cfg)
-		if err == nil {
-			t.Fatal("Run succeeded")
-		}
-		// Waiting cannot fix a refusal: no retries until the timeout.
-		if d := time.Since(start); d >= cfg.ConnectTimeout {
-			t.Errorf("failing took %s: retried like an unreachable server until the connect timeout", d)
-		}
-		if strings.Contains(err.Error(), sec.Password) {
-			t.Errorf("error shows the password: %v", err)
-		}
-		t.Logf("error: %v", err)
-		return err
+		return runRefused(t, ctx, baseConfig(t, brokers, topic, uniqueName(t, "job"), "sqlite://"+t.TempDir()+"/sink.db"), sec)
 	}
 	t.Run("WrongPassword", func(t *testing.T) {
 		for _, sec := range []kafkautil.Security{plain, scram} {
@@ -125,4 +107,29 @@ func TestSecureKafka(t *testing.T) {
 		}
 		t.Logf("error: %v", err)
 	})
+}
+
+// runRefused runs cfg with Kafka security sec, which the broker must
+// refuse at once (no retries until the connect timeout) with an error
+// that does not show the password; it returns the error.
+func runRefused(t *testing.T, ctx context.Context, cfg strategies.Config, sec kafkautil.Security) error {
+	t.Helper()
+	cfg.Kafka = sec
+	// Far above what a refusal takes (a few seconds), so that a busy
+	// machine can't pass for retries until the timeout.
+	cfg.ConnectTimeout = time.Minute
+	start := time.Now()
+	_, err := strategies.Run(ctx, cfg)
+	if err == nil {
+		t.Fatal("Run succeeded")
+	}
+	// Waiting cannot fix a refusal: no retries until the timeout.
+	if d := time.Since(start); d >= cfg.ConnectTimeout {
+		t.Errorf("failing took %s: retried like an unreachable server until the connect timeout", d)
+	}
+	if strings.Contains(err.Error(), sec.Password) {
+		t.Errorf("error shows the password: %v", err)
+	}
+	t.Logf("error: %v", err)
+	return err
 }

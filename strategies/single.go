@@ -13,6 +13,21 @@ import (
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
+// singleStrategy is strategy single: partitions compute in parallel, one
+// transaction commits the batch (single), offset rows claimed in
+// mb_offsets.
+type singleStrategy struct{ sqlStrategy }
+
+func (t *singleStrategy) start(ctx context.Context, s session, d *batch.Driver) (int64, error) {
+	epoch, err := t.sqlStrategy.start(ctx, s, d)
+	if err != nil {
+		return 0, err
+	}
+	sg := newSingle(t.src, t.w, workloadOf(t.cfg), t.cfg.Job, t.log, t.crash)
+	d.Task, d.Commit = sg.compute, sg.commit
+	return epoch, nil
+}
+
 // single is the `single` strategy ("repartition to one"): partition tasks
 // decode and aggregate in parallel, then their results are merged and ONE
 // transaction writes every partition's totals, dead letters and offset

@@ -22,10 +22,10 @@ var SinkForms = []SinkForm{
 	{"mysql", "mysql://user:pass@host:port/db[?params]", sqlUse},
 	{"", "user:pass@tcp(host:port)/db[?params] (go-sql-driver)", sqlUse},
 	{"sqlite", "sqlite://path", "txn, single, at-least-once, at-most-once, checkpoint with --sink-mode wal"},
-	{"redis", "redis://[[user]:password@]host[:port][/db]", StrategyIdempotent},
-	{"rediss", "rediss://… (redis:// over TLS)", StrategyIdempotent},
-	{"kafka", "kafka://host:port[,host:port]/topic", StrategyCheckpoint},
-	{"file", "file:///dir", StrategyCheckpoint},
+	{"redis", "redis://[[user]:password@]host[:port][/db]", string(StrategyIdempotent)},
+	{"rediss", "rediss://… (redis:// over TLS)", string(StrategyIdempotent)},
+	{"kafka", "kafka://host:port[,host:port]/topic", string(StrategyCheckpoint)},
+	{"file", "file:///dir", string(StrategyCheckpoint)},
 }
 
 const sqlUse = "txn, single, at-least-once, at-most-once, checkpoint (XA, or --sink-mode wal)"

@@ -29,11 +29,11 @@ import (
 func checkpointTransformConfig(t testing.TB, brokers []string, topic, job, dsn, mode, stateDir, table string) strategies.Config {
 	cfg := baseConfig(t, brokers, topic, job, dsn)
 	cfg.Strategy = strategies.StrategyCheckpoint
-	cfg.SinkMode = mode
-	cfg.StateDir = stateDir
-	cfg.OperatorParallelism = 3
-	cfg.CheckpointInterval = 50 * time.Millisecond
-	cfg.CheckpointTimeout = 30 * time.Second
+	cfg.Checkpoint.SinkMode = strategies.SinkMode(mode)
+	cfg.Checkpoint.StateDir = stateDir
+	cfg.Checkpoint.OperatorParallelism = 3
+	cfg.Checkpoint.Interval = 50 * time.Millisecond
+	cfg.Checkpoint.Timeout = 30 * time.Second
 	cfg.Transform = userTransform(table)
 	return cfg
 }
@@ -58,9 +58,9 @@ var checkpointTransformSinks = []struct {
 	name, mode string
 	sink       sinkTarget
 }{
-	{"XA", strategies.SinkMode2PC, mariaDB},
-	{"WAL", strategies.SinkModeWAL, sqliteSink},
-	{"WAL", strategies.SinkModeWAL, mariaDB},
+	{"XA", string(strategies.SinkMode2PC), mariaDB},
+	{"WAL", string(strategies.SinkModeWAL), sqliteSink},
+	{"WAL", string(strategies.SinkModeWAL), mariaDB},
 }
 
 // TestTransformCheckpoint runs a user-defined transform in checkpoint mode
@@ -126,8 +126,8 @@ func TestTransformCheckpointBadRows(t *testing.T) {
 		row        func(ev userEvent) []any
 		want       string
 	}{
-		{"width", strategies.SinkModeWAL, func(ev userEvent) []any { return []any{ev.Key, 1} }, "want 3"},
-		{"time", strategies.SinkModeWAL, func(ev userEvent) []any { return []any{time.UnixMilli(ev.Amount), 1, ev.Amount} }, ".k ="},
+		{"width", string(strategies.SinkModeWAL), func(ev userEvent) []any { return []any{ev.Key, 1} }, "want 3"},
+		{"time", string(strategies.SinkModeWAL), func(ev userEvent) []any { return []any{time.UnixMilli(ev.Amount), 1, ev.Amount} }, ".k ="},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dsn := sqliteSink.dsn(t)
@@ -223,7 +223,7 @@ func TestTransformCheckpointKilled(t *testing.T) {
 				case strategies.CrashAfterPrecommit:
 					// XA: subtask 0's branch holding rows is prepared on the
 					// server, in no checkpoint: recovery rolls it back.
-					if c.mode == strategies.SinkMode2PC && preparedXA(t, dsn, job) == 0 {
+					if c.mode == string(strategies.SinkMode2PC) && preparedXA(t, dsn, job) == 0 {
 						t.Errorf("after the kill at %s no XA branch of job %s is prepared", point, job)
 					}
 				case strategies.CrashAfterCheckpointBeforeCommit:

@@ -70,7 +70,7 @@ func TestTransform(t *testing.T) {
 	t.Parallel()
 	const events = 20_000
 	for _, c := range []struct {
-		strategy string
+		strategy strategies.Strategy
 		kafka    kafkaTarget
 		sink     sinkTarget
 	}{
@@ -81,7 +81,7 @@ func TestTransform(t *testing.T) {
 		{strategies.StrategyIdempotent, kfake, redisSink},
 		{strategies.StrategyIdempotent, apacheKafka, redisSink},
 	} {
-		t.Run(c.strategy+"/"+c.kafka.name+"To"+c.sink.name, func(t *testing.T) {
+		t.Run(string(c.strategy)+"/"+c.kafka.name+"To"+c.sink.name, func(t *testing.T) {
 			t.Parallel()
 			brokers, dsn := c.kafka.brokers(t), c.sink.dsn(t)
 			topic, job := newTopic(t, brokers), uniqueName(t, "tr")
@@ -130,7 +130,7 @@ type transformSink struct {
 
 // openTransformSink creates the transform's table (SQL) and returns its
 // readers.
-func openTransformSink(t *testing.T, strategy, dsn string, brokers []string, job, topic, table string) transformSink {
+func openTransformSink(t *testing.T, strategy strategies.Strategy, dsn string, brokers []string, job, topic, table string) transformSink {
 	t.Helper()
 	if strategy == strategies.StrategyIdempotent {
 		return openRedisTransformSink(t, dsn, brokers, job, topic, table)
@@ -282,7 +282,10 @@ func TestTransformConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		name, strategy, mode, sink, table, want string
+		name              string
+		strategy          strategies.Strategy
+		mode              strategies.SinkMode
+		sink, table, want string
 	}{
 		{"checkpoint to files", strategies.StrategyCheckpoint, "", "file://" + t.TempDir(), "t", "built-in job's per-event output only"},
 		{"checkpoint to kafka", strategies.StrategyCheckpoint, "", "kafka://" + brokers[0] + "/out", "t", "to an SQL sink"},
@@ -295,8 +298,8 @@ func TestTransformConfigErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := baseConfig(t, brokers, topic, uniqueName(t, "cfg"), c.sink)
 			cfg.Strategy = c.strategy
-			cfg.SinkMode = c.mode
-			cfg.StateDir = t.TempDir()
+			cfg.Checkpoint.SinkMode = c.mode
+			cfg.Checkpoint.StateDir = t.TempDir()
 			cfg.Transform = userTransform(c.table)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -370,8 +373,8 @@ func TestTransformIdempotentZombie(t *testing.T) {
 			cfg := baseConfig(t, brokers, topic, job, dsn)
 			cfg.Strategy = strategies.StrategyIdempotent
 			cfg.Transform = userTransform(table)
-			cfg.MaxBatchRecords = 500 // 3000 records a partition: 6 batches and more
-			cfg.InstanceID = job      // the second run takes the partitions at once
+			cfg.MaxBatchRecords = 500  // 3000 records a partition: 6 batches and more
+			cfg.Group.InstanceID = job // the second run takes the partitions at once
 			first := cfg
 			reached, release := make(chan struct{}), make(chan struct{})
 			var calls atomic.Int64
@@ -544,7 +547,7 @@ func TestTransformIdempotentKilled(t *testing.T) {
 	cfg.Strategy = strategies.StrategyIdempotent
 	cfg.Transform = userTransform(table)
 	cfg.MaxBatchRecords = 500
-	cfg.InstanceID = job
+	cfg.Group.InstanceID = job
 	runJob(t, cfg)
 	checkPerKey(t, sink.perKey(), expectedPerKey(17, 0, events))
 	if reasons := sink.deadReasons(); len(reasons) != len(bad) {
@@ -572,7 +575,7 @@ func transformChild(t *testing.T, spec string) {
 	cfg.Strategy = strategies.StrategyIdempotent
 	cfg.Transform = userTransform(s.Table)
 	cfg.MaxBatchRecords = 500
-	cfg.InstanceID = s.Job
+	cfg.Group.InstanceID = s.Job
 	var calls atomic.Int64
 	cfg.CrashPoint = func(point string) {
 		if point == s.Point && calls.Add(1) == int64(s.Nth) {

@@ -12,12 +12,18 @@ import (
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
-// Retry bounds for a partition's transaction.
-const (
-	maxAttempts    = 8
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
-)
+// txnStrategy is strategy txn: each partition commits its own
+// transaction (txnTask), its offset row claimed in mb_offsets.
+type txnStrategy struct{ sqlStrategy }
+
+func (t *txnStrategy) start(ctx context.Context, s session, d *batch.Driver) (int64, error) {
+	epoch, err := t.sqlStrategy.start(ctx, s, d)
+	if err != nil {
+		return 0, err
+	}
+	d.Task = (&txnTask{src: t.src, w: t.w, work: workloadOf(t.cfg), job: t.cfg.Job, log: t.log, crash: t.crash}).run
+	return epoch, nil
+}
 
 // txnTask is the `txn` strategy's partition task: decode and aggregate the
 // range (the built-in totals or the user's Transform), then in ONE
@@ -44,25 +50,6 @@ func (t *txnTask) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 	})
 	res.Attempts = attempts
 	return res, err
-}
-
-// settle decides what a failed commit attempt means. A commit whose reply
-// was lost may have landed: the offset rows tell, since only our own commit
-// can have moved them to their ends. (A retry after such a commit fails
-// with offsets.ErrConflict and is settled here as success too.) If the rows
-// can't be read, the outcome is unknown, which calls for another attempt,
-// never for giving up with the error of an attempt that may have succeeded.
-func settle(ctx context.Context, w *sqlsink.Writer, err error, advs ...offsets.Advance) error {
-	for _, a := range advs {
-		landed, lerr := offsets.Landed(ctx, w.DB(), a)
-		if lerr != nil {
-			return unknownOutcome{err}
-		}
-		if !landed {
-			return err
-		}
-	}
-	return nil
 }
 
 func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r record.Range) (res batch.TaskResult, err error) {
@@ -122,17 +109,4 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r record.Range)
 	}
 	res.Commit = time.Since(commitStart)
 	return res, nil
-}
-
-func sleepBackoff(ctx context.Context, attempt int) error {
-	d := backoffInitial << (attempt - 1)
-	if d > backoffMax || d <= 0 {
-		d = backoffMax
-	}
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("waiting to retry: %w", ctx.Err())
-	case <-time.After(d):
-		return nil
-	}
 }

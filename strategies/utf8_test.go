@@ -205,11 +205,11 @@ func TestKeysNotUTF8(t *testing.T) {
 		}},
 		{"checkpointWAL/kfakeToSQLite", kfake, sqliteSink, func(cfg *strategies.Config, t *testing.T) {
 			cfg.Strategy = strategies.StrategyCheckpoint
-			cfg.SinkMode = strategies.SinkModeWAL
-			cfg.StateDir = t.TempDir()
-			cfg.OperatorParallelism = 2
-			cfg.CheckpointInterval = 50 * time.Millisecond
-			cfg.CheckpointTimeout = 30 * time.Second
+			cfg.Checkpoint.SinkMode = strategies.SinkModeWAL
+			cfg.Checkpoint.StateDir = t.TempDir()
+			cfg.Checkpoint.OperatorParallelism = 2
+			cfg.Checkpoint.Interval = 50 * time.Millisecond
+			cfg.Checkpoint.Timeout = 30 * time.Second
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -306,7 +306,11 @@ func readRedisBuiltin(t *testing.T, dsn, job, topic string) (keyTotals, map[part
 // "page-\xfe" (10) stay two rows, as on the transactional path; a decode
 // error quoting such a key is stored escaped.
 func TestTransformKeysNotUTF8(t *testing.T) {
-	for _, c := range []struct{ name, strategy, mode string }{
+	for _, c := range []struct {
+		name     string
+		strategy strategies.Strategy
+		mode     strategies.SinkMode
+	}{
 		{"checkpointWAL", strategies.StrategyCheckpoint, strategies.SinkModeWAL},
 		{"txn", strategies.StrategyTxn, ""},
 	} {
@@ -337,11 +341,11 @@ func TestTransformKeysNotUTF8(t *testing.T) {
 			at := produceRawRecords(t, brokers, topic, recs)
 
 			cfg := baseConfig(t, brokers, topic, job, dsn)
-			cfg.Strategy, cfg.SinkMode = c.strategy, c.mode
+			cfg.Strategy, cfg.Checkpoint.SinkMode = c.strategy, c.mode
 			if c.strategy == strategies.StrategyCheckpoint {
-				cfg.StateDir = t.TempDir()
-				cfg.CheckpointInterval = 50 * time.Millisecond
-				cfg.CheckpointTimeout = 30 * time.Second
+				cfg.Checkpoint.StateDir = t.TempDir()
+				cfg.Checkpoint.Interval = 50 * time.Millisecond
+				cfg.Checkpoint.Timeout = 30 * time.Second
 			}
 			u := writers.Upsert{Table: table, Keys: []string{"k"}, Values: []string{"n"}, Merge: writers.MergeAdd}
 			cfg.Transform = strategies.NewTransform(u,

@@ -71,8 +71,8 @@ func testAbortedTail(t *testing.T, brokers string) {
 		strategy string
 		args     []string
 	}{
-		{strategies.StrategyTxn, slices.Concat(common, []string{"--strategy", strategies.StrategyTxn, "--job", txnJob, "--sink", sqlSink, "--interval", "100ms"})},
-		{strategies.StrategyCheckpoint, slices.Concat(common, []string{"--strategy", strategies.StrategyCheckpoint, "--job", ckptJob, "--sink", "file://" + outDir,
+		{string(strategies.StrategyTxn), slices.Concat(common, []string{"--strategy", string(strategies.StrategyTxn), "--job", txnJob, "--sink", sqlSink, "--interval", "100ms"})},
+		{string(strategies.StrategyCheckpoint), slices.Concat(common, []string{"--strategy", string(strategies.StrategyCheckpoint), "--job", ckptJob, "--sink", "file://" + outDir,
 			"--checkpoint-interval", ckptInterval.String(), "--state-dir", filepath.Join(dir, "state")})},
 	}
 	batchRecords := regexp.MustCompile(`msg="run finished".* records=(\d+) `)
@@ -84,7 +84,7 @@ func testAbortedTail(t *testing.T, brokers string) {
 				t.Fatalf("%s, %s: %s", phase, c.strategy, r)
 			}
 			t.Logf("%s: %s run finished in %s", phase, c.strategy, time.Since(start).Round(time.Millisecond))
-			if c.strategy != strategies.StrategyTxn {
+			if c.strategy != string(strategies.StrategyTxn) {
 				continue
 			}
 			m := batchRecords.FindStringSubmatch(r.Stderr)

@@ -309,7 +309,7 @@ func newCkptHarness(t *testing.T, brokers, job, sink string, extra ...string) *c
 }
 
 func (h *ckptHarness) args(more ...string) []string {
-	return slices.Concat([]string{"run", "--strategy", strategies.StrategyCheckpoint,
+	return slices.Concat([]string{"run", "--strategy", string(strategies.StrategyCheckpoint),
 		"--brokers", h.brokers, "--topic", h.topic, "--job", h.job, "--sink", h.sink,
 		"--checkpoint-interval", ckptInterval.String(), "--operator-parallelism", strconv.Itoa(ckptOperators),
 		"--state-dir", h.stateDir, "--log-level", "debug"}, h.extra, more)
@@ -471,7 +471,7 @@ func (h *ckptHarness) drain() string {
 // exact.
 func (h *ckptHarness) verify() (dups, losses int64) {
 	t := h.t
-	v := Run(t, h.logDir, nil, time.Minute, "verify", "--strategy", strategies.StrategyCheckpoint, "--sink", h.sink, "--job", h.job,
+	v := Run(t, h.logDir, nil, time.Minute, "verify", "--strategy", string(strategies.StrategyCheckpoint), "--sink", h.sink, "--job", h.job,
 		"--expect-events", strconv.FormatInt(h.produced, 10), "--expect-amount", strconv.FormatInt(h.amount, 10))
 	dups, losses = count(t, duplicatesRE, v.Stdout), count(t, lossesRE, v.Stdout)
 	if v.Code != 0 || dups != 0 || losses != 0 || !strings.Contains(v.Stdout, "OK") {

@@ -21,7 +21,7 @@ func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
 	t.Parallel()
 	b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	dir := filepath.Join(t.TempDir(), "out")
-	h := newCkptHarness(t, b.Addr, UniqueName(t, "ckpt-job"), "file://"+dir, "--state-backend", strategies.StateBackendMemory)
+	h := newCkptHarness(t, b.Addr, UniqueName(t, "ckpt-job"), "file://"+dir, "--state-backend", string(strategies.StateBackendMemory))
 	h.startFeeder()
 	// Killed a little after a checkpoint completed, once its files are
 	// committed: the sinks commit after the coordinator logs the
@@ -67,7 +67,7 @@ func TestCheckpointMemoryBackendDuplicates(t *testing.T) {
 	if dups != committedBefore || losses != 0 {
 		t.Errorf("want exactly the %d records committed before the kill twice and no loss, got %d duplicates, %d losses", committedBefore, dups, losses)
 	}
-	v := Run(t, h.logDir, nil, time.Minute, "verify", "--strategy", strategies.StrategyCheckpoint, "--sink", h.sink, "--job", h.job,
+	v := Run(t, h.logDir, nil, time.Minute, "verify", "--strategy", string(strategies.StrategyCheckpoint), "--sink", h.sink, "--job", h.job,
 		"--expect-events", strconv.FormatInt(h.produced, 10), "--expect-amount", strconv.FormatInt(h.amount, 10))
 	if v.Code == 0 || count(t, duplicatesRE, v.Stdout) != dups {
 		t.Errorf("verify should fail and show %d duplicates: %s", dups, v)

@@ -14,7 +14,7 @@ func TestCheckpointCrashWAL(t *testing.T) {
 	t.Parallel()
 	b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 	sink := "sqlite://" + t.TempDir() + "/sink.db"
-	h := newCkptHarness(t, b.Addr, UniqueName(t, "ckpt-job"), sink, "--sink-mode", strategies.SinkModeWAL)
+	h := newCkptHarness(t, b.Addr, UniqueName(t, "ckpt-job"), sink, "--sink-mode", string(strategies.SinkModeWAL))
 	w := sinktest.OpenSQL(t, sink)
 	h.inspect = walInspect(t, w, h.stateDir, h.job)
 	// Checkpoint saved, its buffered writes not applied: recovery applies them.

@@ -65,16 +65,16 @@ func TestCrashRecovery(t *testing.T) {
 		strategy string
 		setup    func(t *testing.T) (brokers, sink string)
 	}{
-		{"ApacheKafkaToMariaDB", strategies.StrategyTxn, apache},
-		{"kfakeToSQLite", strategies.StrategyTxn, kfake},
-		{"single/kfakeToSQLite", strategies.StrategySingle, kfake},
-		{"idempotent/kfakeToRedis", strategies.StrategyIdempotent, func(t *testing.T) (string, string) {
+		{"ApacheKafkaToMariaDB", string(strategies.StrategyTxn), apache},
+		{"kfakeToSQLite", string(strategies.StrategyTxn), kfake},
+		{"single/kfakeToSQLite", string(strategies.StrategySingle), kfake},
+		{"idempotent/kfakeToRedis", string(strategies.StrategyIdempotent), func(t *testing.T) (string, string) {
 			redis := testutil.NeedServer(t, testutil.EnvRedis)
 			b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 			return b.Addr, redis
 		}},
-		{"at-least-once/ApacheKafkaToMariaDB", strategies.StrategyAtLeastOnce, apache},
-		{"at-most-once/ApacheKafkaToMariaDB", strategies.StrategyAtMostOnce, apache},
+		{"at-least-once/ApacheKafkaToMariaDB", string(strategies.StrategyAtLeastOnce), apache},
+		{"at-most-once/ApacheKafkaToMariaDB", string(strategies.StrategyAtMostOnce), apache},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -216,12 +216,12 @@ func (c *crashRun) checkSink() {
 		c.kills, c.mid, c.mid-c.alignedMid, c.kills-c.aligned, c.alignedMid, c.aligned, c.toppedUp)
 	t.Logf("produced %d events (amount %d); sink holds %d events (amount %d), %d keys, %d dead letters; duplicates %d, losses %d",
 		produced, expAmount, got.Events, got.Amount, got.Keys, got.DeadLetters, max(got.Events-produced, 0), max(produced-got.Events, 0))
-	switch strategies.GuaranteeOf(strategy) {
+	switch strategies.GuaranteeOf(strategies.Strategy(strategy)) {
 	case strategies.ExactlyOnce:
 		if got.Events != produced || !got.AmountIs(expAmount) || got.DeadLetters != 0 {
 			t.Errorf("sink totals %+v, want events=%d amount=%d and no dead letters", got, produced, expAmount)
 		}
-		if strategy != strategies.StrategyIdempotent {
+		if strategies.Strategy(strategy) != strategies.StrategyIdempotent {
 			checkCrashPerKey(t, sinktest.OpenSQL(t, sink), job, produced)
 		}
 	case strategies.AtLeastOnce:

@@ -31,28 +31,28 @@ func TestCrashPoints(t *testing.T) {
 		want            crashOutcome
 	}
 	var cases []tc
-	for _, s := range []string{strategies.StrategyTxn, strategies.StrategySingle} {
+	for _, s := range []string{string(strategies.StrategyTxn), string(strategies.StrategySingle)} {
 		for _, p := range strategies.CrashPoints {
 			cases = append(cases, tc{s, p, stayExact})
 		}
 	}
 	for _, p := range []string{strategies.CrashAfterPlan, strategies.CrashMidWrite, strategies.CrashAfterWriteBeforeOffsets} {
-		cases = append(cases, tc{strategies.StrategyIdempotent, p, stayExact})
+		cases = append(cases, tc{string(strategies.StrategyIdempotent), p, stayExact})
 	}
 	cases = append(cases,
-		tc{strategies.StrategyAtLeastOnce, strategies.CrashAfterPlan, keepPromise},
-		tc{strategies.StrategyAtLeastOnce, strategies.CrashMidWrite, mustDuplicate},
-		tc{strategies.StrategyAtLeastOnce, strategies.CrashAfterWriteBeforeOffsets, mustDuplicate},
-		tc{strategies.StrategyAtMostOnce, strategies.CrashAfterPlan, keepPromise},
-		tc{strategies.StrategyAtMostOnce, strategies.CrashMidWrite, mustLose},
-		tc{strategies.StrategyAtMostOnce, strategies.CrashAfterOffsetsBeforeWrite, mustLose},
+		tc{string(strategies.StrategyAtLeastOnce), strategies.CrashAfterPlan, keepPromise},
+		tc{string(strategies.StrategyAtLeastOnce), strategies.CrashMidWrite, mustDuplicate},
+		tc{string(strategies.StrategyAtLeastOnce), strategies.CrashAfterWriteBeforeOffsets, mustDuplicate},
+		tc{string(strategies.StrategyAtMostOnce), strategies.CrashAfterPlan, keepPromise},
+		tc{string(strategies.StrategyAtMostOnce), strategies.CrashMidWrite, mustLose},
+		tc{string(strategies.StrategyAtMostOnce), strategies.CrashAfterOffsetsBeforeWrite, mustLose},
 	)
 	kfakeBroker := StartBroker(t, "--partitions", "4").Addr
 	for _, c := range cases {
 		t.Run("kfake/"+c.strategy+"/"+c.point, func(t *testing.T) {
 			t.Parallel()
 			sink := "sqlite://" + t.TempDir() + "/sink.db"
-			if c.strategy == strategies.StrategyIdempotent {
+			if c.strategy == string(strategies.StrategyIdempotent) {
 				sink = testutil.NeedServer(t, testutil.EnvRedis)
 			}
 			crashAt(t, kfakeBroker, sink, c.strategy, c.point, c.want)
@@ -61,16 +61,16 @@ func TestCrashPoints(t *testing.T) {
 	// Against the real servers: the gap of each control, and the
 	// exactly-once strategies where a crash hurts most.
 	for _, c := range []tc{
-		{strategies.StrategyTxn, strategies.CrashMidWrite, stayExact},
-		{strategies.StrategySingle, strategies.CrashAfterOffsetsBeforeWrite, stayExact},
-		{strategies.StrategyIdempotent, strategies.CrashAfterWriteBeforeOffsets, stayExact},
-		{strategies.StrategyAtLeastOnce, strategies.CrashAfterWriteBeforeOffsets, mustDuplicate},
-		{strategies.StrategyAtMostOnce, strategies.CrashAfterOffsetsBeforeWrite, mustLose},
+		{string(strategies.StrategyTxn), strategies.CrashMidWrite, stayExact},
+		{string(strategies.StrategySingle), strategies.CrashAfterOffsetsBeforeWrite, stayExact},
+		{string(strategies.StrategyIdempotent), strategies.CrashAfterWriteBeforeOffsets, stayExact},
+		{string(strategies.StrategyAtLeastOnce), strategies.CrashAfterWriteBeforeOffsets, mustDuplicate},
+		{string(strategies.StrategyAtMostOnce), strategies.CrashAfterOffsetsBeforeWrite, mustLose},
 	} {
 		t.Run("kafka-mariadb/"+c.strategy+"/"+c.point, func(t *testing.T) {
 			t.Parallel()
 			sink := testutil.EnvMySQL
-			if c.strategy == strategies.StrategyIdempotent {
+			if c.strategy == string(strategies.StrategyIdempotent) {
 				sink = testutil.EnvRedis
 			}
 			crashAt(t, testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, sink), c.strategy, c.point, c.want)

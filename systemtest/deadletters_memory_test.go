@@ -94,13 +94,13 @@ func TestDeadLettersBoundedMemory(t *testing.T) {
 		sink               func(t *testing.T) string
 		args               []string
 	}{
-		{strategies.StrategyTxn, "mariadb", mariaDB, nil},
-		{strategies.StrategySingle, "mariadb", mariaDB, nil},
-		{strategies.StrategyAtLeastOnce, "mariadb", mariaDB, nil},
-		{strategies.StrategyAtMostOnce, "sqlite", sqlite, nil},
-		{strategies.StrategyIdempotent, "redis", redis, nil},
-		{strategies.StrategyCheckpoint, "mariadb-xa", mariaDB, []string{"--checkpoint-interval", "1s"}},
-		{strategies.StrategyCheckpoint, "files", files, []string{"--checkpoint-interval", "1s"}},
+		{string(strategies.StrategyTxn), "mariadb", mariaDB, nil},
+		{string(strategies.StrategySingle), "mariadb", mariaDB, nil},
+		{string(strategies.StrategyAtLeastOnce), "mariadb", mariaDB, nil},
+		{string(strategies.StrategyAtMostOnce), "sqlite", sqlite, nil},
+		{string(strategies.StrategyIdempotent), "redis", redis, nil},
+		{string(strategies.StrategyCheckpoint), "mariadb-xa", mariaDB, []string{"--checkpoint-interval", "1s"}},
+		{string(strategies.StrategyCheckpoint), "files", files, []string{"--checkpoint-interval", "1s"}},
 	} {
 		t.Run(c.strategy+"/"+c.sinkName, func(t *testing.T) {
 			t.Parallel()
@@ -109,7 +109,7 @@ func TestDeadLettersBoundedMemory(t *testing.T) {
 			dir := t.TempDir()
 			args := []string{"run", "--brokers", in.brokers, "--topic", in.topic, "--job", job, "--sink", dsn,
 				"--strategy", c.strategy, "--interval", "200ms", "--until-idle", "1s", "--instance-id", job}
-			if c.strategy == strategies.StrategyCheckpoint {
+			if c.strategy == string(strategies.StrategyCheckpoint) {
 				args = append(args, "--state-dir", dir+"/state")
 			}
 			args = append(args, c.args...)

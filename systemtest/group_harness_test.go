@@ -51,14 +51,14 @@ type groupCase struct {
 
 func groupCases() []groupCase {
 	return []groupCase{
-		{"txn/ApacheKafkaToMariaDB", strategies.StrategyTxn, func(t *testing.T) (string, string) {
+		{"txn/ApacheKafkaToMariaDB", string(strategies.StrategyTxn), func(t *testing.T) (string, string) {
 			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 		}},
-		{"single/kfakeToSQLite", strategies.StrategySingle, func(t *testing.T) (string, string) {
+		{"single/kfakeToSQLite", string(strategies.StrategySingle), func(t *testing.T) (string, string) {
 			b := StartBroker(t, "--partitions", strconv.Itoa(groupPartitions))
 			return b.Addr, "sqlite://" + t.TempDir() + "/sink.db"
 		}},
-		{"idempotent/ApacheKafkaToRedis", strategies.StrategyIdempotent, func(t *testing.T) (string, string) {
+		{"idempotent/ApacheKafkaToRedis", string(strategies.StrategyIdempotent), func(t *testing.T) (string, string) {
 			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvRedis)
 		}},
 	}

@@ -24,10 +24,10 @@ func TestGroupJobsIsolated(t *testing.T) {
 	jobs := []string{UniqueName(t, "iso-a"), UniqueName(t, "iso-b")}
 	var procs []*groupProc
 	for i, job := range jobs {
-		args := append(groupArgs(brokers, topic, job, sink, strategies.StrategyTxn), "--until-idle", "2s")
+		args := append(groupArgs(brokers, topic, job, sink, string(strategies.StrategyTxn)), "--until-idle", "2s")
 		procs = append(procs, startGroupProc(t, fmt.Sprintf("job-%c", 'a'+i), logDir, Env(), args))
 	}
-	gs := openGroupSink(t, strategies.StrategyTxn, sink)
+	gs := openGroupSink(t, string(strategies.StrategyTxn), sink)
 	for i, p := range procs {
 		ps := p.exit(t, 2*time.Minute)
 		log := p.text()
@@ -44,7 +44,7 @@ func TestGroupJobsIsolated(t *testing.T) {
 					jobs[i], a.parts, a.group, a.generation, groupPartitions, jobs[i])
 			}
 		}
-		got := checkGroupSink(t, gs, brokers, topic, jobs[i], strategies.StrategyTxn, logDir, produced, expAmount)
+		got := checkGroupSink(t, gs, brokers, topic, jobs[i], string(strategies.StrategyTxn), logDir, produced, expAmount)
 		t.Logf("job %s: %d sessions, generations %v; sink holds %d events (amount %d), %d keys",
 			jobs[i], len(as), generationsOf(as), got.Events, got.Amount, got.Keys)
 	}

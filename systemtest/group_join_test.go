@@ -48,8 +48,8 @@ func TestKilledDuringJoin(t *testing.T) {
 			if lag := finishedLag(t, final); lag != 0 {
 				t.Errorf("--until-idle reported lag=%d at exit, want 0", lag)
 			}
-			gs := openGroupSink(t, strategies.StrategyTxn, sink)
-			checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+			gs := openGroupSink(t, string(strategies.StrategyTxn), sink)
+			checkGroupSink(t, gs, brokers, topic, job, string(strategies.StrategyTxn), dir, produced, expAmount)
 		})
 	}
 }

@@ -46,12 +46,12 @@ func testGroupSharedNewcomer(t *testing.T, brokers, sink string) {
 	jobA, jobB := UniqueName(t, "holder"), UniqueName(t, "newcomer")
 	events, amount := produceGroupInput(t, brokers, topic, 0, 20_000)
 	logDir := t.TempDir()
-	gs := openGroupSink(t, strategies.StrategyTxn, sink)
+	gs := openGroupSink(t, string(strategies.StrategyTxn), sink)
 
-	a := startGroupProc(t, "a", logDir, Env(), groupArgs(brokers, topic, jobA, sink, strategies.StrategyTxn))
+	a := startGroupProc(t, "a", logDir, Env(), groupArgs(brokers, topic, jobA, sink, string(strategies.StrategyTxn)))
 	a.waitLine(t, 0, groupWait, "job A's first commit", func(l string) bool { return strings.Contains(l, committedMarker) })
 
-	argsB := append(groupArgs(brokers, topic, jobB, sink, strategies.StrategyTxn), "--group", jobA)
+	argsB := append(groupArgs(brokers, topic, jobB, sink, string(strategies.StrategyTxn)), "--group", jobA)
 	// The dry run says so too, without joining.
 	want := fmt.Sprintf("consumer group %q is used by job %q", jobA, jobA)
 	if dry := Run(t, t.TempDir(), nil, groupWait, append(argsB, "--dry-run")...); dry.Code != 2 || !strings.Contains(dry.Stderr, want) {
@@ -89,6 +89,6 @@ func testGroupSharedNewcomer(t *testing.T, brokers, sink string) {
 		}
 	}
 	stopGroupProc(t, a)
-	got := checkGroupSink(t, gs, brokers, topic, jobA, strategies.StrategyTxn, logDir, events, amount)
+	got := checkGroupSink(t, gs, brokers, topic, jobA, string(strategies.StrategyTxn), logDir, events, amount)
 	t.Logf("job B refused (exit 2) after %s; job A went on: %d events, amount %d, exact", refused.Round(time.Millisecond), got.Events, amount)
 }

@@ -230,16 +230,16 @@ func TestTotalsPastInt64(t *testing.T) {
 		name, strategy string
 		sink           func(t *testing.T) overflowSink
 	}{
-		{"txn/MariaDB", strategies.StrategyTxn, func(t *testing.T) overflowSink {
+		{"txn/MariaDB", string(strategies.StrategyTxn), func(t *testing.T) overflowSink {
 			return sqlOverflowSink(t, testutil.FreshMySQLDatabase(t, testutil.NeedServer(t, testutil.EnvMySQL)))
 		}},
-		{"txn/SQLite", strategies.StrategyTxn, func(t *testing.T) overflowSink {
+		{"txn/SQLite", string(strategies.StrategyTxn), func(t *testing.T) overflowSink {
 			return sqlOverflowSink(t, "sqlite://"+t.TempDir()+"/sink.db")
 		}},
-		{"single/SQLite", strategies.StrategySingle, func(t *testing.T) overflowSink {
+		{"single/SQLite", string(strategies.StrategySingle), func(t *testing.T) overflowSink {
 			return sqlOverflowSink(t, "sqlite://"+t.TempDir()+"/sink.db")
 		}},
-		{"idempotent/Redis", strategies.StrategyIdempotent, func(t *testing.T) overflowSink {
+		{"idempotent/Redis", string(strategies.StrategyIdempotent), func(t *testing.T) overflowSink {
 			return redisOverflowSink(t, testutil.NeedServer(t, testutil.EnvRedis))
 		}},
 	} {

@@ -45,11 +45,11 @@ const (
 // Apache Kafka, each with the sink a user pairs it with.
 func restartCases() []groupCase {
 	return []groupCase{
-		{"kfakeToSQLite", strategies.StrategyTxn, func(t *testing.T) (string, string) {
+		{"kfakeToSQLite", string(strategies.StrategyTxn), func(t *testing.T) (string, string) {
 			b := StartBroker(t, "--partitions", strconv.Itoa(groupPartitions))
 			return b.Addr, "sqlite://" + t.TempDir() + "/sink.db"
 		}},
-		{"ApacheKafkaToMariaDB", strategies.StrategyTxn, func(t *testing.T) (string, string) {
+		{"ApacheKafkaToMariaDB", string(strategies.StrategyTxn), func(t *testing.T) (string, string) {
 			return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 		}},
 	}
@@ -193,8 +193,8 @@ func testDefaultRestarts(t *testing.T, brokers, sink string) {
 	if lag := finishedLag(t, final); lag != 0 {
 		t.Errorf("final run reported lag=%d, want 0", lag)
 	}
-	gs := openGroupSink(t, strategies.StrategyTxn, sink)
-	checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+	gs := openGroupSink(t, string(strategies.StrategyTxn), sink)
+	checkGroupSink(t, gs, brokers, topic, job, string(strategies.StrategyTxn), dir, produced, expAmount)
 
 	slices.Sort(latencies)
 	within := 0
@@ -266,7 +266,7 @@ func TestUntilIdleWaitsForTheWholeJob(t *testing.T) {
 			if ps := q.exit(t, 2*time.Minute); ps.ExitCode() != 0 {
 				t.Fatalf("--until-idle run: %v, want exit 0; log %s:\n%s", ps, q.logPath, tail(q.snapshot(), 40))
 			}
-			gs := openGroupSink(t, strategies.StrategyTxn, sink)
+			gs := openGroupSink(t, string(strategies.StrategyTxn), sink)
 			end, stored := testutil.EndOffsets(t, kafkautil.SplitBrokers(brokers), topic), gs.next(t, job, topic)
 			if fmt.Sprint(end) != fmt.Sprint(stored) {
 				t.Errorf("--until-idle exited 0 with the job behind: stored offsets %v, partition ends %v (lag %d)",
@@ -276,7 +276,7 @@ func TestUntilIdleWaitsForTheWholeJob(t *testing.T) {
 				t.Errorf("--until-idle reported lag=%d at exit, want 0", lag)
 			}
 			stopGroupProc(t, procs[0])
-			checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+			checkGroupSink(t, gs, brokers, topic, job, string(strategies.StrategyTxn), dir, produced, expAmount)
 		})
 	}
 }
@@ -326,10 +326,10 @@ func TestProcessesOnOneHost(t *testing.T) {
 				t.Errorf("restart joined as %q, want the killed process's %q", id, idA)
 			}
 			produced, expAmount = finishFeeder(t, feeder)
-			gs := openGroupSink(t, strategies.StrategyTxn, sink)
+			gs := openGroupSink(t, string(strategies.StrategyTxn), sink)
 			waitDrained(t, gs, brokers, topic, job, a2)
 			stopGroupProc(t, a2)
-			checkGroupSink(t, gs, brokers, topic, job, strategies.StrategyTxn, dir, produced, expAmount)
+			checkGroupSink(t, gs, brokers, topic, job, string(strategies.StrategyTxn), dir, produced, expAmount)
 		})
 	}
 }

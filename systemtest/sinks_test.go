@@ -27,7 +27,7 @@ import (
 // storedNext is where the job will resume: mb_offsets for the exactly-once
 // strategies, the consumer group for the controls.
 func storedNext(t *testing.T, strategy, sink, brokers, job, topic string) map[int32]int64 {
-	switch strategy {
+	switch strategies.Strategy(strategy) {
 	case strategies.StrategyIdempotent:
 		r, err := redissink.Open(t.Context(), sink)
 		if err != nil {
@@ -119,7 +119,7 @@ type groupSink struct {
 func openGroupSink(t *testing.T, strategy, dsn string) *groupSink {
 	t.Helper()
 	gs := &groupSink{dsn: dsn}
-	if strategy != strategies.StrategyIdempotent {
+	if strategies.Strategy(strategy) != strategies.StrategyIdempotent {
 		gs.sql = sinktest.OpenSQL(t, dsn)
 		return gs
 	}

@@ -16,7 +16,7 @@ import (
 // start-up, as a configuration error.
 func TestCheckpointKafkaTxnTimeoutConfig(t *testing.T) {
 	systemtest.Binary(t)
-	base := []string{"run", "--strategy", strategies.StrategyCheckpoint, "--brokers", unreachable, "--sink", "kafka://" + unreachable + "/out"}
+	base := []string{"run", "--strategy", string(strategies.StrategyCheckpoint), "--brokers", unreachable, "--sink", "kafka://" + unreachable + "/out"}
 	for _, c := range []struct {
 		name string
 		args []string

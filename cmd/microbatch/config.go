@@ -219,6 +219,21 @@ func (s *settings) oneOf(name string, allowed ...string) (string, error) {
 	return v, nil
 }
 
+// choice reads a setting that must be one of allowed, typed as they are.
+func choice[T ~string](s *settings, name string, allowed ...T) (T, error) {
+	v, err := s.oneOf(name, names(allowed)...)
+	return T(v), err
+}
+
+// names is a list of typed names as text, for help and messages.
+func names[T ~string](vals []T) []string {
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = string(v)
+	}
+	return out
+}
+
 // addConnectTimeoutFlag adds --connect-timeout to a command that talks to
 // Kafka or a sink (run has its own, with the same meaning).
 func addConnectTimeoutFlag(fs *pflag.FlagSet) {

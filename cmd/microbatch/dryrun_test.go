@@ -20,7 +20,7 @@ func TestCLIDryRunCreatesNothing(t *testing.T) {
 	b := systemtest.StartBroker(t)
 	topic := systemtest.UniqueName(t, "dry")
 	systemtest.Produce(t, b.Addr, topic, 1, 0, 200)
-	for _, s := range []string{strategies.StrategyTxn, strategies.StrategySingle, strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce} {
+	for _, s := range []string{string(strategies.StrategyTxn), string(strategies.StrategySingle), string(strategies.StrategyAtLeastOnce), string(strategies.StrategyAtMostOnce)} {
 		t.Run(s, func(t *testing.T) {
 			dir := t.TempDir()
 			r := systemtest.Run(t, dir, nil, time.Minute, "run", "--dry-run", "--brokers", b.Addr, "--topic", topic, "--job", "dry",

@@ -207,10 +207,11 @@ run reads from the new offsets. A rewind counts the records again.`,
 
 // offsetsJob is what both subcommands are about.
 type offsetsJob struct {
-	job, topic, group, strategy, sink string
-	brokers                           []string
-	kafka                             kafkautil.Security
-	connectTimeout                    time.Duration
+	job, topic, group, sink string
+	strategy                strategies.Strategy
+	brokers                 []string
+	kafka                   kafkautil.Security
+	connectTimeout          time.Duration
 }
 
 // timeout bounds a show or reset: up to the connect timeout for Kafka and
@@ -243,7 +244,7 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 		return oj, configError{fmt.Errorf("sink: %w", err)}
 	}
 	redisSink := strings.HasPrefix(oj.sink, "redis://") || strings.HasPrefix(oj.sink, "rediss://")
-	oj.strategy = s.str("strategy")
+	oj.strategy = strategies.Strategy(s.str("strategy"))
 	switch oj.strategy {
 	case "":
 		oj.strategy = strategies.StrategyTxn
@@ -254,7 +255,7 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 		return oj, badConfig("strategy: checkpoint mode keeps its positions in its checkpoints (--state-dir), not in the sink; offsets can't show or move them")
 	default:
 		if !slices.Contains(strategies.Strategies, oj.strategy) {
-			return oj, badConfig("strategy: %q is not one of %s", oj.strategy, strings.Join(strategies.Strategies, ", "))
+			return oj, badConfig("strategy: %q is not one of %s", oj.strategy, strings.Join(names(strategies.Strategies), ", "))
 		}
 	}
 	if redisSink != (oj.strategy == strategies.StrategyIdempotent) {
@@ -609,7 +610,7 @@ const (
 // position starts at its earliest offset, every partition of a job
 // without any at --start-from (strategies' startRule).
 func newOffsetsReport(oj offsetsJob, sink string, parts []int32, stored map[int32]storedPosition, bounds map[int32]batch.Bounds) offsetsReport {
-	rep := offsetsReport{Job: oj.job, Topic: oj.topic, Sink: sink, Strategy: oj.strategy, Partitions: []partitionReport{}}
+	rep := offsetsReport{Job: oj.job, Topic: oj.topic, Sink: sink, Strategy: string(oj.strategy), Partitions: []partitionReport{}}
 	if len(stored) == 0 {
 		rep.Note = fmt.Sprintf("job %s has no stored positions: a run starts every partition at its earliest offset (--start-from earliest, the default; with --start-from latest at its log end, skipping what is there now); the lag counts the whole log",
 			oj.job)

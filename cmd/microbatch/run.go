@@ -39,7 +39,7 @@ const (
 // defaultSinkFor is the sink of a job of strategy when --sink is empty.
 // run and verify both take it from here, so that verify, like run, needs
 // no --sink for the default: it reads where run wrote.
-func defaultSinkFor(strategy string) string {
+func defaultSinkFor(strategy strategies.Strategy) string {
 	if strategy == strategies.StrategyCheckpoint {
 		return defaultCheckpointSink
 	}
@@ -62,12 +62,12 @@ works on a machine with nothing installed.`,
 	}
 	fs := cmd.Flags()
 	addConfigFlag(fs)
-	fs.String("strategy", strategies.StrategyTxn, "delivery strategy: "+strings.Join(strategies.Strategies, ", "))
+	fs.String("strategy", string(strategies.StrategyTxn), "delivery strategy: "+strings.Join(names(strategies.Strategies), ", "))
 	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (set nowhere: embedded demo broker)")
 	markList(fs, "brokers")
 	fs.String("topic", strategies.DefaultTopic, "topic to read")
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
-	fs.String("start-from", strategies.StartEarliest, "where partitions without a stored offset start: earliest or latest")
+	fs.String("start-from", string(strategies.StartEarliest), "where partitions without a stored offset start: earliest or latest")
 	fs.String("sink", "", "sink DSN: "+strategies.SinkFormsHelp()+" (empty: "+defaultSink+"; checkpoint: "+defaultCheckpointSink+")")
 	fs.Duration("interval", strategies.DefaultInterval, "batch interval")
 	fs.Int("parallelism", 0, "partition tasks run at once (0: one per partition)")
@@ -76,16 +76,16 @@ works on a machine with nothing installed.`,
 	fs.Int64("demo-events", 100000, "events the embedded demo broker's topic is filled with (without --brokers)")
 	fs.Float64("demo-rate", 25000, "events per second of the demo generator (0: as fast as possible)")
 	fs.String("group", "", "Kafka consumer group the job's processes join to share its partitions (empty: the job name)")
-	fs.String("assignment-strategy", strategies.DefaultAssignment, "how the group spreads partitions over processes: sticky, range or roundrobin")
+	fs.String("assignment-strategy", string(strategies.DefaultAssignment), "how the group spreads partitions over processes: sticky, range or roundrobin")
 	fs.Duration("session-timeout", strategies.DefaultSessionTimeout, "a process silent this long loses its partitions to the others (within the broker's group.min/max.session.timeout.ms)")
 	fs.Duration("rebalance-timeout", strategies.DefaultRebalanceTimeout, "how long a rebalance waits for a process to finish its batch in flight")
 	fs.String("instance-id", "", "static group membership id, one per process: a restart with the same id takes the dead process's partitions back at once (empty: <job>-<host>-<slot>, the slot from a lock file in $TMPDIR/microbatch-members)")
 	fs.Int("operator-parallelism", strategies.DefaultOperatorParallelism, "checkpoint: keyed operator instances, each with its own sink subtask")
 	fs.Duration("checkpoint-interval", strategies.DefaultCheckpointInterval, "checkpoint: how often barriers are injected (and sink transactions committed)")
 	fs.Duration("checkpoint-timeout", strategies.DefaultCheckpointTimeout, "checkpoint: a checkpoint not complete by then fails and the job restarts from the previous one")
-	fs.String("state-backend", strategies.StateBackendFile, "checkpoint: where checkpoints are kept: file (--state-dir) or memory (lost when the process dies)")
+	fs.String("state-backend", string(strategies.StateBackendFile), "checkpoint: where checkpoints are kept: file (--state-dir) or memory (lost when the process dies)")
 	fs.String("state-dir", strategies.DefaultStateDir, "checkpoint: directory of the file state backend")
-	fs.String("sink-mode", strategies.SinkMode2PC, "checkpoint: 2pc (two-phase commit) or wal (write-ahead, SQL sinks)")
+	fs.String("sink-mode", string(strategies.SinkMode2PC), "checkpoint: 2pc (two-phase commit) or wal (write-ahead, SQL sinks)")
 	fs.Duration("kafka-txn-timeout", strategies.DefaultKafkaTxnTimeout, "checkpoint, Kafka sink: transaction timeout; must exceed checkpoint interval + timeout + max restart time")
 	fs.Duration("max-restart-time", strategies.DefaultMaxRestartTime, "checkpoint: longest expected restart after a crash; pre-committed Kafka transactions must outlive it")
 	fs.String("log-level", "info", "log level: info or debug (debug also logs each batch's plan: per partition the offset range it reads)")
@@ -106,111 +106,157 @@ works on a machine with nothing installed.`,
 	return cmd
 }
 
+// runJob is `run`: its settings read into a runPlan (settings -> config),
+// then the dry run or the run itself.
 func runJob(ctx context.Context, s *settings) error {
-	// The embedded demo broker runs only when brokers is set nowhere; a
-	// brokers setting that names no broker is refused (settings.brokers).
-	// So cfg.Brokers is empty exactly when the demo runs.
-	brokers, brokersGiven, err := s.brokers()
+	rp, err := runSettings(s)
 	if err != nil {
 		return err
 	}
-	cfg := strategies.Config{
-		Strategy: s.str("strategy"),
-		Brokers:  brokers,
-		Topic:    s.str("topic"),
-		Job:      s.str("job"),
-		Sink:     s.str("sink"),
-	}
-	if cfg.StartFrom, err = s.oneOf("start-from", strategies.StartEarliest, strategies.StartLatest); err != nil {
-		return err
-	}
-	if cfg.Interval, err = s.duration("interval"); err != nil {
-		return err
-	}
-	if cfg.UntilIdle, err = s.duration("until-idle"); err != nil {
-		return err
-	}
-	if cfg.MaxBatchRecords, err = s.int64("max-batch-records"); err != nil {
-		return err
-	}
-	// Zero would silently mean "the default" to the library: refuse it.
-	if cfg.Interval == 0 {
-		return badConfig("interval: must be positive (e.g. 1s)")
-	}
-	if cfg.MaxBatchRecords == 0 {
-		return badConfig("max-batch-records: must be positive")
-	}
-	if err := checkpointSettings(s, &cfg); err != nil {
-		return err
-	}
-	if err := groupSettings(s, &cfg); err != nil {
-		return err
-	}
-	par, err := s.int64("parallelism")
-	if err != nil {
-		return err
-	}
-	cfg.Parallelism = int(par)
-	level, err := s.oneOf("log-level", "info", "debug")
-	if err != nil {
-		return err
-	}
-	if cfg.Sink == "" {
-		cfg.Sink = defaultSinkFor(cfg.Strategy)
-	}
-	if err := strategies.CheckSink(cfg.Sink); err != nil {
-		return configError{fmt.Errorf("sink: %w", err)}
-	}
-	if err := secureSettings(s, &cfg); err != nil {
-		return err
-	}
-	demoEvents, err := s.int64("demo-events")
-	if err != nil {
-		return err
-	}
-	demoRate, err := s.float("demo-rate")
-	if err != nil {
-		return err
-	}
-
-	lvl := slog.LevelInfo
-	if level == "debug" {
-		lvl = slog.LevelDebug
-	}
-	format, err := s.oneOf("log-format", logText, logJSON)
-	if err != nil {
-		return err
-	}
-	quiet, err := s.boolean("quiet")
-	if err != nil {
-		return err
-	}
-	out := newOutput(os.Stderr, format, lvl, quiet)
+	out := newOutput(os.Stderr, rp.logFormat, rp.logLevel, rp.quiet)
 	defer out.done()
-	log := out.log
-	cfg.Logger = log
-	cfg.OnBatchStart = out.batchStart
-	cfg.OnProgress = func(p batch.Progress) { out.progress(p, cfg.Strategy == strategies.StrategyCheckpoint) }
-
-	if cfg.CrashPoint, err = crashPointFromEnv(); err != nil {
+	rp.cfg.Logger = out.log
+	rp.cfg.OnBatchStart = out.batchStart
+	checkpoint := rp.cfg.Strategy == strategies.StrategyCheckpoint
+	rp.cfg.OnProgress = func(p batch.Progress) { out.progress(p, checkpoint) }
+	if rp.cfg.CrashPoint, err = crashPointFromEnv(); err != nil {
 		return err
 	}
-	if cfg.ConnectTimeout, err = s.duration("connect-timeout"); err != nil {
+	if rp.cfg.ConnectTimeout, err = s.duration("connect-timeout"); err != nil {
 		return err
 	}
 	if dry, err := s.boolean("dry-run"); err != nil {
 		return err
 	} else if dry {
-		// --metrics-addr is checked by binding it for a moment.
-		check := cfg
-		check.Logger = nil
-		stop, err := startStatus(s, &check)
-		if err != nil {
-			return err
-		}
-		stop()
-		return dryRun(ctx, cfg)
+		return dryRunJob(ctx, s, rp.cfg)
 	}
+	return rp.run(ctx, s, out)
+}
+
+// runPlan is a run as its settings describe it: the library's Config and
+// what the CLI does around it (the demo broker, the log output).
+type runPlan struct {
+	cfg strategies.Config
+	// brokersGiven: brokers is set somewhere; if not, the embedded demo
+	// broker runs (and cfg.Brokers is empty).
+	brokersGiven bool
+	demoEvents   int64
+	demoRate     float64
+	logLevel     slog.Level
+	logFormat    string
+	quiet        bool
+}
+
+// runSettings reads run's settings into a runPlan, refusing a bad one with
+// the setting's name, in the order the flags are checked since the CLI
+// began (the first bad setting is the one reported).
+func runSettings(s *settings) (runPlan, error) {
+	var rp runPlan
+	cfg, brokersGiven, err := jobSettings(s)
+	if err != nil {
+		return rp, err
+	}
+	rp.brokersGiven = brokersGiven
+	if err := checkpointSettings(s, &cfg); err != nil {
+		return rp, err
+	}
+	if err := groupSettings(s, &cfg); err != nil {
+		return rp, err
+	}
+	par, err := s.int64("parallelism")
+	if err != nil {
+		return rp, err
+	}
+	cfg.Parallelism = int(par)
+	level, err := s.oneOf("log-level", "info", "debug")
+	if err != nil {
+		return rp, err
+	}
+	if cfg.Sink == "" {
+		cfg.Sink = defaultSinkFor(cfg.Strategy)
+	}
+	if err := strategies.CheckSink(cfg.Sink); err != nil {
+		return rp, configError{fmt.Errorf("sink: %w", err)}
+	}
+	if err := secureSettings(s, &cfg); err != nil {
+		return rp, err
+	}
+	if rp.demoEvents, err = s.int64("demo-events"); err != nil {
+		return rp, err
+	}
+	if rp.demoRate, err = s.float("demo-rate"); err != nil {
+		return rp, err
+	}
+	rp.logLevel = slog.LevelInfo
+	if level == "debug" {
+		rp.logLevel = slog.LevelDebug
+	}
+	if rp.logFormat, err = s.oneOf("log-format", logText, logJSON); err != nil {
+		return rp, err
+	}
+	if rp.quiet, err = s.boolean("quiet"); err != nil {
+		return rp, err
+	}
+	rp.cfg = cfg
+	return rp, nil
+}
+
+// jobSettings reads the job's own settings: what it reads, where it starts
+// and how it batches. given says whether brokers is set anywhere.
+func jobSettings(s *settings) (cfg strategies.Config, given bool, err error) {
+	// The embedded demo broker runs only when brokers is set nowhere; a
+	// brokers setting that names no broker is refused (settings.brokers).
+	// So cfg.Brokers is empty exactly when the demo runs.
+	brokers, given, err := s.brokers()
+	if err != nil {
+		return cfg, given, err
+	}
+	cfg = strategies.Config{
+		Strategy: strategies.Strategy(s.str("strategy")),
+		Brokers:  brokers,
+		Topic:    s.str("topic"),
+		Job:      s.str("job"),
+		Sink:     s.str("sink"),
+	}
+	if cfg.StartFrom, err = choice(s, "start-from", strategies.StartEarliest, strategies.StartLatest); err != nil {
+		return cfg, given, err
+	}
+	if cfg.Interval, err = s.duration("interval"); err != nil {
+		return cfg, given, err
+	}
+	if cfg.UntilIdle, err = s.duration("until-idle"); err != nil {
+		return cfg, given, err
+	}
+	if cfg.MaxBatchRecords, err = s.int64("max-batch-records"); err != nil {
+		return cfg, given, err
+	}
+	// Zero would silently mean "the default" to the library: refuse it.
+	if cfg.Interval == 0 {
+		return cfg, given, badConfig("interval: must be positive (e.g. 1s)")
+	}
+	if cfg.MaxBatchRecords == 0 {
+		return cfg, given, badConfig("max-batch-records: must be positive")
+	}
+	return cfg, given, nil
+}
+
+// dryRunJob is `run --dry-run`: --metrics-addr is checked by binding it for
+// a moment, then the library's dry run reports.
+func dryRunJob(ctx context.Context, s *settings, cfg strategies.Config) error {
+	check := cfg
+	check.Logger = nil
+	stop, err := startStatus(s, &check)
+	if err != nil {
+		return err
+	}
+	stop()
+	return dryRun(ctx, cfg)
+}
+
+// run runs the job: with its status page, on the embedded demo broker when
+// no brokers are given, then logs the outcome (and the demo's report).
+func (rp runPlan) run(ctx context.Context, s *settings, out *output) error {
+	cfg, log := rp.cfg, rp.cfg.Logger
 	stopStatus, err := startStatus(s, &cfg)
 	if err != nil {
 		return err
@@ -218,14 +264,14 @@ func runJob(ctx context.Context, s *settings) error {
 	defer stopStatus()
 
 	var demo *demoRun
-	if !brokersGiven {
+	if !rp.brokersGiven {
 		// Refuse a bad configuration before the demo creates anything.
 		check := cfg
 		check.Brokers = []string{"embedded"}
 		if err := check.Validate(); err != nil {
 			return configError{err}
 		}
-		if demo, err = startDemo(ctx, log, cfg.Topic, demoEvents, demoRate); err != nil {
+		if demo, err = startDemo(ctx, log, cfg.Topic, rp.demoEvents, rp.demoRate); err != nil {
 			return err
 		}
 		defer demo.stop()
@@ -237,13 +283,7 @@ func runJob(ctx context.Context, s *settings) error {
 		return configError{err}
 	}
 	if res.Started {
-		rate := 0.0
-		if res.Elapsed > 0 {
-			rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
-		}
-		log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
-			"records", res.Records, "dead_letters", res.DeadLetters, "fenced", res.Fenced, "elapsed", res.Elapsed.Round(time.Millisecond),
-			"records_per_sec", int64(rate), "lag", res.Lag, "rolled_back", res.RolledBack)
+		logFinished(log, cfg, res)
 	}
 	out.done()
 	if err != nil {
@@ -258,35 +298,47 @@ func runJob(ctx context.Context, s *settings) error {
 	return nil
 }
 
-// checkpointSettings reads the settings of checkpoint mode.
+// logFinished logs a started run's outcome.
+func logFinished(log *slog.Logger, cfg strategies.Config, res strategies.Result) {
+	rate := 0.0
+	if res.Elapsed > 0 {
+		rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
+	}
+	log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
+		"records", res.Records, "dead_letters", res.DeadLetters, "fenced", res.Fenced, "elapsed", res.Elapsed.Round(time.Millisecond),
+		"records_per_sec", int64(rate), "lag", res.Lag, "rolled_back", res.RolledBack)
+}
+
+// groupSettings reads the consumer-group settings.
 func groupSettings(s *settings, cfg *strategies.Config) error {
 	var err error
-	cfg.Group, cfg.InstanceID = s.str("group"), s.str("instance-id")
-	if cfg.Assignment, err = s.oneOf("assignment-strategy", strategies.AssignSticky, strategies.AssignRange, strategies.AssignRoundRobin); err != nil {
+	cfg.Group.ID, cfg.Group.InstanceID = s.str("group"), s.str("instance-id")
+	if cfg.Group.Assignment, err = choice(s, "assignment-strategy", strategies.AssignSticky, strategies.AssignRange, strategies.AssignRoundRobin); err != nil {
 		return err
 	}
-	if cfg.SessionTimeout, err = s.duration("session-timeout"); err != nil {
+	if cfg.Group.SessionTimeout, err = s.duration("session-timeout"); err != nil {
 		return err
 	}
-	if cfg.RebalanceTimeout, err = s.duration("rebalance-timeout"); err != nil {
+	if cfg.Group.RebalanceTimeout, err = s.duration("rebalance-timeout"); err != nil {
 		return err
 	}
 	return nil
 }
 
+// checkpointSettings reads the settings of checkpoint mode.
 func checkpointSettings(s *settings, cfg *strategies.Config) error {
 	var err error
 	ops, err := s.int64("operator-parallelism")
 	if err != nil {
 		return err
 	}
-	cfg.OperatorParallelism = int(ops)
+	cfg.Checkpoint.OperatorParallelism = int(ops)
 	if ops < 1 {
 		return badConfig("operator-parallelism: must be at least 1")
 	}
 	for name, dst := range map[string]*time.Duration{
-		"checkpoint-interval": &cfg.CheckpointInterval, "checkpoint-timeout": &cfg.CheckpointTimeout,
-		"kafka-txn-timeout": &cfg.KafkaTxnTimeout, "max-restart-time": &cfg.MaxRestartTime,
+		"checkpoint-interval": &cfg.Checkpoint.Interval, "checkpoint-timeout": &cfg.Checkpoint.Timeout,
+		"kafka-txn-timeout": &cfg.Checkpoint.KafkaTxnTimeout, "max-restart-time": &cfg.Checkpoint.MaxRestartTime,
 	} {
 		if *dst, err = s.duration(name); err != nil {
 			return err
@@ -295,13 +347,13 @@ func checkpointSettings(s *settings, cfg *strategies.Config) error {
 			return badConfig("%s: must be positive", name)
 		}
 	}
-	if cfg.StateBackend, err = s.oneOf("state-backend", strategies.StateBackendFile, strategies.StateBackendMemory); err != nil {
+	if cfg.Checkpoint.StateBackend, err = choice(s, "state-backend", strategies.StateBackendFile, strategies.StateBackendMemory); err != nil {
 		return err
 	}
-	if cfg.SinkMode, err = s.oneOf("sink-mode", strategies.SinkMode2PC, strategies.SinkModeWAL); err != nil {
+	if cfg.Checkpoint.SinkMode, err = choice(s, "sink-mode", strategies.SinkMode2PC, strategies.SinkModeWAL); err != nil {
 		return err
 	}
-	cfg.StateDir = s.str("state-dir")
+	cfg.Checkpoint.StateDir = s.str("state-dir")
 	return nil
 }
 

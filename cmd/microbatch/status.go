@@ -24,12 +24,12 @@ func startStatus(s *settings, cfg *strategies.Config) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
-	group := cfg.Group
+	group := cfg.Group.ID
 	if group == "" {
 		group = cfg.Job
 	}
 	rec := status.NewRecorder(status.Info{
-		Job: cfg.Job, Strategy: cfg.Strategy, Group: group, Topic: cfg.Topic,
+		Job: cfg.Job, Strategy: string(cfg.Strategy), Group: group, Topic: cfg.Topic,
 		Sink:       strategies.SinkDisplay(cfg.Sink), // never the password
 		Checkpoint: cfg.Strategy == strategies.StrategyCheckpoint,
 	}, status.DefaultHistory)
@@ -50,14 +50,14 @@ func startStatus(s *settings, cfg *strategies.Config) (stop func(), err error) {
 			prev(p)
 		}
 	}
-	prevFail, prevRecover := cfg.OnCheckpointFailure, cfg.OnRecovery
-	cfg.OnCheckpointFailure = func(err error) {
+	prevFail, prevRecover := cfg.Checkpoint.OnFailure, cfg.Checkpoint.OnRecovery
+	cfg.Checkpoint.OnFailure = func(err error) {
 		rec.CheckpointFailed(err)
 		if prevFail != nil {
 			prevFail(err)
 		}
 	}
-	cfg.OnRecovery = func() {
+	cfg.Checkpoint.OnRecovery = func() {
 		rec.Recovered()
 		if prevRecover != nil {
 			prevRecover()

@@ -29,7 +29,7 @@ func verifyCmd() *cobra.Command {
 	addConfigFlag(fs)
 	fs.String("sink", "", "the job's sink DSN: "+strategies.SinkFormsHelp()+" (empty: run's default for --strategy, "+defaultSink+"; checkpoint: "+defaultCheckpointSink+")")
 	fs.String("job", "default", "job name")
-	fs.String("strategy", strategies.StrategyTxn, "strategy the job ran with; verify judges by its promise: "+strings.Join(strategies.Strategies, ", "))
+	fs.String("strategy", string(strategies.StrategyTxn), "strategy the job ran with; verify judges by its promise: "+strings.Join(names(strategies.Strategies), ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
 	fs.String("expect-amount", "0", "sum of amount the sink should hold (an integer of any size and sign)")
 	addKafkaSecurityFlags(fs)
@@ -40,7 +40,7 @@ func verifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		strategy, err := s.oneOf("strategy", strategies.Strategies...)
+		strategy, err := choice(s, "strategy", strategies.Strategies...)
 		if err != nil {
 			return err
 		}

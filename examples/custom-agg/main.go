@@ -119,7 +119,7 @@ func run(ctx context.Context, brokers, topic, sink, job, table, instance string,
 		MaxBatchRecords: maxBatch,
 		Interval:        interval,
 		UntilIdle:       idle,
-		InstanceID:      instance,
+		Group:           strategies.GroupConfig{InstanceID: instance},
 		OnProgress: func(p batch.Progress) {
 			fmt.Printf("batch %d committed: %d records, %d dead letters, lag %d\n", p.BatchID, p.Records, p.DeadLetters, p.Lag)
 		},
