@@ -2,7 +2,6 @@ package strategies
 
 import (
 	"context"
-	"strings"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/record"
@@ -12,9 +11,6 @@ import (
 // DeadLetterTopicSuffix names the Kafka sink's dead-letter topic:
 // <output topic>-dead-letters, written in the same transactions.
 const DeadLetterTopicSuffix = checkpoint.DeadLetterTopicSuffix
-
-func isKafkaDSN(dsn string) bool { return strings.HasPrefix(dsn, "kafka://") }
-func isFileDSN(dsn string) bool  { return strings.HasPrefix(dsn, "file://") }
 
 // parseCheckpointSink reads a checkpoint-mode sink DSN (checkpoint.ParseSink).
 func parseCheckpointSink(dsn string, mode SinkMode) (checkpoint.SinkSpec, error) {

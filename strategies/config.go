@@ -13,6 +13,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies/checkpoint"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers/kafkasink"
 )
 
@@ -326,11 +327,11 @@ func (c Config) Validate() error {
 		return bad("transform: %v", c.Transform.validate())
 	case c.Strategy == StrategyCheckpoint:
 		return c.validateCheckpoint()
-	case isKafkaDSN(c.Sink) || isFileDSN(c.Sink):
+	case shared.IsKafkaDSN(c.Sink) || shared.IsFileDSN(c.Sink):
 		return bad("sink: a kafka:// or file:// sink needs --strategy checkpoint (strategy %s writes to SQL)", c.Strategy)
-	case c.Strategy == StrategyIdempotent && !isRedisDSN(c.Sink):
+	case c.Strategy == StrategyIdempotent && !shared.IsRedisDSN(c.Sink):
 		return bad("sink: strategy idempotent writes to Redis: want redis://[:password@]host:port/db")
-	case c.Strategy != StrategyIdempotent && isRedisDSN(c.Sink):
+	case c.Strategy != StrategyIdempotent && shared.IsRedisDSN(c.Sink):
 		return bad("sink: a redis:// sink needs --strategy idempotent (strategy %s writes to SQL)", c.Strategy)
 	case c.Interval < 0:
 		return bad("interval %s is negative", c.Interval)
@@ -368,8 +369,4 @@ func strategyNames() []string {
 		out[i] = string(s)
 	}
 	return out
-}
-
-func isRedisDSN(dsn string) bool {
-	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
 }

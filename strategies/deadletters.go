@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 )
 
 // Dead letters with bounded memory.
@@ -41,7 +42,7 @@ type dlBuffer struct {
 
 func (b *dlBuffer) add(dl record.DeadLetter) error {
 	b.dls = append(b.dls, dl)
-	b.bytes += dlSize(&dl)
+	b.bytes += shared.DeadLetterSize(&dl)
 	if b.bytes < deadLetterSpillBytes {
 		return nil
 	}
@@ -65,10 +66,6 @@ func (b *dlBuffer) reset() {
 	clear(b.dls) // let the payloads go
 	b.dls, b.bytes = b.dls[:0], 0
 }
-
-// dlSize is what a dead letter weighs in the buffers: its payload and
-// reason, which dominate.
-func dlSize(d *record.DeadLetter) int { return len(d.Payload) + len(d.Reason) }
 
 // dlSpool keeps a task's dead letters for a write that happens after the
 // reading: the latest up to deadLetterSpillBytes in memory, everything

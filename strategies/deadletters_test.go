@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 )
 
 func spoolDL(i int, size int) record.DeadLetter {
@@ -47,7 +48,7 @@ func TestDLSpool(t *testing.T) {
 		err := s.each(func(dls []record.DeadLetter) error {
 			b := 0
 			for _, d := range dls {
-				b += dlSize(&d)
+				b += shared.DeadLetterSize(&d)
 				want := spoolDL(i, size)
 				if d.Job != want.Job || d.Topic != want.Topic || d.Partition != want.Partition || d.Offset != want.Offset ||
 					d.Reason != want.Reason || !bytes.Equal(d.Payload, want.Payload) {

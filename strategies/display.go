@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/strategies/checkpoint"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers/redissink"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
@@ -14,7 +15,7 @@ import (
 // opened the sink. A DSN that does not parse is named by its scheme only.
 func SinkDisplay(dsn string) string {
 	switch {
-	case isKafkaDSN(dsn) || isFileDSN(dsn):
+	case shared.IsKafkaDSN(dsn) || shared.IsFileDSN(dsn):
 		spec, err := parseCheckpointSink(dsn, SinkMode2PC)
 		if err != nil {
 			break
@@ -23,7 +24,7 @@ func SinkDisplay(dsn string) string {
 			return fmt.Sprintf("kafka://%s/%s", strings.Join(spec.Brokers, ","), spec.Topic)
 		}
 		return "file://" + spec.Dir
-	case isRedisDSN(dsn):
+	case shared.IsRedisDSN(dsn):
 		if _, display, err := redissink.ParseDSN(dsn); err == nil {
 			return display
 		}

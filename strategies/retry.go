@@ -3,12 +3,11 @@ package strategies
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/redissink"
 	"github.com/microbatch/microbatch/writers/sqlsink"
@@ -16,9 +15,7 @@ import (
 
 // Retry bounds for a partition's transaction.
 const (
-	maxAttempts    = 8
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
+	maxAttempts = 8
 )
 
 // unknownOutcome marks a failed attempt whose commit may have landed (its
@@ -53,24 +50,9 @@ func withRetry(ctx context.Context, log *slog.Logger, what string, attempt func(
 			return n, err
 		}
 		log.Warn("retrying", "what", what, "attempt", n, "err", err)
-		if err := sleepBackoff(ctx, n); err != nil {
+		if err := shared.SleepBackoff(ctx, n); err != nil {
 			return n, err
 		}
-	}
-}
-
-// sleepBackoff waits before attempt+1: doubling from backoffInitial up to
-// backoffMax, or until ctx ends.
-func sleepBackoff(ctx context.Context, attempt int) error {
-	d := backoffInitial << (attempt - 1)
-	if d > backoffMax || d <= 0 {
-		d = backoffMax
-	}
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("waiting to retry: %w", ctx.Err())
-	case <-time.After(d):
-		return nil
 	}
 }
 

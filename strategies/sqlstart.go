@@ -2,13 +2,12 @@ package strategies
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
@@ -39,7 +38,7 @@ func (s *sqlStrategy) open(ctx context.Context) error {
 		return classify(err)
 	}
 	if s.cfg.Transform != nil {
-		if err := checkTable(ctx, s.w, s.cfg.Transform.Upsert()); err != nil {
+		if err := shared.CheckTable(ctx, s.w, s.cfg.Transform.Upsert()); err != nil {
 			s.w.Close()
 			return err
 		}
@@ -91,18 +90,6 @@ func claimPartitions(ctx context.Context, w *sqlsink.Writer, src *batch.KafkaSou
 		return tx.Commit()
 	})
 	return claim, err
-}
-
-// checkTable makes sure a Transform's table exists with its columns and
-// key before the first batch, so that a missing one is one clear message
-// at start instead of a failed batch (or, on MySQL without the key,
-// duplicate rows).
-func checkTable(ctx context.Context, w *sqlsink.Writer, u writers.Upsert) error {
-	err := w.CheckUpsert(ctx, u)
-	if errors.Is(err, sqlsink.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
-		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
-	}
-	return err
 }
 
 // storedSQL reads the job's mb_offsets rows, if the table exists yet.

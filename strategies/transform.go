@@ -11,6 +11,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/values"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -159,7 +160,7 @@ func (p *totalsPart) add(rec *batch.Record) error {
 	return nil
 }
 
-func (p *totalsPart) rows() ([][]any, error) { return totalsRows(p.job, p.agg.Totals()), nil }
+func (p *totalsPart) rows() ([][]any, error) { return shared.TotalsRows(p.job, p.agg.Totals()), nil }
 
 func (p *totalsPart) merge(o part) {
 	for _, t := range o.(*totalsPart).agg.Totals() {

@@ -8,6 +8,7 @@ import (
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers/kafkasink"
 	"github.com/microbatch/microbatch/writers/redissink"
 	"github.com/microbatch/microbatch/writers/sqlsink"
@@ -106,10 +107,10 @@ func ReadTotals(ctx context.Context, dsn, job string) (SinkTotals, string, error
 
 // ReadTotalsSecure is ReadTotals reaching a kafka:// output with sec.
 func ReadTotalsSecure(ctx context.Context, dsn, job string, sec kafkasink.Security) (SinkTotals, string, error) {
-	if isKafkaDSN(dsn) || isFileDSN(dsn) {
+	if shared.IsKafkaDSN(dsn) || shared.IsFileDSN(dsn) {
 		return readOutputTotals(ctx, dsn, job, sec)
 	}
-	if isRedisDSN(dsn) {
+	if shared.IsRedisDSN(dsn) {
 		r, err := redissink.Open(ctx, dsn)
 		if err != nil {
 			return SinkTotals{}, "", err
@@ -148,11 +149,11 @@ func CheckSink(dsn string) error {
 	if err := checkScheme(dsn); err != nil {
 		return err
 	}
-	if isKafkaDSN(dsn) || isFileDSN(dsn) {
+	if shared.IsKafkaDSN(dsn) || shared.IsFileDSN(dsn) {
 		_, err := parseCheckpointSink(dsn, SinkMode2PC)
 		return err
 	}
-	if isRedisDSN(dsn) {
+	if shared.IsRedisDSN(dsn) {
 		_, _, err := redissink.ParseDSN(dsn)
 		return err
 	}

@@ -1,12 +1,11 @@
 package checkpoint
 
-import "errors"
+import "github.com/microbatch/microbatch/strategies/internal/shared"
 
 // ErrConfig means the configuration is invalid (or a Transform made rows
 // that can't be written); the message names the setting. Fix it and start
-// again: no restart cures it. It is strategies.ErrConfig, which re-exports
-// it, so its text is the one users have always seen.
-var ErrConfig = errors.New("strategies: invalid configuration")
+// again: no restart cures it. It is strategies.ErrConfig too.
+var ErrConfig = shared.ErrConfig
 
 // fatal marks an error that a restart can't cure.
 type fatal struct{ err error }

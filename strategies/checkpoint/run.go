@@ -12,6 +12,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -21,13 +22,6 @@ type Result struct {
 	Started       bool   // the job got past start-up (restored its checkpoint)
 	Sink          string // sink address without password
 }
-
-// Backoff between retries and restarts: doubling from backoffInitial up
-// to backoffMax.
-const (
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
-)
 
 // Run runs checkpoint mode, reading src, until ctx is cancelled (a final
 // checkpoint is taken and committed first), until idle for UntilIdle, or
@@ -108,7 +102,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 		r.recoveries++
 		r.log.Warn("checkpoint attempt failed; restarting from the latest complete checkpoint", "err", err, "restart", failures)
-		if err := sleepBackoff(ctx, failures); err != nil {
+		if err := shared.SleepBackoff(ctx, failures); err != nil {
 			return res, err
 		}
 	}
@@ -238,18 +232,4 @@ func (r *runner) resumable(ctx context.Context, chk *offsets.Checkpoint) error {
 		}
 	}
 	return nil
-}
-
-// sleepBackoff waits before try attempt+1, or until ctx ends.
-func sleepBackoff(ctx context.Context, attempt int) error {
-	d := backoffInitial << (attempt - 1)
-	if d > backoffMax || d <= 0 {
-		d = backoffMax
-	}
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("waiting to retry: %w", ctx.Err())
-	case <-time.After(d):
-		return nil
-	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -143,7 +144,7 @@ func (p *pipeline) commit(ctx context.Context, w subtask, pd writers.Pending) er
 			return fmt.Errorf("committing %s transaction %s of checkpoint %d: %w", pd.Sink, pd.ID, pd.Txn, err)
 		}
 		p.r.log.Warn("retrying commit", "sink", pd.Sink, "txn", pd.ID, "attempt", attempt, "err", err)
-		if err := sleepBackoff(ctx, min(attempt, 5)); err != nil {
+		if err := shared.SleepBackoff(ctx, min(attempt, 5)); err != nil {
 			return err
 		}
 	}

@@ -3,13 +3,13 @@ package checkpoint
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/filesink"
 	"github.com/microbatch/microbatch/writers/kafkasink"
@@ -57,7 +57,7 @@ func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*sqlsink.Writer, e
 		return nil, err
 	}
 	if !cfg.Work.builtin() {
-		if err := checkTable(ctx, w, cfg.Work.Upsert); err != nil {
+		if err := shared.CheckTable(ctx, w, cfg.Work.Upsert); err != nil {
 			w.Close()
 			return nil, err
 		}
@@ -66,17 +66,6 @@ func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*sqlsink.Writer, e
 	// ones for recovery.
 	w.DB().SetMaxOpenConns(3*cfg.OperatorParallelism + 8)
 	return w, nil
-}
-
-// checkTable makes sure a Transform's table exists with its columns and
-// key before the first checkpoint: a missing one is one clear message at
-// start instead of a failed checkpoint.
-func checkTable(ctx context.Context, w *sqlsink.Writer, u writers.Upsert) error {
-	err := w.CheckUpsert(ctx, u)
-	if errors.Is(err, sqlsink.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
-		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
-	}
-	return err
 }
 
 func (s *sinkSet) String() string {

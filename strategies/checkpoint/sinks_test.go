@@ -9,6 +9,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -31,7 +32,7 @@ func TestDeadLetterJSON(t *testing.T) {
 		{"too long, cut between characters", errors.New("x" + long), "x" + strings.Repeat("é", 511)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := deadLetter("j", "in", rec, c.err)
+			d := shared.DeadLetter("j", "in", rec, c.err)
 			if d.Reason != c.want || string(d.Payload) != "page-\xff" || d.Partition != 2 || d.Offset != 7 {
 				t.Errorf("deadLetter: %+v; want reason %q and the record's bytes and place", d, c.want)
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
@@ -36,20 +37,14 @@ type SinkSpec struct {
 	DSN     string   // xa, wal
 }
 
-func isKafkaDSN(dsn string) bool { return strings.HasPrefix(dsn, "kafka://") }
-func isFileDSN(dsn string) bool  { return strings.HasPrefix(dsn, "file://") }
-func isRedisDSN(dsn string) bool {
-	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
-}
-
 // ParseSink reads --sink for checkpoint mode:
 // kafka://host:port[,host:port]/topic, file:///dir, or an SQL DSN (XA with
 // SinkMode2PC, write-ahead with SinkModeWAL).
 func ParseSink(dsn string, mode SinkMode) (SinkSpec, error) {
 	switch {
-	case isKafkaDSN(dsn):
+	case shared.IsKafkaDSN(dsn):
 		return parseKafkaSink(dsn, mode)
-	case isFileDSN(dsn):
+	case shared.IsFileDSN(dsn):
 		if mode == SinkModeWAL {
 			return SinkSpec{}, errors.New("sink: --sink-mode wal needs an SQL sink (mysql:// or sqlite://), not file://")
 		}
@@ -58,7 +53,7 @@ func ParseSink(dsn string, mode SinkMode) (SinkSpec, error) {
 			return SinkSpec{}, errors.New("sink: want file:///absolute/dir or file://relative/dir")
 		}
 		return SinkSpec{Kind: SinkFile, Dir: filepath.Clean(dir)}, nil
-	case isRedisDSN(dsn):
+	case shared.IsRedisDSN(dsn):
 		return SinkSpec{}, errors.New("sink: checkpoint mode writes to kafka://, mysql:// (XA), file:// or, with --sink-mode wal, mysql:// or sqlite://; redis:// is for --strategy idempotent")
 	}
 	t, err := sqlsink.ParseDSN(dsn)

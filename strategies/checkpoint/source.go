@@ -1,16 +1,13 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
-	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 )
 
 // chunkDeadBytes ends a message early once its dead letters carry this
@@ -68,7 +65,7 @@ func (s *sourceTask) run(ctx context.Context) error {
 		if err != nil {
 			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < maxReadErrors {
 				// Re-read from next: nothing past it was emitted.
-				if err := sleepBackoff(ctx, readFails); err != nil {
+				if err := shared.SleepBackoff(ctx, readFails); err != nil {
 					return err
 				}
 				continue
@@ -102,7 +99,7 @@ func (s *sourceTask) emit(ctx context.Context, rec *batch.Record) error {
 	s.next = rec.Offset + 1
 	s.bufs[target] = append(s.bufs[target], o)
 	if o.Dead != nil {
-		s.deadBytes[target] += dlSize(o.Dead)
+		s.deadBytes[target] += shared.DeadLetterSize(o.Dead)
 	}
 	if len(s.bufs[target]) >= chunkRecords || s.deadBytes[target] >= chunkDeadBytes {
 		if err := s.send(ctx, target); err != nil {
@@ -134,7 +131,7 @@ func (s *sourceTask) route(rec *batch.Record) (output, int) {
 		ev := &s.ev
 		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: string(ev.Key)}, keyOwner(ev.Key, nOps)
 	}
-	dl := deadLetter(cfg.Job, cfg.Topic, rec, derr)
+	dl := shared.DeadLetter(cfg.Job, cfg.Topic, rec, derr)
 	s.dead++
 	return output{Dead: &dl}, int(s.part) % nOps
 }
@@ -183,23 +180,3 @@ func (s *sourceTask) barrier(ctx context.Context, n int64) error {
 	s.p.r.crash(CrashAfterBarrier)
 	return nil
 }
-
-// deadLetter makes rec's dead letter. Its reason (the decoder's, or a
-// Transform's own error text, which may quote the input) is made storable
-// here, valid UTF-8 and within mb_dead_letters.reason (reason.Safe), so
-// that every sink and the checkpoint's JSON keep the same text, as the
-// micro-batch strategies do; the payload is the record's bytes.
-func deadLetter(job, topic string, rec *batch.Record, err error) record.DeadLetter {
-	why := err.Error()
-	var de *event.DecodeError
-	if errors.As(err, &de) {
-		why = de.Reason
-	}
-	return record.DeadLetter{
-		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
-		Reason: reason.Safe(why, writers.MaxReasonBytes), Payload: bytes.Clone(rec.Value),
-	}
-}
-
-// dlSize is what a dead letter weighs in a chunk: its payload and reason.
-func dlSize(d *record.DeadLetter) int { return len(d.Payload) + len(d.Reason) }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
@@ -67,7 +66,7 @@ func (t *totalsBuffer) take() (u writers.Upsert, rows [][]any, dead []record.Dea
 		clear(t.items)
 		t.items = t.items[:0]
 	} else if t.agg != nil && t.agg.Len() > 0 {
-		rows = totalsRows(t.job, t.agg.Totals())
+		rows = shared.TotalsRows(t.job, t.agg.Totals())
 		t.agg.Reset()
 	}
 	dead, t.dead = t.dead, nil
@@ -93,20 +92,6 @@ func (t *totalsBuffer) drop() {
 	if t.spool != nil {
 		t.err = t.spool.Reset()
 	}
-}
-
-// totalsRows are mb_totals rows sorted by key, so that concurrent
-// transactions lock rows in the same order and don't deadlock each other.
-func totalsRows(job string, totals []event.Total) [][]any {
-	slices.SortFunc(totals, func(a, b event.Total) int { return strings.Compare(a.Key, b.Key) })
-	rows := make([][]any, len(totals))
-	flat := make([]any, 4*len(totals))
-	for i, tt := range totals {
-		row := flat[4*i : 4*i+4 : 4*i+4]
-		row[0], row[1], row[2], row[3] = job, tt.Key, tt.Events, tt.Amount
-		rows[i] = row
-	}
-	return rows
 }
 
 // xaSink adds each transaction's per-key sums to mb_totals in an XA branch,

@@ -1,4 +1,4 @@
-package strategies
+package shared
 
 import (
 	"errors"
@@ -28,7 +28,7 @@ func TestDeadLetterReasons(t *testing.T) {
 		{"too long, cut between characters", errors.New("x" + long), "x" + strings.Repeat("é", 511)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := deadLetter("j", "in", rec, c.err)
+			d := DeadLetter("j", "in", rec, c.err)
 			if d.Reason != c.want || string(d.Payload) != "page-\xff" {
 				t.Errorf("deadLetter: reason %q, payload %q; want %q and the record's bytes", d.Reason, d.Payload, c.want)
 			}
