@@ -207,7 +207,7 @@ type GroupConfig struct {
 }
 
 // CheckpointConfig is the settings of checkpoint mode (strategy
-// checkpoint); see checkpoint.go.
+// checkpoint); see package checkpoint.
 type CheckpointConfig struct {
 	OperatorParallelism int           // keyed operator instances (= sink subtasks)
 	Interval            time.Duration // how often barriers are injected

@@ -114,7 +114,7 @@ func startIdempotent(ctx context.Context, rw *redissink.Job, src *batch.KafkaSou
 // plan of each batch is logged before it is read; each partition task
 // writes its results under a key named after its range (a replay
 // overwrites); then one atomic, offset-guarded script folds the batch into
-// the users' totals and advances the offsets. See writers/redis.go for the
+// the users' totals and advances the offsets. See package redissink for the
 // key layout and the guarantee.
 //
 // A user's Transform (work) runs the same protocol with rows instead of
