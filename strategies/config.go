@@ -136,7 +136,7 @@ const (
 	DefaultKafkaTxnTimeout     = 10 * time.Minute
 	DefaultMaxRestartTime      = 2 * time.Minute
 	DefaultSessionTimeout      = 10 * time.Second
-	DefaultConnectTimeout      = 30 * time.Second
+	DefaultConnectTimeout      = shared.DefaultConnectTimeout
 	DefaultRebalanceTimeout    = time.Minute
 	DefaultAssignment          = AssignSticky
 	// MaxBatchRecordsLimit keeps a batch's per-key sums inside int64 (with

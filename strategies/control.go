@@ -9,6 +9,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
@@ -47,7 +48,7 @@ func groupStart(ctx context.Context, g *offsets.KafkaGroup, src *batch.KafkaSour
 	if err != nil {
 		return nil, err
 	}
-	start, err := startRule(ctx, src, cfg)
+	start, err := shared.StartRule(ctx, src, cfg.Topic, cfg.StartFrom == StartLatest)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers/redissink"
 )
 
@@ -87,7 +88,7 @@ func startIdempotent(ctx context.Context, rw *redissink.Job, src *batch.KafkaSou
 	if err != nil {
 		return nil, err
 	}
-	start, err := startRule(ctx, src, cfg)
+	start, err := shared.StartRule(ctx, src, cfg.Topic, cfg.StartFrom == StartLatest)
 	if err != nil {
 		return nil, err
 	}

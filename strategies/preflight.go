@@ -107,7 +107,13 @@ func dryRunSink(ctx context.Context, cfg Config, st batchStrategy, p *Plan, stor
 	if newFile && !inGroup {
 		return closeSink, nil // no offsets stored yet
 	}
-	if *stored, err = st.stored(ctx); err != nil {
+	read := st.stored
+	if sq, ok := st.(interface {
+		storedIfAny(context.Context) (map[int32]int64, error)
+	}); ok && !inGroup {
+		read = sq.storedIfAny
+	}
+	if *stored, err = read(ctx); err != nil {
 		closeSink()
 		return nil, classify(err)
 	}

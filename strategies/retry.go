@@ -13,11 +13,6 @@ import (
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
-// Retry bounds for a partition's transaction.
-const (
-	maxAttempts = 8
-)
-
 // unknownOutcome marks a failed attempt whose commit may have landed (its
 // offsets couldn't be read back): only another attempt can tell.
 type unknownOutcome struct{ err error }
@@ -38,7 +33,7 @@ func isRetryable(err error) bool {
 }
 
 // withRetry runs attempt until it succeeds, fails for good, or has been
-// tried maxAttempts times, backing off between tries. It returns how many
+// tried shared.MaxAttempts times, backing off between tries. It returns how many
 // attempts it made.
 func withRetry(ctx context.Context, log *slog.Logger, what string, attempt func() error) (int, error) {
 	for n := 1; ; n++ {
@@ -46,7 +41,7 @@ func withRetry(ctx context.Context, log *slog.Logger, what string, attempt func(
 		if err == nil {
 			return n, nil
 		}
-		if !isRetryable(err) || n >= maxAttempts {
+		if !isRetryable(err) || n >= shared.MaxAttempts {
 			return n, err
 		}
 		log.Warn("retrying", "what", what, "attempt", n, "err", err)

@@ -2,7 +2,6 @@ package strategies
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
 )
 
@@ -246,25 +244,4 @@ func openSource(ctx context.Context, cfg Config) (sarama.Client, *batch.KafkaSou
 		return nil, nil, classify(err)
 	}
 	return client, src, nil
-}
-
-// startRule is where a partition without stored progress begins, for every
-// strategy: at --start-from for a new job (one with no stored offsets at
-// all), and at its earliest offset for a partition that appears later, so
-// that nothing written to it is skipped.
-func startRule(ctx context.Context, src *batch.KafkaSource, cfg Config) (offsets.StartFunc, error) {
-	bounds, err := src.Bounds(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
-	}
-	return func(p int32, newJob bool) (int64, error) {
-		b, ok := bounds[p]
-		if !ok {
-			return 0, fmt.Errorf("no offsets for %s/%d", cfg.Topic, p)
-		}
-		if cfg.StartFrom == StartLatest && newJob {
-			return b.End, nil
-		}
-		return b.Start, nil
-	}, nil
 }

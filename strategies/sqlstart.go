@@ -49,9 +49,15 @@ func (s *sqlStrategy) open(ctx context.Context) error {
 func (s *sqlStrategy) close() error     { return s.w.Close() }
 func (s *sqlStrategy) sinkName() string { return s.w.String() }
 
-// stored reads the job's mb_offsets rows, if the table exists yet.
+// stored reads the job's mb_offsets rows. The run created the table, so
+// an error reading it is one (unlike the dry run's storedIfAny).
 func (s *sqlStrategy) stored(ctx context.Context) (map[int32]int64, error) {
-	return storedSQL(ctx, s.w, s.cfg)
+	pos, err := offsets.Load(ctx, s.w.DB(), s.cfg.Job, s.cfg.Topic)
+	next := make(map[int32]int64, len(pos))
+	for p, x := range pos {
+		next[p] = x.NextOffset
+	}
+	return next, err
 }
 
 // start claims the session's partitions in mb_offsets (claimPartitions)
@@ -73,7 +79,7 @@ func (s *sqlStrategy) start(ctx context.Context, sess session, d *batch.Driver) 
 // sure every partition of the topic has an offset row, resolving
 // start-from for the new ones.
 func claimPartitions(ctx context.Context, w *sqlsink.Writer, src *batch.KafkaSource, cfg Config, s session) (offsets.Claim, error) {
-	start, err := startRule(ctx, src, cfg)
+	start, err := shared.StartRule(ctx, src, cfg.Topic, cfg.StartFrom == StartLatest)
 	if err != nil {
 		return offsets.Claim{}, err
 	}
@@ -92,9 +98,10 @@ func claimPartitions(ctx context.Context, w *sqlsink.Writer, src *batch.KafkaSou
 	return claim, err
 }
 
-// storedSQL reads the job's mb_offsets rows, if the table exists yet.
-func storedSQL(ctx context.Context, w *sqlsink.Writer, cfg Config) (map[int32]int64, error) {
-	pos, err := offsets.Load(ctx, w.DB(), cfg.Job, cfg.Topic)
+// storedIfAny reads the job's mb_offsets rows, if the table exists yet:
+// the dry run looks at a sink the job may never have run against.
+func (s *sqlStrategy) storedIfAny(ctx context.Context) (map[int32]int64, error) {
+	pos, err := offsets.Load(ctx, s.w.DB(), s.cfg.Job, s.cfg.Topic)
 	if err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/kafkasink"
 )
@@ -129,10 +130,6 @@ type Config struct {
 	CrashPoint func(point string)
 }
 
-// defaultConnectTimeout is Config.ConnectTimeout's default, as
-// strategies.DefaultConnectTimeout.
-const defaultConnectTimeout = 30 * time.Second
-
 // setDefaults fills what Run needs and may be left zero: the logger and
 // the connect timeout. Every other setting is the caller's (Validate).
 func (c *Config) setDefaults() {
@@ -140,7 +137,7 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = defaultConnectTimeout
+		c.ConnectTimeout = shared.DefaultConnectTimeout
 	}
 }
 

@@ -23,7 +23,6 @@ const (
 	readSpan       = 20_000
 	boundsPoll     = 20 * time.Millisecond
 	maxPollErrors  = 50 // consecutive failed offset polls before the attempt fails
-	maxReadErrors  = 8  // consecutive failed retryable reads before the attempt fails
 	commitAttempts = 20 // a Commit is retried this often before the attempt fails (and recovery retries it)
 )
 

@@ -194,19 +194,13 @@ func (r *runner) load(ctx context.Context) (*offsets.Checkpoint, jobData, error)
 func (r *runner) newJob(ctx context.Context) (*offsets.Checkpoint, error) {
 	cfg := r.cfg
 	chk := &offsets.Checkpoint{Job: cfg.Job, Topic: cfg.Topic, Offsets: map[int32]int64{}, ID: time.Now().UnixMilli()}
-	bounds, err := r.src.Bounds(ctx)
+	start, err := shared.StartRule(ctx, r.src, cfg.Topic, cfg.StartLatest)
 	if err != nil {
-		return nil, fmt.Errorf("reading offsets of topic %q: %w", cfg.Topic, err)
+		return nil, err
 	}
 	for _, p := range r.src.Partitions() {
-		b, ok := bounds[p]
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("no offsets for %s/%d", cfg.Topic, p)
-		case cfg.StartLatest:
-			chk.Offsets[p] = b.End
-		default:
-			chk.Offsets[p] = b.Start
+		if chk.Offsets[p], err = start(p, true); err != nil {
+			return nil, err
 		}
 	}
 	return chk, nil

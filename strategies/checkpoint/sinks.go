@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/microbatch/microbatch/internal/event"
-	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
@@ -176,7 +175,7 @@ type deadLetterJSON struct {
 // encodeDeadLetter writes d as JSON; its reason as every sink stores it
 // (reason.Safe: JSON would turn bytes that are not UTF-8 into U+FFFD).
 func encodeDeadLetter(d *record.DeadLetter) []byte {
-	why := reason.Safe(d.Reason, writers.MaxReasonBytes)
+	why := writers.StoredReason(d.Reason)
 	b, _ := json.Marshal(deadLetterJSON{d.Job, d.Topic, d.Partition, d.Offset, why, d.Payload}) // plain types: can't fail
 	return b
 }

@@ -63,7 +63,7 @@ func (s *sourceTask) run(ctx context.Context) error {
 		r := record.Range{Topic: s.p.r.cfg.Topic, Partition: s.part, From: s.next, To: min(end, s.next+readSpan)}
 		err := s.p.r.src.Read(ctx, r, func(rec *batch.Record) error { return s.emit(ctx, rec) })
 		if err != nil {
-			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < maxReadErrors {
+			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < shared.MaxAttempts {
 				// Re-read from next: nothing past it was emitted.
 				if err := shared.SleepBackoff(ctx, readFails); err != nil {
 					return err

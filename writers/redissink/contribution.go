@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/microbatch/microbatch/internal/exact"
-	"github.com/microbatch/microbatch/internal/reason"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -130,7 +129,7 @@ func (c *Contribution) encode(d *record.DeadLetter) (string, []byte, error) {
 		payload = payload[:writers.MaxPayloadBytes]
 	}
 	// The reason as every sink stores it (valid UTF-8, bounded).
-	v, err := json.Marshal(deadLetterJSON{Reason: reason.Safe(why, writers.MaxReasonBytes), Payload: payload})
+	v, err := json.Marshal(deadLetterJSON{Reason: writers.StoredReason(why), Payload: payload})
 	if err != nil {
 		return "", nil, fmt.Errorf("encoding dead letter: %w", err)
 	}

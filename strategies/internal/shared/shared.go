@@ -17,7 +17,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
-	"github.com/microbatch/microbatch/internal/reason"
+	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/sqlsink"
@@ -43,7 +43,7 @@ func DeadLetter(job, topic string, rec *batch.Record, err error) record.DeadLett
 	}
 	return record.DeadLetter{
 		Job: job, Topic: topic, Partition: rec.Partition, Offset: rec.Offset,
-		Reason: reason.Safe(why, writers.MaxReasonBytes), Payload: bytes.Clone(rec.Value),
+		Reason: writers.StoredReason(why), Payload: bytes.Clone(rec.Value),
 	}
 }
 
@@ -108,4 +108,32 @@ func IsFileDSN(dsn string) bool { return strings.HasPrefix(dsn, "file://") }
 // IsRedisDSN reports a Redis sink: redis:// or rediss://.
 func IsRedisDSN(dsn string) bool {
 	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
+}
+
+// MaxAttempts bounds the tries of one retryable step (a partition's
+// transaction, a checkpoint source's reads) before it fails for good.
+const MaxAttempts = 8
+
+// DefaultConnectTimeout is how long a run waits for Kafka and its sink to
+// answer at start (--connect-timeout).
+const DefaultConnectTimeout = 30 * time.Second
+
+// StartRule reads the topic's bounds once and returns where a partition
+// without a stored position starts: at its end when latest is set and the
+// job is new, else at its start.
+func StartRule(ctx context.Context, src *batch.KafkaSource, topic string, latest bool) (offsets.StartFunc, error) {
+	bounds, err := src.Bounds(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading offsets of topic %q: %w", topic, err)
+	}
+	return func(p int32, newJob bool) (int64, error) {
+		b, ok := bounds[p]
+		if !ok {
+			return 0, fmt.Errorf("no offsets for %s/%d", topic, p)
+		}
+		if latest && newJob {
+			return b.End, nil
+		}
+		return b.Start, nil
+	}, nil
 }
