@@ -143,8 +143,39 @@ func errGroupInUse(cfg Config, ms []foreignMember) error {
 }
 
 // GroupMembers returns the live members of a consumer group by member id,
-// as its coordinator knows them (none for a group that doesn't exist).
+// as its coordinator knows them (none for a group that doesn't exist). A
+// busy coordinator (coordinatorBusy) is asked again for up to
+// coordinatorWait.
 func GroupMembers(client sarama.Client, group string) (map[string]*sarama.GroupMemberDescription, error) {
+	deadline := time.Now().Add(coordinatorWait)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		members, err := describeGroup(client, group)
+		if err == nil || !coordinatorBusy(err) || time.Now().Add(wait).After(deadline) {
+			return members, err
+		}
+		if !errors.Is(err, sarama.ErrOffsetsLoadInProgress) {
+			_ = client.RefreshCoordinator(group) // it moved, or is not known yet
+		}
+		time.Sleep(wait)
+	}
+}
+
+// coordinatorWait bounds how long GroupMembers waits out a group
+// coordinator that is busy: still loading the group's offsets (a broker
+// that has just started, or took over the group's partition of
+// __consumer_offsets), or moving. Kafka marks those errors retriable; a
+// dry run or a newcomer check right after a broker start meets them.
+const coordinatorWait = 30 * time.Second
+
+// coordinatorBusy reports the retriable coordinator errors.
+func coordinatorBusy(err error) bool {
+	return errors.Is(err, sarama.ErrOffsetsLoadInProgress) ||
+		errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) ||
+		errors.Is(err, sarama.ErrNotCoordinatorForConsumer)
+}
+
+// describeGroup asks the group's coordinator for its members once.
+func describeGroup(client sarama.Client, group string) (map[string]*sarama.GroupMemberDescription, error) {
 	b, err := client.Coordinator(group)
 	if err != nil {
 		return nil, err
