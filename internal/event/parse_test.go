@@ -101,7 +101,7 @@ var edgeCases = []string{
 	// Unicode simple folding, after unescaping; the last of a name wins.
 	`{"ID":1,"Key":"a","AMOUNT":2,"Ts":3}`,
 	"{\"id\":1,\"\u212aey\":\"kelvin\",\"amount\":2,\"t\u017f\":3}", // K KELVIN SIGN, ſ LONG S
-	"{\"\u0130d\":1,\"key\":\"a\",\"amount\":2,\"ts\":3}",            // İ does not fold to i
+	"{\"\u0130d\":1,\"key\":\"a\",\"amount\":2,\"ts\":3}",           // İ does not fold to i
 	`{"\u0069\u0044":1,"\u004bey":"a","amount":2,"ts":3}`,
 	`{"id":1,"id":2,"key":"a","amount":2,"ts":3}`,
 	`{"id":1,"ID":"x","key":"a","amount":2,"ts":3}`,
