@@ -258,7 +258,9 @@ func clipQ(b []byte) []byte {
 // over 20,000 mutations every time; `go test -fuzz` explores further.
 func FuzzDecodeAgreesWithStrict(f *testing.F) {
 	for _, s := range seedRecords() {
-		f.Add(s)
+		if len(s) <= 2*MaxRecordBytes { // the 1 MB record only slows the fuzzer
+			f.Add(s)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkAgreesWithStrict(t, data) })
 }
