@@ -328,9 +328,15 @@ func TestDecodeAgreesWithStrict(t *testing.T) {
 	for _, s := range seeds {
 		checkAgreesWithStrict(t, s)
 	}
+	var bases [][]byte // mutating the 1 MB record only costs time
+	for _, s := range seeds {
+		if len(s) <= 2*MaxRecordBytes {
+			bases = append(bases, s)
+		}
+	}
 	const n = 20000
 	for range n {
-		if checkAgreesWithStrict(t, mutate(rng, seeds[rng.IntN(len(seeds))])) {
+		if checkAgreesWithStrict(t, mutate(rng, bases[rng.IntN(len(bases))])) {
 			accepted++
 		} else {
 			rejected++
