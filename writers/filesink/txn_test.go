@@ -1,15 +1,12 @@
 package filesink
 
 import (
-	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +16,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/writertest"
 )
 
 func twoPhaseOK(t *testing.T, what string, err error) {
@@ -403,7 +401,7 @@ func TestFileTxnCrashChild(t *testing.T) {
 // what the checkpoint kept and deletes the rest.
 func TestFileTxnCrash(t *testing.T) {
 	dir, job := t.TempDir(), fileTxnJob(t)
-	ps := runKilledChild(t, "TestFileTxnCrashChild", fileTxnCrashEnv+"="+dir+"|"+job)
+	ps := writertest.RunKilledChild(t, "TestFileTxnCrashChild", fileTxnCrashEnv+"="+dir+"|"+job)
 	if len(ps) != 2 {
 		t.Fatalf("child printed %d pendings, want 2", len(ps))
 	}
@@ -486,34 +484,4 @@ func checkWholeTxns(dir, job string) error {
 		err = fmt.Errorf("txn %d: %d of %d lines", txn, next, n)
 	}
 	return err
-}
-
-// runKilledChild runs the named test of this binary in a child process
-// with env added, requires that it died of SIGKILL and returns the
-// Pendings it printed ("PENDING <json>" lines).
-func runKilledChild(t *testing.T, test string, env ...string) []writers.Pending {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("child %s: %v\n%s%s", test, err, out, stderr.Bytes())
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child %s did not die of SIGKILL: %v\n%s%s", test, err, out, stderr.Bytes())
-	}
-	var ps []writers.Pending
-	for _, l := range strings.Split(string(out), "\n") {
-		if data, ok := strings.CutPrefix(l, "PENDING "); ok {
-			var p writers.Pending
-			twoPhaseOK(t, "decoding the child's pending", json.Unmarshal([]byte(data), &p))
-			ps = append(ps, p)
-		}
-	}
-	return ps
 }

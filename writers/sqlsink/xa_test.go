@@ -19,6 +19,7 @@ import (
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
+	"github.com/microbatch/microbatch/writers/writertest"
 )
 
 // The XA cases run against the real MariaDB/MySQL server (skipped without
@@ -391,7 +392,7 @@ func TestXACrashChild(t *testing.T) {
 func TestXACrash(t *testing.T) {
 	job := xaJob(t)
 	w := openXASink(t, job)
-	ps := runKilledChild(t, "TestXACrashChild", xaCrashEnv+"="+job, testutil.EnvMySQL+"="+mysqlDSN(t))
+	ps := writertest.RunKilledChild(t, "TestXACrashChild", xaCrashEnv+"="+job, testutil.EnvMySQL+"="+mysqlDSN(t))
 	if len(ps) != 2 {
 		t.Fatalf("child printed %d pendings, want 2", len(ps))
 	}
