@@ -63,9 +63,11 @@ type Settings struct {
 // RawResult is the raw consume rate (read everything, no processing),
 // measured before and after the strategies; EventsPerSec is the best run.
 type RawResult struct {
-	EventsPerSec float64   `json:"events_per_sec"`
-	Runs         []float64 `json:"runs"`
-	Method       string    `json:"method"`
+	EventsPerSec   float64     `json:"events_per_sec"`
+	Runs           []float64   `json:"runs"`
+	Method         string      `json:"method"`
+	Settings       RawSettings `json:"settings"`
+	BytesPerRecord float64     `json:"bytes_per_record"` // mean value size of the workload's records
 }
 
 // Skip is a strategy the bench did not run, and why.
