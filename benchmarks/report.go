@@ -90,7 +90,8 @@ func Markdown(r *Results, chart string) string {
 		for i, x := range r.Raw.Runs {
 			runs[i] = group(int64(x))
 		}
-		p("² Best of %d raw reads of the whole topic (events/s: %s).\n\n", len(runs), strings.Join(runs, ", "))
+		p("² Best of %d raw reads of the whole topic (events/s: %s; %.0f bytes a record). The reader: %s.\n\n",
+			len(runs), strings.Join(runs, ", "), r.Raw.BytesPerRecord, r.Raw.Settings)
 	}
 	p("Recovery: mean time from a restart to its first commit, over the restarts that got that far (their number in parentheses). ⚠: the strategy failed a step (see Errors).\n\n")
 	if chart != "" {
