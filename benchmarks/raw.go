@@ -81,7 +81,14 @@ func consumeAll(ctx context.Context, brokers []string, topic string, s RawSettin
 		mu  sync.Mutex
 		out RawRead
 	)
-	g, gctx := errgroup.WithContext(ctx)
+	// Every partition's start and leader first, so that a failure here
+	// leaves no reader running.
+	type span struct {
+		part      int32
+		from, end int64
+		leader    string
+	}
+	var spans []span
 	for p, end := range ends {
 		if end == 0 {
 			continue
@@ -94,8 +101,13 @@ func consumeAll(ctx context.Context, brokers []string, topic string, s RawSettin
 		if err != nil {
 			return RawRead{}, fmt.Errorf("finding the leader of %s/%d: %w", topic, p, err)
 		}
+		spans = append(spans, span{p, from, end, leader.Addr()})
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, sp := range spans {
+		p := sp.part
 		g.Go(func() error {
-			n, bytes, err := readPartition(gctx, conf, leader.Addr(), topic, p, from, end, s)
+			n, bytes, err := readPartition(gctx, conf, sp.leader, topic, p, sp.from, sp.end, s)
 			if err != nil {
 				return fmt.Errorf("reading %s/%d: %w", topic, p, err)
 			}

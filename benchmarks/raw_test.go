@@ -3,10 +3,12 @@ package benchmarks
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/testutil"
 )
 
 // TestRawConsumeFormat: the ceiling reads every record of a topic once,
@@ -16,7 +18,6 @@ func TestRawConsumeFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	brokers := c.ListenAddrs()
 	const events = 5000
 	for _, f := range event.Formats {
@@ -48,5 +49,9 @@ func TestRawConsumeFormat(t *testing.T) {
 				t.Errorf("counted %d value bytes, want %d", r.Bytes, want)
 			}
 		})
+	}
+	c.Close()
+	if leaked := testutil.LeakedGoroutines(10 * time.Second); leaked != "" {
+		t.Errorf("goroutines left after the reads and the broker's close:\n%s", leaked)
 	}
 }
