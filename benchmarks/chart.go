@@ -126,8 +126,8 @@ func WriteChart(out io.Writer, r *Results, format string) error {
 		return fmt.Errorf("chart format %q: want svg or png", format)
 	}
 	dc := draw.New(canvas)
-	title := fmt.Sprintf("microbatch bench: %s events, %d partitions, interval %s; %d CPUs, %s", group(r.Workload.Events),
-		r.Workload.Partitions, r.Settings.Interval, r.Machine.CPUs, r.Machine.Go)
+	title := fmt.Sprintf("microbatch bench: %s events (%s), %d partitions, interval %s; %d CPUs, %s", group(r.Workload.Events),
+		orDash(string(r.Workload.Format)), r.Workload.Partitions, r.Settings.Interval, r.Machine.CPUs, r.Machine.Go)
 	top := plot.New() // a title line over the panels
 	top.Title.Text = title
 	top.HideAxes()

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -147,7 +146,7 @@ func ensureWorkload(ctx context.Context, w Workload, brokers []string, topic str
 		return false, fmt.Errorf("topic %s holds %d records, more than the %d events of the workload", topic, have, w.Events)
 	}
 	_, err = kafkautil.Produce(ctx, kafkautil.ProduceOptions{
-		Brokers: brokers, Topic: topic, Count: w.Events - have, Skip: have, Keys: w.Keys, Seed: w.Seed,
+		Brokers: brokers, Topic: topic, Count: w.Events - have, Skip: have, Keys: w.Keys, Seed: w.Seed, Format: w.Format,
 	})
 	return true, err
 }
@@ -159,7 +158,7 @@ const feedChunk = 1000
 
 func startFeeder(w Workload, brokers []string, topic string, rate float64, events, amount int64) *feeder {
 	return &feeder{kafkautil.StartFeeder(kafkautil.ProduceOptions{
-		Brokers: brokers, Topic: topic, Count: feedChunk, Keys: w.Keys, Seed: w.Seed, Rate: rate,
+		Brokers: brokers, Topic: topic, Count: feedChunk, Keys: w.Keys, Seed: w.Seed, Format: w.Format, Rate: rate,
 	}, event.Expected{Events: events, Amount: amount})}
 }
 
@@ -167,91 +166,6 @@ func startFeeder(w Workload, brokers []string, topic string, rate float64, event
 func (f *feeder) finish() (events, amount int64, err error) {
 	t, err := f.f.Finish()
 	return t.Events, t.Amount, err
-}
-
-// consumeAll reads every partition of topic from its start to its end
-// offset with the settings the job uses (read-committed, 4 MiB fetches),
-// touching nothing but the offset: the ceiling for anything built on
-// sarama. It returns the time from creating the client to the last record.
-func consumeAll(ctx context.Context, brokers []string, topic string) (time.Duration, int64, error) {
-	ends, err := kafkautil.EndOffsets(brokers, topic)
-	if err != nil {
-		return 0, 0, err
-	}
-	start := time.Now()
-	client, err := sarama.NewClient(brokers, kafkautil.Config("microbatch-bench-raw"))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer consumer.Close()
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		first  error
-		total  int64
-		cctx   context.Context
-		cancel context.CancelFunc
-	)
-	cctx, cancel = context.WithCancel(ctx)
-	defer cancel()
-	for p, end := range ends {
-		if end == 0 {
-			continue
-		}
-		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return 0, 0, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer pc.Close()
-			var n int64
-			fail := func(err error) {
-				mu.Lock()
-				first = cmpErr(first, err)
-				mu.Unlock()
-				cancel()
-			}
-			for {
-				select {
-				case m := <-pc.Messages():
-					n++
-					if m.Offset >= end-1 {
-						mu.Lock()
-						total += n
-						mu.Unlock()
-						return
-					}
-				case e := <-pc.Errors():
-					fail(e.Err)
-					return
-				case <-cctx.Done():
-					fail(cctx.Err())
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		return 0, 0, fmt.Errorf("raw consume of %s: %w", topic, first)
-	}
-	return time.Since(start), total, nil
-}
-
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // deleteTopics removes the bench's per-run topics (best effort).
@@ -287,3 +201,13 @@ func expectedOf(w Workload, n int64) event.Expected { return event.ExpectedTotal
 
 // splitBrokers is kafkautil.SplitBrokers, for the CLI's string form.
 func splitBrokers(s string) []string { return kafkautil.SplitBrokers(strings.TrimSpace(s)) }
+
+// workloadTopic names the topic holding w's events. Compact keeps the name
+// it had before formats existed, so an existing workload is reused.
+func workloadTopic(w Workload) string {
+	name := fmt.Sprintf("mb-bench-e%d-p%d-k%d-s%d", w.Events, w.Partitions, w.Keys, w.Seed)
+	if w.Format != "" && w.Format != event.FormatCompact {
+		name += "-" + string(w.Format)
+	}
+	return name
+}

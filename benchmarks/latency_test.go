@@ -71,7 +71,7 @@ func benchLatency(b *testing.B, brokers []string, mysql, kind string, interval t
 	if err := kafkautil.EnsureTopic(brokers, topic, benchPartitions); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{Brokers: brokers, Topic: topic, Count: catchUpEvents, Keys: benchKeys, Seed: benchSeed}); err != nil {
+	if _, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{Brokers: brokers, Topic: topic, Count: catchUpEvents, Keys: benchKeys, Seed: benchSeed, Format: benchFormat(b)}); err != nil {
 		b.Fatal(err)
 	}
 	var records atomic.Int64
@@ -125,7 +125,7 @@ func benchLatency(b *testing.B, brokers []string, mysql, kind string, interval t
 		lat, latErr = countLatencies(mctx, sqlCounter(w, job), total, latencyRate, func() time.Time { return time.Unix(0, prodStart.Load()) })
 	}()
 	prodStart.Store(time.Now().UnixNano())
-	if _, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{Brokers: brokers, Topic: topic, Count: total, Keys: benchKeys, Seed: benchSeed, Rate: latencyRate}); err != nil {
+	if _, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{Brokers: brokers, Topic: topic, Count: total, Keys: benchKeys, Seed: benchSeed, Format: benchFormat(b), Rate: latencyRate}); err != nil {
 		b.Fatal(err)
 	}
 	wg.Wait()

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers/redissink"
@@ -26,6 +27,9 @@ type Workload struct {
 	Keys       int    `json:"keys"`
 	Partitions int32  `json:"partitions"`
 	Seed       uint64 `json:"seed"`
+	// Format is how every event the bench produces is written (zero:
+	// compact): the same events, more or less work to decode.
+	Format event.Format `json:"format"`
 }
 
 // Options configure a bench run. Zero values take the defaults below.
@@ -135,6 +139,9 @@ func (o *Options) setDefaults() {
 	if w.Seed == 0 {
 		w.Seed = DefaultSeed
 	}
+	if w.Format == "" {
+		w.Format = event.FormatCompact
+	}
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
 	}
@@ -194,6 +201,8 @@ func (o Options) Validate() error {
 		return bad("partitions: %d is outside 1..10000", o.Workload.Partitions)
 	case o.Interval <= 0:
 		return bad("interval: must be positive")
+	case !slices.Contains(event.Formats, o.Workload.Format):
+		return bad("format: unknown %q (known: compact, spaced, wide)", o.Workload.Format)
 	case o.LatencyRate <= 0 || o.LatencyDuration <= 0 || o.LatencyRate*o.LatencyDuration.Seconds() < 1:
 		return bad("latency-rate × latency-duration must be at least one event")
 	case o.FeedRate <= 0:
@@ -344,8 +353,8 @@ func (b *bench) setUp() error {
 		b.prog.plan(b.estClean(s) + b.estLatency() + b.estFaultAll(s))
 	}
 
-	b.input = fmt.Sprintf("mb-bench-e%d-p%d-k%d-s%d", w.Events, w.Partitions, w.Keys, w.Seed)
-	b.prog.printf("workload: %d events, %d keys, %d partitions, seed %d in topic %s", w.Events, w.Keys, w.Partitions, w.Seed, b.input)
+	b.input = workloadTopic(w)
+	b.prog.printf("workload: %d events, %d keys, %d partitions, seed %d, format %s in topic %s", w.Events, w.Keys, w.Partitions, w.Seed, w.Format, b.input)
 	start := time.Now()
 	produced, err := ensureWorkload(b.ctx, w, b.brokers, b.input)
 	if err != nil {
@@ -491,16 +500,19 @@ func (b *bench) fail(row *Row, format string, args ...any) {
 // raw measures the raw consume rate of the workload topic.
 func (b *bench) raw() {
 	b.prog.printf("raw consume: reading all %d events, no processing", b.o.Workload.Events)
-	d, n, err := consumeAll(b.ctx, b.brokers, b.input)
+	r, err := consumeAll(b.ctx, b.brokers, b.input, DefaultRawSettings)
 	if err != nil {
 		b.fail(nil, "raw consume: %v", err)
 		return
 	}
-	rate := float64(n) / d.Seconds()
+	rate := r.EventsPerSec()
 	b.res.Raw.Runs = append(b.res.Raw.Runs, rate)
-	b.res.Raw.Method = "a bare sarama consumer with the job's settings (read-committed, 4 MiB fetches) reads every partition to its end, touching only the offset; timed from client creation to the last record; run twice before the strategies and once after, the best of the three shown"
+	b.res.Raw.Settings = DefaultRawSettings
+	b.res.Raw.BytesPerRecord = float64(r.Bytes) / float64(max(r.Records, 1))
+	b.res.Raw.Method = "the fastest bare sarama reader we have (" + DefaultRawSettings.String() + ") reads every partition to its end; timed from client creation to the last record; run twice before the strategies and once after, the best of the three shown"
 	b.prog.finished(float64(b.o.Workload.Events)/800_000 + 1)
-	b.prog.printf("raw consume: %s events in %s: %s events/s", group(n), d.Round(time.Millisecond), group(int64(rate)))
+	b.prog.printf("raw consume: %s events (%.0f bytes each) in %s: %s events/s", group(r.Records), b.res.Raw.BytesPerRecord,
+		r.Duration.Round(time.Millisecond), group(int64(rate)))
 }
 
 // baseline measures the hand-written per-record consumer.

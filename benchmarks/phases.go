@@ -147,7 +147,7 @@ func (b *bench) latency(s spec, row *Row) error {
 		done <- r
 	}()
 	_, perr := kafkautil.Produce(ctx, kafkautil.ProduceOptions{Brokers: b.brokers, Topic: topic, Count: total,
-		Keys: o.Workload.Keys, Seed: o.Workload.Seed, Rate: o.LatencyRate})
+		Keys: o.Workload.Keys, Seed: o.Workload.Seed, Format: o.Workload.Format, Rate: o.LatencyRate})
 	if perr != nil {
 		cancel()
 	}
@@ -186,7 +186,7 @@ func (b *bench) fault(s spec, row *Row) error {
 		b.topics = append(b.topics, job+"-out")
 	}
 	exp, err := kafkautil.Produce(b.ctx, kafkautil.ProduceOptions{Brokers: b.brokers, Topic: topic, Count: o.FaultInitial,
-		Keys: o.Workload.Keys, Seed: o.Workload.Seed})
+		Keys: o.Workload.Keys, Seed: o.Workload.Seed, Format: o.Workload.Format})
 	if err != nil {
 		return fmt.Errorf("producing the input: %w", err)
 	}

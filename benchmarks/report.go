@@ -34,8 +34,8 @@ func Markdown(r *Results, chart string) string {
 	p("%s, `%s`, %s.\n\n", r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Command, (time.Duration(r.Seconds) * time.Second).String())
 	p("- **Machine:** %d CPUs (%s), %s, %s\n", m.CPUs, orDash(m.CPUModel), m.OS, m.Go)
 	p("- **Servers:** Kafka: %s; SQL: %s; Redis: %s\n", m.Broker, orDash(m.MySQL), orDash(m.Redis))
-	p("- **Workload:** %s events, %s keys, %d partitions, seed %d; `--interval` %s (also the checkpoint interval)\n",
-		group(w.Events), group(int64(w.Keys)), w.Partitions, w.Seed, s.Interval)
+	p("- **Workload:** %s events, %s keys, %d partitions, seed %d, format %s; `--interval` %s (also the checkpoint interval)\n",
+		group(w.Events), group(int64(w.Keys)), w.Partitions, w.Seed, orDash(string(w.Format)), s.Interval)
 	p("- **Faults:** per strategy %d random SIGKILLs + each crash point it reaches (`MICROBATCH_CRASH_AT=<point>:2`), input fed at %.0f events/s meanwhile, then a drain and `microbatch verify`\n\n",
 		s.Crashes, s.FeedRate)
 
@@ -90,7 +90,8 @@ func Markdown(r *Results, chart string) string {
 		for i, x := range r.Raw.Runs {
 			runs[i] = group(int64(x))
 		}
-		p("² Best of %d raw reads of the whole topic (events/s: %s).\n\n", len(runs), strings.Join(runs, ", "))
+		p("² Best of %d raw reads of the whole topic (events/s: %s; %.0f bytes a record). The reader: %s.\n\n",
+			len(runs), strings.Join(runs, ", "), r.Raw.BytesPerRecord, r.Raw.Settings)
 	}
 	p("Recovery: mean time from a restart to its first commit, over the restarts that got that far (their number in parentheses). ⚠: the strategy failed a step (see Errors).\n\n")
 	if chart != "" {

@@ -63,9 +63,11 @@ type Settings struct {
 // RawResult is the raw consume rate (read everything, no processing),
 // measured before and after the strategies; EventsPerSec is the best run.
 type RawResult struct {
-	EventsPerSec float64   `json:"events_per_sec"`
-	Runs         []float64 `json:"runs"`
-	Method       string    `json:"method"`
+	EventsPerSec   float64     `json:"events_per_sec"`
+	Runs           []float64   `json:"runs"`
+	Method         string      `json:"method"`
+	Settings       RawSettings `json:"settings"`
+	BytesPerRecord float64     `json:"bytes_per_record"` // mean value size of the workload's records
 }
 
 // Skip is a strategy the bench did not run, and why.
@@ -194,6 +196,23 @@ func (r *Results) judge() {
 	ratio("txn / at-least-once events/s (same interval)", "≥ 0.80", 0.8, rate("txn"), rate("at-least-once"))
 	ratio("txn / per-record baseline events/s", "≥ 10", 10, rate("txn"), baseline)
 	ratio("txn / raw consume events/s", "≥ 0.50", 0.5, rate("txn"), raw)
+	// The raw consume is a ceiling only if nothing beats it: a strategy
+	// faster than a reader that decodes nothing means the reference is
+	// wrong, and every "× raw consume" of the run with it.
+	ceil := Target{Name: "raw consume is the ceiling: no strategy faster", Want: "≤ 1.00", Status: "n/a"}
+	if raw != nil {
+		var fastest string
+		for _, row := range r.Rows {
+			if x := row.Clean.EventsPerSec / *raw; row.Clean.EventsPerSec > 0 && x > ceil.Value {
+				ceil.Value, fastest = x, row.Name
+			}
+		}
+		if fastest != "" {
+			ceil.Shown = fmt.Sprintf("%.2f (%s)", ceil.Value, fastest)
+			ceil.Status = status(ceil.Value <= 1)
+		}
+	}
+	r.Targets = append(r.Targets, ceil)
 	control := func(name, what string, get func(Fault) int64) {
 		t := Target{Name: name + " shows " + what + " in the fault run", Want: "> 0", Status: "n/a"}
 		if row := r.row(name); row != nil && row.Fault.Ran {

@@ -62,8 +62,11 @@ func BenchmarkScaleOut(b *testing.B) {
 	if bin == "" {
 		bin = buildMicrobatch(b)
 	}
-	w := Workload{Events: events, Keys: benchKeys, Partitions: scaleOutPartitions, Seed: benchSeed}
+	w := Workload{Events: events, Keys: benchKeys, Partitions: scaleOutPartitions, Seed: benchSeed, Format: benchFormat(b)}
 	topic := fmt.Sprintf("bench-scaleout-%d-p%d-k%d-s%d", w.Events, w.Partitions, w.Keys, w.Seed)
+	if w.Format != event.FormatCompact {
+		topic += "-" + string(w.Format)
+	}
 	start := time.Now()
 	produced, err := ensureWorkload(context.Background(), w, brokers, topic)
 	if err != nil {
@@ -95,13 +98,14 @@ func BenchmarkScaleOut(b *testing.B) {
 	for i := range b.N {
 		for round := range scaleOutRounds {
 			for n := 1; n <= scaleOutMaxProcs; n++ {
-				raw, got, err := consumeAll(context.Background(), brokers, topic)
+				rr, err := consumeAll(context.Background(), brokers, topic, DefaultRawSettings)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if got != events {
-					b.Fatalf("raw consume read %d records of %s, want %d", got, topic, events)
+				if rr.Records != events {
+					b.Fatalf("raw consume read %d records of %s, want %d", rr.Records, topic, events)
 				}
+				raw := rr.Duration
 				job := fmt.Sprintf("%si%d-r%d-n%d", prefix, i, round, n)
 				r := s.run(b, job, n)
 				r.raw = raw

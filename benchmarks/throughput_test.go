@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
@@ -34,36 +35,75 @@ func benchEvents(b *testing.B) int64 {
 	return 1_000_000
 }
 
+// benchFormats are the event formats the format-taking benchmarks run as
+// sub-benchmarks (BenchmarkTxnVsRawConsume/wide): all of them, or the one
+// MICROBATCH_BENCH_FORMAT names.
+func benchFormats(b *testing.B) []event.Format {
+	s := os.Getenv("MICROBATCH_BENCH_FORMAT")
+	if s == "" {
+		return event.Formats
+	}
+	f, err := event.ParseFormat(s)
+	if err != nil {
+		b.Fatalf("MICROBATCH_BENCH_FORMAT: %v", err)
+	}
+	return []event.Format{f}
+}
+
+// benchFormat is the one format of the benchmarks that are not run per
+// format: MICROBATCH_BENCH_FORMAT, or compact.
+func benchFormat(b *testing.B) event.Format {
+	if os.Getenv("MICROBATCH_BENCH_FORMAT") == "" {
+		return event.FormatCompact
+	}
+	return benchFormats(b)[0]
+}
+
+// benchTopic names the throughput benchmarks' topic of events in format f.
+// Compact keeps the name it had before formats, so its topic is reused.
+func benchTopic(events int64, f event.Format) string {
+	t := fmt.Sprintf("bench-txn-%d-p%d-k%d-s%d", events, benchPartitions, benchKeys, benchSeed)
+	if f != event.FormatCompact {
+		t += "-" + string(f)
+	}
+	return t
+}
+
 // BenchmarkTxnVsRawConsume reads the same topic twice per iteration: once
-// with a bare sarama consumer that only counts records (the ceiling), once
-// with `txn` into MariaDB (a fresh job, so it does all the work). It reports
-// both rates and their ratio. Run with -benchtime=1x; see README.md.
+// with the raw-consume ceiling (consumeAll, which `microbatch bench` uses
+// too: it only counts records), once with `txn` into MariaDB (a fresh job,
+// so it does all the work). It reports both rates and their ratio, one
+// sub-benchmark per event format. Run with -benchtime=1x; see README.md.
 func BenchmarkTxnVsRawConsume(b *testing.B) {
 	brokers := []string{testutil.NeedServer(b, testutil.EnvKafka)}
 	sink := testutil.NeedServer(b, testutil.EnvMySQL)
 	events := benchEvents(b)
-	topic := fmt.Sprintf("bench-txn-%d-p%d-k%d-s%d", events, benchPartitions, benchKeys, benchSeed)
-	ensureData(b, brokers, topic, events)
-
-	var rawRate, txnRate float64
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		raw := rawConsume(b, brokers, topic)
-		txn := runTxn(b, brokers, topic, sink, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), events, nil)
-		rawRate += float64(events) / raw.Seconds()
-		txnRate += float64(events) / txn.Seconds()
-		b.Logf("iteration %d: raw consume %v (%.0f ev/s), txn %v (%.0f ev/s)", i, raw.Round(time.Millisecond),
-			float64(events)/raw.Seconds(), txn.Round(time.Millisecond), float64(events)/txn.Seconds())
+	for _, f := range benchFormats(b) {
+		b.Run(string(f), func(b *testing.B) {
+			topic := benchTopic(events, f)
+			ensureData(b, brokers, topic, events, f)
+			b.Logf("raw consume: %s", DefaultRawSettings)
+			var rawRate, txnRate float64
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				raw := rawConsume(b, brokers, topic)
+				txn := runTxn(b, brokers, topic, sink, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), events, nil)
+				rawRate += float64(events) / raw.Seconds()
+				txnRate += float64(events) / txn.Seconds()
+				b.Logf("%s iteration %d: raw consume %v (%.0f ev/s), txn %v (%.0f ev/s)", f, i, raw.Round(time.Millisecond),
+					float64(events)/raw.Seconds(), txn.Round(time.Millisecond), float64(events)/txn.Seconds())
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(rawRate/n, "raw_events/s")
+			b.ReportMetric(txnRate/n, "txn_events/s")
+			b.ReportMetric(txnRate/rawRate, "txn/raw")
+		})
 	}
-	b.StopTimer()
-	n := float64(b.N)
-	b.ReportMetric(rawRate/n, "raw_events/s")
-	b.ReportMetric(txnRate/n, "txn_events/s")
-	b.ReportMetric(txnRate/rawRate, "txn/raw")
 }
 
-// ensureData fills topic with events once; later runs reuse it.
-func ensureData(b *testing.B, brokers []string, topic string, events int64) {
+// ensureData fills topic with events in format f once; later runs reuse it.
+func ensureData(b *testing.B, brokers []string, topic string, events int64, f event.Format) {
 	b.Helper()
 	if err := kafkautil.EnsureTopic(brokers, topic, benchPartitions); err != nil {
 		b.Fatal(err)
@@ -78,7 +118,7 @@ func ensureData(b *testing.B, brokers []string, topic string, events int64) {
 	}
 	start := time.Now()
 	_, err := kafkautil.Produce(context.Background(), kafkautil.ProduceOptions{
-		Brokers: brokers, Topic: topic, Count: events - n, Skip: n, Keys: benchKeys, Seed: benchSeed,
+		Brokers: brokers, Topic: topic, Count: events - n, Skip: n, Keys: benchKeys, Seed: benchSeed, Format: f,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -87,15 +127,14 @@ func ensureData(b *testing.B, brokers []string, topic string, events int64) {
 }
 
 // rawConsume reads every partition from the start to its end offset with
-// the same sarama settings the job uses, touching nothing but the offset
-// (consumeAll, which `microbatch bench` uses too).
+// the raw-consume ceiling (consumeAll, which `microbatch bench` uses too).
 func rawConsume(b *testing.B, brokers []string, topic string) time.Duration {
 	b.Helper()
-	d, _, err := consumeAll(context.Background(), brokers, topic)
+	r, err := consumeAll(context.Background(), brokers, topic, DefaultRawSettings)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return d
+	return r.Duration
 }
 
 // runTxn runs the txn strategy on a fresh job and returns the time from

@@ -28,8 +28,9 @@ func BenchmarkTransform(b *testing.B) {
 	brokers := []string{testutil.NeedServer(b, testutil.EnvKafka)}
 	sink := testutil.NeedServer(b, testutil.EnvMySQL)
 	events := benchEvents(b)
-	topic := fmt.Sprintf("bench-txn-%d-p%d-k%d-s%d", events, benchPartitions, benchKeys, benchSeed)
-	ensureData(b, brokers, topic, events)
+	f := benchFormat(b)
+	topic := benchTopic(events, f)
+	ensureData(b, brokers, topic, events, f)
 	w, err := sqlsink.Open(b.Context(), sink)
 	if err != nil {
 		b.Fatal(err)

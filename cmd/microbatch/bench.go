@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/microbatch/microbatch/benchmarks"
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/redact"
 )
 
@@ -48,6 +49,7 @@ to --out/logs. Progress goes to stderr.`,
 	fs.Float64("feed-rate", benchmarks.DefaultFeedRate, "events/s fed to the input while the fault run kills")
 	fs.Int64("baseline-events", benchmarks.DefaultBaselineEvents, "records the per-record baseline consumes (at most a minute)")
 	fs.Uint64("seed", benchmarks.DefaultSeed, "seed of the event sequence")
+	fs.String("format", string(event.FormatCompact), "how the bench's events are written: compact, spaced (as Python's json.dumps) or wide (~600-byte records among other fields)")
 	fs.Uint64("kill-seed", 0, "seed of the kill timing (0: from the clock; results.json records it)")
 	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
@@ -104,6 +106,9 @@ func benchOptions(s *settings) (benchmarks.Options, error) {
 		return o, err
 	}
 	if o.Workload.Seed, err = s.uint64("seed"); err != nil {
+		return o, err
+	}
+	if o.Workload.Format, err = eventFormat(s); err != nil {
 		return o, err
 	}
 	if o.Interval, err = s.duration("interval"); err != nil {

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/benchmarks"
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/systemtest"
 )
 
 // TestBenchTiny runs `microbatch bench` on a tiny configuration — its own
-// dev broker, txn and the at-least-once control, one random kill plus the
+// dev broker, wide events (the compact default is what every other test
+// produces), txn and the at-least-once control, one random kill plus the
 // crash points — and checks that the table, the JSON and the chart are
 // written and say what they must: the control duplicated (so the fault run
 // is valid) and txn stayed exact. It uses MariaDB when
@@ -30,7 +32,7 @@ func TestBenchTiny(t *testing.T) {
 	start := time.Now()
 	r := systemtest.Run(t, t.TempDir(), nil, 5*time.Minute, "bench", "--strategies", "txn,at-least-once", "--events", "5000",
 		"--crashes", "1", "--interval", "200ms", "--latency-rate", "2000", "--latency-duration", "2s",
-		"--baseline-events", "1000", "--mysql", sink, "--out", out)
+		"--baseline-events", "1000", "--mysql", sink, "--out", out, "--format", "wide")
 	t.Logf("bench took %s", time.Since(start).Round(time.Millisecond))
 	if r.Code != 0 {
 		t.Fatalf("microbatch bench: %s", r)
@@ -58,6 +60,9 @@ func TestBenchTiny(t *testing.T) {
 	}
 	if res.Raw.EventsPerSec <= 0 || res.Baseline == nil || res.Baseline.EventsPerSec <= 0 {
 		t.Errorf("references missing: raw %+v, baseline %+v", res.Raw, res.Baseline)
+	}
+	if res.Workload.Format != event.FormatWide || res.Raw.BytesPerRecord < 500 || res.Raw.Settings.FetchBytes <= 0 {
+		t.Errorf("want the wide workload (~600 bytes a record) and the raw reader's settings recorded: format %q, raw %+v", res.Workload.Format, res.Raw)
 	}
 	if len(res.Rows) != 2 || len(res.Errors) != 0 {
 		t.Fatalf("want 2 rows and no errors, got %d rows, errors %v", len(res.Rows), res.Errors)
@@ -88,7 +93,7 @@ func TestBenchTiny(t *testing.T) {
 		t.Errorf("fault run %s: %s", res.FaultValidity, res.FaultNote)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
-	for _, want := range []string{"| strategy | sink | guarantee promised | events/s |", "| txn |", "| at-least-once |", "raw consume", "per-record baseline", "chart.svg", "Fault run: valid"} {
+	for _, want := range []string{"| strategy | sink | guarantee promised | events/s |", "| txn |", "| at-least-once |", "raw consume", "per-record baseline", "chart.svg", "Fault run: valid", "format wide", "The reader: direct FetchRequests"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q", want)
 		}
@@ -112,6 +117,7 @@ func TestBenchConfigErrors(t *testing.T) {
 		{"zero events", []string{"--events", "0"}, []string{"events"}},
 		{"bad mysql DSN", []string{"--mysql", "postgres://x"}, []string{"mysql", "postgres"}},
 		{"bad interval", []string{"--interval", "soon"}, []string{"soon", "interval"}},
+		{"unknown format", []string{"--format", "jsonl"}, []string{`"jsonl"`, "format"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/strategies"
 )
@@ -27,6 +28,7 @@ func produceCmd() *cobra.Command {
 	fs.Float64("rate", 0, "events per second (0 = as fast as possible)")
 	fs.Uint64("seed", 1, "seed of the event sequence")
 	fs.Int64("skip", 0, "continue the sequence after this many events")
+	fs.String("format", string(event.FormatCompact), "how each event is written: compact, spaced (as Python's json.dumps) or wide (~600-byte records among other fields)")
 	addKafkaSecurityFlags(fs)
 	addConnectTimeoutFlag(fs)
 	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
@@ -37,6 +39,9 @@ func produceCmd() *cobra.Command {
 		opts := kafkautil.ProduceOptions{Brokers: kafkautil.SplitBrokers(s.str("brokers")), Topic: s.str("topic")}
 		if len(opts.Brokers) == 0 {
 			return badConfig("brokers: none given")
+		}
+		if opts.Format, err = eventFormat(s); err != nil {
+			return err
 		}
 		if opts.Security, err = kafkaSecurity(s); err != nil {
 			return err
@@ -84,4 +89,13 @@ func produceCmd() *cobra.Command {
 		return nil
 	})
 	return cmd
+}
+
+// eventFormat reads --format (produce, bench).
+func eventFormat(s *settings) (event.Format, error) {
+	f, err := event.ParseFormat(s.str("format"))
+	if err != nil {
+		return "", badConfig("format: %v", err)
+	}
+	return f, nil
 }

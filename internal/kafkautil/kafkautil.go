@@ -62,6 +62,8 @@ type ProduceOptions struct {
 	// Skip generates and discards the first Skip events, so a producer can
 	// continue a sequence (the demo tops its topic up this way).
 	Skip int64
+	// Format is how each event is written (zero: compact).
+	Format event.Format
 	// Security is how to connect (zero: plaintext).
 	Security Security
 }
@@ -123,7 +125,7 @@ func Produce(ctx context.Context, opts ProduceOptions) (event.Expected, error) {
 			break
 		}
 		id, key, amount := gen.Next()
-		buf = event.Append(buf[:0], id, key, amount, time.Now().UnixMilli())
+		buf = event.AppendFormat(buf[:0], opts.Format, opts.Seed, id, key, amount, time.Now().UnixMilli())
 		msg := &sarama.ProducerMessage{Topic: opts.Topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(append([]byte(nil), buf...))}
 		select {
 		case p.Input() <- msg:
