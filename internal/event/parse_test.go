@@ -10,21 +10,24 @@ import (
 	"testing"
 )
 
-// The three workloads of the decoder benchmark and the differential test:
-// what our generator writes, what Python's json.dumps writes, and a wide
-// record from another producer (the four fields among others, one of them
-// nested, in varying order).
+// The workloads of the decoder benchmark and the differential test: what
+// `produce --format` writes (compact, spaced as Python's json.dumps writes
+// it, wide), and a wide record of another producer's shape (arrays,
+// fractions, two levels of nesting, fields in varying order).
 
 func compactRecords(n int) [][]byte { return benchRecords(n, 1000) }
 
-func spacedRecords(n int) [][]byte {
-	g := NewGenerator(2, 1000)
-	recs := make([][]byte, n)
-	for i := range recs {
-		id, k, a := g.Next()
-		recs[i] = fmt.Appendf(nil, `{"id": %d, "key": "k-%s", "amount": %d, "ts": %d}`, id, k[1:], a, 1700000000000+int64(i))
+// formatRecords are records as `produce --format f` writes them.
+func formatRecords(f Format) func(n int) [][]byte {
+	return func(n int) [][]byte {
+		g := NewGenerator(2, 1000)
+		recs := make([][]byte, n)
+		for i := range recs {
+			id, k, a := g.Next()
+			recs[i] = AppendFormat(nil, f, 2, id, k, a, 1700000000000+int64(i))
+		}
+		return recs
 	}
-	return recs
 }
 
 func wideRecords(n int) [][]byte {
@@ -61,8 +64,9 @@ var workloads = []struct {
 	recs func(n int) [][]byte
 }{
 	{"compact", compactRecords},
-	{"spaced", spacedRecords},
-	{"wide", wideRecords},
+	{"spaced", formatRecords(FormatSpaced)},
+	{"wide", wideRecords}, // arrays, fractions, two levels of nesting
+	{"wide-produced", formatRecords(FormatWide)},
 }
 
 // decodeStrict is Decode as it was before gjson: the compact fast path
