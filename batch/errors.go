@@ -23,9 +23,7 @@ var (
 	ErrOffsetAhead = errors.New("batch: stored offset is past the end of the partition")
 )
 
-// ErrSourceClosed means a partition consumer stopped delivering (sarama
-// closes it when its offset went out of range). The range can be read
-// again from a fresh consumer.
+// ErrSourceClosed means a Read began after its source was closed.
 var ErrSourceClosed = errors.New("batch: partition consumer closed")
 
 // ErrStopped means a Read gave up waiting for records because the run was
@@ -34,9 +32,10 @@ var ErrSourceClosed = errors.New("batch: partition consumer closed")
 // failure of the run, and retrying it would only wait again: don't.
 var ErrStopped = errors.New("batch: stop requested while waiting for records")
 
-// ReadError is a failure reported by a partition consumer while reading
-// Range. Nothing of the range has been committed; reading it again (which
-// re-seeks) is safe, so callers may retry it a bounded number of times.
+// ReadError is a failure to fetch Range from the broker (after the
+// source's own retries on a new connection). Nothing of the range has
+// been committed; reading it again is safe, so callers may retry it a
+// bounded number of times.
 type ReadError struct {
 	Range record.Range
 	Err   error
@@ -46,8 +45,7 @@ func (e *ReadError) Error() string { return fmt.Sprintf("reading %s: %v", e.Rang
 func (e *ReadError) Unwrap() error { return e.Err }
 
 // IsRetryable reports whether err is a read failure that a new attempt at
-// the same range may not meet: partition consumer errors and a closed
-// consumer. Data loss and offsets past the end are not retryable.
+// the same range may not meet: fetch errors and a closed source. Data loss and offsets past the end are not retryable.
 func IsRetryable(err error) bool {
 	var re *ReadError
 	return errors.As(err, &re) || errors.Is(err, ErrSourceClosed)

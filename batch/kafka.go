@@ -13,43 +13,46 @@ import (
 	"github.com/microbatch/microbatch/record"
 )
 
-// tailQuiet is how long Read waits with no record arriving before it asks
-// the broker whether the rest of the range holds any record a
-// read-committed consumer would see. Ranges that end in transaction markers
-// or aborted records (never delivered) finish that way; all others finish
-// on their last record.
-const tailQuiet = 500 * time.Millisecond
+// defaultFetchBytes is what one fetch of a partition asks for when
+// KafkaSource.FetchBytes is not set: large enough that a fetch's round
+// trip is small next to processing what it brings, small enough that the
+// responses a partition holds at once (one being processed, one fetched
+// ahead) stay a few MiB whatever the backlog.
+const defaultFetchBytes = 1 << 20
 
-// tailFetchBytes bounds the direct fetch that settles a range's tail. A
-// tail longer than that (a big aborted transaction) settles in as many
-// probes, each going on where the previous one got to.
-const tailFetchBytes = 1 << 20
+// fetchWait bounds how long the broker holds a fetch that finds nothing
+// to return. Read fetches only offsets below the end it was planned
+// against, which are there at once; it waits only for a range reaching
+// past the log's end, and this is how often such a wait looks at the stop.
+const fetchWait = 250 * time.Millisecond
 
-// KafkaSource reads one topic with sarama, read-committed. It keeps one
-// partition consumer per partition across batches, so consecutive batches
-// stream without re-seeking; a Read whose range does not start where the
-// previous one ended (a retry) re-seeks.
+// fetchAttempts bounds the fetches of one offset that fail with an error a
+// new connection to the partition's (maybe new) leader may not meet.
+const fetchAttempts = 4
+
+// KafkaSource reads one topic, read-committed, with FetchRequests of its
+// own rather than sarama's Consumer: one broker connection per partition,
+// kept across batches, and one fetch in flight ahead of the records being
+// processed. sarama's Consumer hands every record over as its own
+// *ConsumerMessage through a channel — an allocation and a goroutine
+// hand-off per record, more than the job's own work on small records — and
+// fetches beyond the range as far as its buffers go. Read knows its range
+// ends below the last stable offset it was planned against, so it fetches
+// exactly that span, and a span that ends in transaction markers or
+// aborted records is seen to end as soon as its last batch is fetched.
 type KafkaSource struct {
-	// TailQuiet overrides tailQuiet (set it before the first Read): the
-	// continuous checkpoint mode, which reads short ranges all the time,
-	// asks the broker sooner.
-	TailQuiet time.Duration
+	// FetchBytes is what one fetch of a partition asks for (a fetch
+	// returns at least one whole record batch, however large); 0 means
+	// defaultFetchBytes. Set it before the first Read.
+	FetchBytes int32
 
-	client   sarama.Client
-	consumer sarama.Consumer
-	topic    string
-	parts    []int32
+	client sarama.Client
+	topic  string
+	parts  []int32
 
-	mu      sync.Mutex
-	readers map[int32]*partitionReader
-	probes  map[string]*sarama.Broker // by leader address, see probeBroker
-	closed  bool
-}
-
-type partitionReader struct {
-	pc      sarama.PartitionConsumer
-	next    int64                   // offset the next Read must start at to reuse pc
-	pending *sarama.ConsumerMessage // read past the previous range's end
+	mu     sync.Mutex
+	conns  map[int32]*sarama.Broker // idle connections, by partition
+	closed bool
 }
 
 // NewKafkaSource checks that topic exists and returns a source over all of
@@ -65,13 +68,9 @@ func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing partitions of topic %q: %w", topic, err)
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return nil, fmt.Errorf("creating consumer: %w", err)
-	}
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
-	return &KafkaSource{client: client, consumer: consumer, topic: topic, parts: parts, readers: make(map[int32]*partitionReader), probes: make(map[string]*sarama.Broker)}, nil
+	return &KafkaSource{client: client, topic: topic, parts: parts, conns: make(map[int32]*sarama.Broker)}, nil
 }
 
 // Partitions lists the topic's partitions, sorted.
@@ -158,212 +157,227 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 	return out, nil
 }
 
-// Read delivers the records of r. Records at or past r.To that arrive are
-// kept for the next Read of the partition.
+// Read delivers the records of r a read-committed consumer is given, in
+// offset order: committed data, neither transaction markers nor records of
+// aborted transactions. It returns once every offset of r has been
+// fetched — r.To must not be past the last stable offset for that to
+// happen without waiting.
 //
 // Once the stop that ctx carries (WithStop) has fired, Read gives up with
-// ErrStopped when it is waiting for records that may never come: none
-// arrived for the quiet time, and the broker can't be asked or has none
-// past the last one delivered. Records that keep coming, or that the
-// broker shows are there, are read to the end of the range, and a tail
-// of markers and aborted records still settles.
+// ErrStopped when it is waiting for records that may never come: a fetch
+// came back with nothing past the last offset read. Records the broker
+// has are read to the end of the range, however long that takes.
 func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record) error) error {
-	pr, err := s.reader(r)
+	if r.From >= r.To {
+		return nil
+	}
+	conn, err := s.take(r.Partition)
 	if err != nil {
-		return err
+		return fmt.Errorf("reading %s: %w", r, err)
 	}
-	// Until Read returns normally the reader's position is unknown; a later
-	// Read of this partition then re-seeks.
-	pr.next = -1
-	rd := &rangeRead{s: s, r: r, pr: pr, fn: fn, rec: &Record{Partition: r.Partition}, seen: r.From - 1, probed: r.From}
-	rd.owed = rd.seen
-	if m := pr.pending; m != nil {
-		pr.pending = nil
-		if done, err := rd.deliver(m); done || err != nil {
-			return err
-		}
-	}
-	wait := tailQuiet
-	if s.TailQuiet > 0 {
-		wait = s.TailQuiet
-	}
+	fctx, cancel := context.WithCancel(ctx)
+	f := &fetcher{s: s, r: r, conn: conn, out: make(chan fetched)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(fctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+		s.give(r.Partition, f.conn)
+	}()
+
 	stop := StopRequested(ctx)
-	quiet := time.NewTimer(wait)
-	defer quiet.Stop()
-	for {
+	rec := &Record{Partition: r.Partition}
+	next := r.From
+	for next < r.To {
+		var got fetched
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case cerr, ok := <-pr.pc.Errors():
-			// sarama may have recovered by itself, or not (offset out of
-			// range closes the consumer): either way this reader's
-			// position is unknown, and a retry of the range re-seeks.
-			if !ok {
-				return fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
+		case got = <-f.out:
+		}
+		if got.err != nil {
+			return &ReadError{Range: r, Err: got.err}
+		}
+		after, err := visible(got.blk, next, r.To, func(off int64, ts time.Time, m *sarama.Record) error {
+			rec.Offset, rec.Key, rec.Value, rec.Timestamp = off, m.Key, m.Value, ts
+			return fn(rec)
+		})
+		if err != nil {
+			return err
+		}
+		if after > next {
+			next = after
+			continue
+		}
+		// Nothing past next yet: the range reaches past the log's end.
+		select {
+		case <-stop:
+			return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, next, r.To-1, ErrStopped)
+		default:
+		}
+	}
+	return nil
+}
+
+// fetched is one fetch's answer for the range's partition.
+type fetched struct {
+	blk *sarama.FetchResponseBlock
+	err error
+}
+
+// fetcher fetches a range's partition ahead of Read: while Read hands one
+// response's records to the task, the next one is on its way and being
+// decoded. The out channel is unbuffered, so it holds at most one response
+// besides the one being read.
+type fetcher struct {
+	s    *KafkaSource
+	r    record.Range
+	conn *sarama.Broker // nil after a failure: Read's end drops it
+	out  chan fetched
+}
+
+func (f *fetcher) run(ctx context.Context) {
+	for next := f.r.From; next < f.r.To; {
+		blk, err := f.fetch(ctx, next)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case f.out <- fetched{blk: blk, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+		next = fetchedUpTo(blk, next)
+	}
+}
+
+// fetch fetches the partition from offset from, on a new connection to
+// the leader after a failure that one may not meet (a moved leader, a
+// dropped connection), a bounded number of times.
+func (f *fetcher) fetch(ctx context.Context, from int64) (*sarama.FetchResponseBlock, error) {
+	size := f.s.FetchBytes
+	if size <= 0 {
+		size = defaultFetchBytes
+	}
+	var err error
+	for attempt := 0; attempt < fetchAttempts; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
 			}
-			return &ReadError{Range: r, Err: cerr.Err}
-		case m, ok := <-pr.pc.Messages():
-			if !ok {
-				return fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
-			}
-			if m.Offset < r.From {
+			_ = f.s.client.RefreshMetadata(f.s.topic)
+		}
+		if f.conn == nil {
+			if f.conn, err = f.s.connect(f.r.Partition); err != nil {
 				continue
 			}
-			if done, err := rd.deliver(m); done || err != nil {
-				return err
-			}
-			quiet.Reset(wait)
-		case <-quiet.C:
-			next, done, err := rd.quiet(stop, wait)
-			if done || err != nil {
-				return err
-			}
-			quiet.Reset(next)
 		}
-	}
-}
-
-// rangeRead is one Read of a range: what it delivered and what the settle
-// probes proved.
-type rangeRead struct {
-	s   *KafkaSource
-	r   record.Range
-	pr  *partitionReader
-	fn  func(*Record) error
-	rec *Record
-	// seen is the last offset delivered.
-	seen int64
-	// Every offset of [r.From, probed) was delivered or holds nothing a
-	// read-committed consumer is given (the settle probes saw so).
-	probed int64
-	// A probe saw a record at owed that the consumer is yet to deliver
-	// while seen < owed: asking again before it did would only fetch the
-	// same MiB again (every quiet period, while the consumer is slow).
-	owed int64
-}
-
-// deliver hands m to the callback, or keeps it for the next Read when it
-// lies past the range. done means the range is read.
-func (rd *rangeRead) deliver(m *sarama.ConsumerMessage) (done bool, err error) {
-	if m.Offset >= rd.r.To {
-		rd.pr.pending = m
-		rd.pr.next = rd.r.To
-		return true, nil
-	}
-	rd.rec.Offset, rd.rec.Key, rd.rec.Value, rd.rec.Timestamp = m.Offset, m.Key, m.Value, m.Timestamp
-	if err := rd.fn(rd.rec); err != nil {
-		return false, err
-	}
-	rd.seen = m.Offset
-	if m.Offset == rd.r.To-1 {
-		rd.pr.next = rd.r.To
-		return true, nil
-	}
-	return false, nil
-}
-
-// quiet handles a quiet period: nothing arrived for a while. Either the
-// consumer is slow, or the rest of the range is markers and aborted
-// records: the broker's log says which. Guessing here would lose records.
-// It returns when to look again, or done when the range turned out read,
-// or ErrStopped when it is waiting for records that may never come and a
-// stop was requested.
-func (rd *rangeRead) quiet(stop <-chan struct{}, wait time.Duration) (next time.Duration, done bool, err error) {
-	if rd.seen < rd.owed {
-		return wait, false, nil
-	}
-	r := rd.r
-	from := max(rd.seen+1, rd.probed)
-	visible, upTo, err := rd.s.visibleIn(r.Partition, from, r.To)
-	if err == nil {
-		if !visible && upTo >= r.To {
-			rd.pr.next = r.To
-			return 0, true, nil
+		var blk *sarama.FetchResponseBlock
+		blk, err = fetchOnce(f.conn, f.s.topic, f.r.Partition, from, size)
+		if err == nil {
+			return blk, nil
 		}
-		rd.probed = upTo
+		var kerr sarama.KError
+		if errors.As(err, &kerr) && !retriableFetch(kerr) {
+			return nil, err
+		}
+		_ = f.conn.Close()
+		f.conn = nil
 	}
-	switch {
-	case err == nil && visible:
-		// The records are there: the consumer is slow, and will deliver
-		// them.
-		rd.owed = upTo
-		return wait, false, nil
-	case err == nil && upTo > from:
-		// Invisible all the way, but the fetch ended before r.To: go on
-		// from there at once.
-		return 0, false, nil
-	}
-	// The broker has nothing past from (yet), or did not answer: this is
-	// waiting for records that may never come, which a stop ends.
-	select {
-	case <-stop:
-		return 0, false, fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, from, r.To-1, ErrStopped)
-	default:
-	}
-	return wait, false, nil
+	return nil, err
 }
 
-// visibleIn fetches up to tailFetchBytes of the partition from offset from,
-// directly from its leader, and reports whether [from, to) holds a record a
-// read-committed consumer would be given (data that is neither a control
-// marker nor part of an aborted transaction). next is how far the fetch
-// proved there is none: every offset of [from, next) is a marker, aborted,
-// or a record outside [from, to); next >= to means none in the whole span.
-// If there is one, next is its offset.
-// Only whole record batches count: a partial trailing batch is left for
-// the next probe, which starts at next.
+// retriableFetch reports whether a fetch error may go away on a new
+// connection to the partition's current leader.
+func retriableFetch(err sarama.KError) bool {
+	switch err {
+	case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrReplicaNotAvailable,
+		sarama.ErrUnknownLeaderEpoch, sarama.ErrFencedLeaderEpoch, sarama.ErrKafkaStorageError,
+		sarama.ErrUnknownTopicOrPartition, sarama.ErrNotCoordinatorForConsumer, sarama.ErrRequestTimedOut:
+		return true
+	}
+	return false
+}
+
+// fetchOnce sends one read-committed fetch of part from offset from.
 //
-// It applies the same aborted-transaction rule as the consumer (and as
-// sarama's partitionConsumer.parseResponse), to the broker's list of the
-// aborted transactions overlapping the fetched span. That list includes a
-// transaction that began before from — a probe (or the consumer) starting
-// in the middle of one, whose abort marker a later fetch brings, still
-// knows it is aborted.
-func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next int64, err error) {
-	leader, err := s.client.Leader(s.topic, part)
-	if err != nil {
-		return false, from, err
-	}
-	b, err := s.probeBroker(leader)
-	if err != nil {
-		return false, from, err
-	}
-	// The partition's limit must be what ends the fetch, not the
-	// response's: kfake leaves the aborted-transaction list out of a
-	// partition cut short by the response limit, which would make aborted
-	// records look visible (and the tail never settle). SessionEpoch -1
-	// asks for a plain fetch, as sarama's consumer does: epoch 0 would
-	// open a fetch session on the broker for every probe.
-	req := &sarama.FetchRequest{Version: 11, MaxBytes: 2 * tailFetchBytes, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
-	req.AddBlock(s.topic, part, from, tailFetchBytes, -1)
+// The partition's limit must be what ends the fetch, not the response's:
+// kfake leaves the aborted-transaction list out of a partition cut short
+// by the response limit, which would make aborted records look committed.
+// SessionEpoch -1 asks for a plain fetch, as sarama's consumer does: epoch
+// 0 would open a fetch session on the broker for every connection.
+func fetchOnce(b *sarama.Broker, topic string, part int32, from int64, size int32) (*sarama.FetchResponseBlock, error) {
+	req := &sarama.FetchRequest{Version: 11, MaxWaitTime: int32(fetchWait.Milliseconds()), MinBytes: 1,
+		MaxBytes: 2 * size, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
+	req.AddBlock(topic, part, from, size, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
-		s.dropProbeBroker(b)
-		return false, from, err
+		return nil, err
 	}
-	blk := resp.GetBlock(s.topic, part)
+	blk := resp.GetBlock(topic, part)
 	if blk == nil {
-		return false, from, sarama.ErrIncompleteResponse
+		return nil, sarama.ErrIncompleteResponse
 	}
 	if !errors.Is(blk.Err, sarama.ErrNoError) {
-		return false, from, blk.Err
+		return nil, blk.Err
 	}
-	aborted := slices.Clone(blk.AbortedTransactions)
-	slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
-	active := map[int64]bool{}
+	return blk, nil
+}
+
+// fetchedUpTo is the offset after the last whole record batch of blk, or
+// from if it holds none: where the next fetch starts. A partial trailing
+// batch (cut by the fetch size) is fetched again whole.
+func fetchedUpTo(blk *sarama.FetchResponseBlock, from int64) int64 {
+	next := from
+	for _, recs := range blk.RecordsSet {
+		rb := recs.RecordBatch
+		if rb == nil || rb.PartialTrailingRecord {
+			break
+		}
+		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
+	}
+	return next
+}
+
+// visible calls fn for every record of blk with an offset in [from, to)
+// that a read-committed consumer is given, in order, and returns the
+// offset after the last whole batch of blk (from if none): every offset of
+// [from, next) has been seen, as a record, a marker or an aborted record.
+//
+// It applies the same aborted-transaction rule as sarama's consumer
+// (partitionConsumer.parseResponse) to the broker's list of the aborted
+// transactions overlapping the fetched span. That list includes a
+// transaction that began before from: a fetch starting in the middle of
+// one, whose abort marker a later fetch brings, still knows it is aborted.
+func visible(blk *sarama.FetchResponseBlock, from, to int64, fn func(off int64, ts time.Time, r *sarama.Record) error) (next int64, err error) {
+	aborted := blk.AbortedTransactions
+	if len(aborted) > 1 {
+		aborted = slices.Clone(aborted)
+		slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	}
+	var active map[int64]bool
 	next = from
 	for _, recs := range blk.RecordsSet {
 		rb := recs.RecordBatch
 		if rb == nil {
-			// Old message format: no transactions, so whatever is there
-			// (from next on) will be delivered. Let the consumer do it.
-			return true, next, nil
+			return next, errors.New("the broker sent records in the old message format (v0/v1), which microbatch does not read: upgrade the topic's message format to v2 (Kafka 0.11 and later)")
 		}
 		if rb.PartialTrailingRecord {
 			break
 		}
 		last := rb.FirstOffset + int64(rb.LastOffsetDelta)
 		for len(aborted) > 0 && aborted[0].FirstOffset <= last {
+			if active == nil {
+				active = map[int64]bool{}
+			}
 			active[aborted[0].ProducerID] = true
 			aborted = aborted[1:]
 		}
@@ -376,111 +390,86 @@ func (s *KafkaSource) visibleIn(part int32, from, to int64) (visible bool, next 
 			}
 		case rb.IsTransactional && active[rb.ProducerID]:
 		default:
-			for _, rec := range rb.Records {
-				if off := rb.FirstOffset + rec.OffsetDelta; off >= from && off < to {
-					return true, off, nil
+			for _, m := range rb.Records {
+				off := rb.FirstOffset + m.OffsetDelta
+				if off < from || off >= to {
+					continue
+				}
+				ts := rb.MaxTimestamp
+				if !rb.LogAppendTime {
+					ts = rb.FirstTimestamp.Add(m.TimestampDelta)
+				}
+				if err := fn(off, ts, m); err != nil {
+					return next, err
 				}
 			}
 		}
 		next = max(next, last+1)
 		if next >= to {
-			return false, next, nil
+			break
 		}
 	}
-	return false, next, nil
+	return next, nil
 }
 
-// probeBroker returns the source's own connection to leader for the settle
-// probes. The client's connection is shared with the partition consumers,
-// whose fetches wait up to Consumer.MaxWaitTime at the end of the log: a
-// probe queued behind one would wait as long, once per MiB of a long tail.
-func (s *KafkaSource) probeBroker(leader *sarama.Broker) (*sarama.Broker, error) {
+// take returns the partition's idle connection, or opens one to its
+// leader. A partition is read by one Read at a time.
+func (s *KafkaSource) take(part int32) (*sarama.Broker, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil, ErrSourceClosed
 	}
-	if b := s.probes[leader.Addr()]; b != nil {
+	b := s.conns[part]
+	delete(s.conns, part)
+	s.mu.Unlock()
+	if b != nil {
 		return b, nil
 	}
+	return s.connect(part)
+}
+
+// give keeps b as the partition's idle connection for the next Read, or
+// closes it if the source was closed meanwhile.
+func (s *KafkaSource) give(part int32, b *sarama.Broker) {
+	if b == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.conns[part] != nil {
+		_ = b.Close()
+		return
+	}
+	s.conns[part] = b
+}
+
+// connect opens a connection of the source's own to the partition's
+// leader. The client's connections are shared with everything else the
+// process asks the broker (offsets, metadata, the sink's coordinator
+// requests): a fetch queued behind those, or theirs behind a fetch
+// carrying a MiB, would wait for it.
+func (s *KafkaSource) connect(part int32) (*sarama.Broker, error) {
+	leader, err := s.client.Leader(s.topic, part)
+	if err != nil {
+		return nil, fmt.Errorf("finding the leader of %s/%d: %w", s.topic, part, err)
+	}
 	b := sarama.NewBroker(leader.Addr())
-	if err := b.Open(s.client.Config()); err != nil {
+	if err := b.Open(s.client.Config()); err != nil && !errors.Is(err, sarama.ErrAlreadyConnected) {
 		return nil, fmt.Errorf("connecting to broker %s: %w", leader.Addr(), err)
 	}
-	s.probes[leader.Addr()] = b
 	return b, nil
 }
 
-// dropProbeBroker closes a probe connection that failed; the next probe
-// opens a new one.
-func (s *KafkaSource) dropProbeBroker(b *sarama.Broker) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.probes[b.Addr()] == b {
-		delete(s.probes, b.Addr())
-	}
-	_ = b.Close()
-}
-
-// reader returns the partition's consumer positioned at r.From. A
-// partition is read by one task at a time, so only the map needs the lock:
-// seeking (two offset requests, then sarama's first fetch) runs for all
-// the partitions of a batch at once — after a restart or a rebalance every
-// partition of the first batch seeks.
-func (s *KafkaSource) reader(r record.Range) (*partitionReader, error) {
-	s.mu.Lock()
-	pr := s.readers[r.Partition]
-	if pr != nil && pr.next == r.From {
-		s.mu.Unlock()
-		return pr, nil
-	}
-	delete(s.readers, r.Partition)
-	closed := s.closed
-	s.mu.Unlock()
-	if pr != nil {
-		_ = pr.pc.Close()
-	}
-	if closed {
-		return nil, fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
-	}
-	pc, err := s.consumer.ConsumePartition(s.topic, r.Partition, r.From)
-	if err != nil {
-		return nil, fmt.Errorf("seeking %s/%d to %d: %w", s.topic, r.Partition, r.From, err)
-	}
-	pr = &partitionReader{pc: pc, next: r.From}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = pc.Close()
-		return nil, fmt.Errorf("reading %s: %w", r, ErrSourceClosed)
-	}
-	s.readers[r.Partition] = pr
-	return pr, nil
-}
-
-// Close stops the partition consumers; safe to call twice. The client is
-// the caller's.
+// Close closes the source's connections; safe to call twice. A Read still
+// running closes its own when it returns. The client is the caller's.
 func (s *KafkaSource) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
 	s.closed = true
-	// Each partition consumer stops only once its broker's fetch returns
-	// (up to Consumer.MaxWaitTime): ask them all first, then wait, so the
-	// waits overlap instead of adding up.
-	for _, pr := range s.readers {
-		pr.pc.AsyncClose()
-	}
-	for p, pr := range s.readers {
-		for range pr.pc.Errors() { // closed when the consumer has stopped
-		}
-		delete(s.readers, p)
-	}
-	for addr, b := range s.probes {
+	for p, b := range s.conns {
 		_ = b.Close()
-		delete(s.probes, addr)
+		delete(s.conns, p)
 	}
-	return s.consumer.Close()
+	return nil
 }

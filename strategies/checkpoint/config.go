@@ -52,7 +52,6 @@ const (
 	// maxRestartsWithoutProgress stops a job whose checkpoints keep
 	// failing instead of restarting it forever.
 	maxRestartsWithoutProgress = 5
-	continuousTailQuiet        = 20 * time.Millisecond
 )
 
 // Work is the job the pipeline runs. The zero value is the built-in job

@@ -33,11 +33,6 @@ func Run(ctx context.Context, cfg Config, src *batch.KafkaSource) (Result, error
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	// Input written by transactional producers (this mode's own Kafka
-	// output, say) ends nearly every short range in a commit marker:
-	// settle such tails after 20 ms, not the batch default of 500 ms,
-	// which would hold up reading and barriers.
-	src.TailQuiet = continuousTailQuiet
 	var store offsets.CheckpointStore
 	if cfg.StateBackend == StateBackendMemory {
 		store = offsets.NewMemoryCheckpoints()
