@@ -32,8 +32,8 @@ const (
 )
 
 // TestAbortedTail: the input's only partition holds committed events and
-// then one aborted transaction of about 6 MiB, six times what one probe of
-// the log's tail fetches. `run --strategy txn` and `--strategy checkpoint`
+// then one aborted transaction of about 6 MiB, six times what one fetch of
+// the source asks for. `run --strategy txn` and `--strategy checkpoint`
 // (file sink) with --until-idle must finish on it (the batch waited
 // forever before; checkpoint mode timed out every checkpoint), having
 // counted exactly the committed events. Then more committed events follow
