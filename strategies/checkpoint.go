@@ -20,13 +20,16 @@ func parseCheckpointSink(dsn string, mode SinkMode) (checkpoint.SinkSpec, error)
 // checkpointConfig is the part of c that checkpoint mode runs with.
 func (c Config) checkpointConfig() checkpoint.Config {
 	cc := checkpoint.Config{
-		Topic:               c.Topic,
-		Job:                 c.Job,
-		StartLatest:         c.StartFrom == StartLatest,
-		Sink:                c.Sink,
-		SinkMode:            c.Checkpoint.SinkMode,
-		Kafka:               c.Kafka,
-		ConnectTimeout:      connectTimeout,
+		Topic:          c.Topic,
+		Job:            c.Job,
+		StartLatest:    c.StartFrom == StartLatest,
+		Sink:           c.Sink,
+		SinkMode:       c.Checkpoint.SinkMode,
+		Kafka:          c.Kafka,
+		ConnectTimeout: c.ConnectTimeout,
+		Connect: func(ctx context.Context, open func(context.Context) error) error {
+			return Connect(ctx, c.ConnectTimeout, open)
+		},
 		OperatorParallelism: c.Checkpoint.OperatorParallelism,
 		Interval:            c.Checkpoint.Interval,
 		Timeout:             c.Checkpoint.Timeout,

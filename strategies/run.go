@@ -12,10 +12,6 @@ import (
 	"github.com/microbatch/microbatch/record"
 )
 
-// connectTimeout bounds how long the checkpoint sinks wait for their
-// server to answer.
-const connectTimeout = DefaultConnectTimeout
-
 // Result is what a finished run reports.
 type Result struct {
 	batch.Summary

@@ -119,7 +119,7 @@ func ReadTotalsSecure(ctx context.Context, dsn, job string, sec kafkasink.Securi
 		t := SinkTotals{Amount: new(big.Int)}
 		// A job that never ran has no offsets: say so rather than report
 		// zeros as "losses".
-		if n, err := r.Client().Exists(ctx, "mb:{"+job+"}:offsets").Result(); err != nil || n == 0 {
+		if n, err := r.Client().Exists(ctx, redissink.OffsetsKey(job)).Result(); err != nil || n == 0 {
 			if err == nil {
 				err = fmt.Errorf("no job %q in %s", job, r)
 			}

@@ -115,6 +115,24 @@ func TestExitCodesEveryCommand(t *testing.T) {
 		{"run", func(fl failure, job string) []string {
 			return append(runArgs(f, fl, job), "--until-idle", "1s")
 		}},
+		{"run --strategy checkpoint", func(fl failure, job string) []string {
+			// Its sinks are SQL (XA), Kafka and files: a Kafka failure is
+			// met by the input and the kafka:// output alike.
+			a := []string{"run", "--strategy", "checkpoint", "--job", job, "--topic", f.topic, "--until-idle", "1s",
+				"--state-dir", filepath.Join(f.dir, job+"-state")}
+			if fl.topic != "" {
+				a[6] = fl.topic
+			}
+			switch {
+			case isRedis(fl.sink):
+				return nil
+			case fl.sink == "":
+				a = append(a, "--sink", "kafka://"+fl.kafka[1]+"/"+job+"-out")
+			default:
+				a = append(a, "--sink", fl.sink)
+			}
+			return append(a, fl.kafka...)
+		}},
 		{"run --dry-run", func(fl failure, job string) []string {
 			return append(runArgs(f, fl, job), "--dry-run")
 		}},

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -101,6 +102,12 @@ type Config struct {
 	Kafka kafkasink.Security
 	// ConnectTimeout bounds how long an SQL sink waits for its server.
 	ConnectTimeout time.Duration
+	// Connect, when set, opens an SQL sink: it calls open until it
+	// succeeds or gives up, and returns the last error classified for the
+	// exit codes (strategies sets it to its --connect-timeout retry, which
+	// waits for a server that does not answer yet). Nil: open is called
+	// once, bounded by ConnectTimeout.
+	Connect func(ctx context.Context, open func(context.Context) error) error
 
 	OperatorParallelism int           // keyed operator instances (= sink subtasks)
 	Interval            time.Duration // how often barriers are injected

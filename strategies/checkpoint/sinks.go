@@ -45,9 +45,19 @@ func openSinks(ctx context.Context, cfg Config, spec SinkSpec, partitions int32)
 
 // openSQL opens an SQL sink with its tables, and checks a Transform's.
 func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*sqlsink.Writer, error) {
-	octx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	defer cancel()
-	w, err := sqlsink.Open(octx, spec.DSN)
+	var w *sqlsink.Writer
+	open := func(ctx context.Context) (err error) {
+		w, err = sqlsink.Open(ctx, spec.DSN)
+		return err
+	}
+	var err error
+	if cfg.Connect != nil {
+		err = cfg.Connect(ctx, open)
+	} else {
+		octx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+		err = open(octx)
+		cancel()
+	}
 	if err != nil {
 		return nil, err
 	}

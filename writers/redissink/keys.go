@@ -17,6 +17,10 @@ func EventsKey(job string) string { return jobKeys{job}.events() }
 // AmountKey is the hash of per-key amount sums users read.
 func AmountKey(job string) string { return jobKeys{job}.amount() }
 
+// OffsetsKey is the job's positions hash (one field per range); a job
+// that never committed has none.
+func OffsetsKey(job string) string { return jobKeys{job}.offsets() }
+
 // RowsKey is the hash holding value column column of a user-defined job's
 // table (Job.WriteRowsContribution): field = the row's key (RowField),
 // value = the column's value.
