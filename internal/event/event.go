@@ -54,10 +54,11 @@ func IsDecodeError(err error) bool {
 	return errors.As(err, &de)
 }
 
-// Decode parses one record. The canonical form written by Generator takes a
-// fast path; any other valid event (spaces, escapes, other field order,
-// extra and nested fields) is parsed by gjson (decodeJSON); neither
-// allocates unless the key holds escapes. A record both refuse is left to
+// Decode parses one record. The four fields alone, compact as Generator
+// writes them or spaced as json.dumps does, take a fast path (decodeFast);
+// any other valid event (escapes, extra and nested fields) takes gjson's
+// (decodeJSON). Neither allocates unless the key, or a member name that
+// may be one of the four, holds escapes. A record both refuse is left to
 // decodeSlow, the encoding/json decoder that defines what is valid and
 // gives the reason for rejecting it, so the accepted set, the events and
 // the reasons are those of decodeSlow alone. On success ev.Key may alias
@@ -224,19 +225,24 @@ func setKey(ev *Event, key []byte) error {
 	return nil
 }
 
-// decodeFast accepts only the compact form {"id":1,"key":"a","amount":2,"ts":3}
-// (fields in any order, no whitespace, ASCII key without escapes), about 7
-// times faster than decodeJSON on it. It returns false for anything else,
+// decodeFast accepts only the four fields, each once, in any order, with
+// integers of up to 18 digits and an ASCII key without escapes: the compact
+// form {"id":1,"key":"a","amount":2,"ts":3} and the same with JSON
+// whitespace between the tokens, as Python's json.dumps writes it
+// ({"id": 1, "key": "a", "amount": 2, "ts": 3}). It is several times
+// faster than decodeJSON on them. It returns false for anything else,
 // leaving the verdict to decodeJSON and decodeSlow, so it can never accept
 // what encoding/json would reject.
 func decodeFast(d []byte, ev *Event) bool {
-	if len(d) < 2 || d[0] != '{' || d[len(d)-1] != '}' {
+	i := skipSpace(d, 0)
+	d = d[:trimSpaceEnd(d)]
+	if len(d)-i < 2 || d[i] != '{' || d[len(d)-1] != '}' {
 		return false
 	}
 	var seen uint8
-	i := 1
+	i++
 	for {
-		if i >= len(d) || d[i] != '"' {
+		if i = skipSpace(d, i); i >= len(d) || d[i] != '"' {
 			return false
 		}
 		end := bytes.IndexByte(d[i+1:], '"')
@@ -245,10 +251,10 @@ func decodeFast(d []byte, ev *Event) bool {
 		}
 		name := d[i+1 : i+1+end]
 		i += end + 2
-		if i >= len(d) || d[i] != ':' {
+		if i = skipSpace(d, i); i >= len(d) || d[i] != ':' {
 			return false
 		}
-		i++
+		i = skipSpace(d, i+1)
 		var bit uint8
 		switch string(name) {
 		case "id":
@@ -297,7 +303,7 @@ func decodeFast(d []byte, ev *Event) bool {
 			}
 			i += n
 		}
-		if i >= len(d) {
+		if i = skipSpace(d, i); i >= len(d) {
 			return false
 		}
 		if d[i] == '}' {
@@ -308,6 +314,15 @@ func decodeFast(d []byte, ev *Event) bool {
 		}
 		i++
 	}
+}
+
+// trimSpaceEnd returns the length of d without the JSON whitespace it ends with.
+func trimSpaceEnd(d []byte) int {
+	n := len(d)
+	for n > 0 && (d[n-1] == ' ' || d[n-1] == '\t' || d[n-1] == '\n' || d[n-1] == '\r') {
+		n--
+	}
+	return n
 }
 
 // parseInt reads a JSON integer (-?(0|[1-9][0-9]*)) that fits in int64.

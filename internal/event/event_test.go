@@ -56,8 +56,10 @@ var validCases = []validCase{
 	{"18 digits fast", `{"id":999999999999999999,"key":"a","amount":-999999999999,"ts":-999999999999999999}`, want{999999999999999999, "a", -999999999999, -999999999999999999}, true},
 	{"key with punctuation and DEL-free ASCII", `{"id":1,"key":"a b/c:{}[],~","amount":2,"ts":3}`, want{1, "a b/c:{}[],~", 2, 3}, true},
 	{"key of MaxKeyBytes", `{"id":1,"key":"` + key255 + `","amount":2,"ts":3}`, want{1, key255, 2, 3}, true},
-	{"whitespace", "{ \"id\" : 1 ,\n\t\"key\" : \"a\" , \"amount\" : 2 , \"ts\" : 3 }", want{1, "a", 2, 3}, false},
-	{"leading and trailing whitespace", " \n{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3}\r\n ", want{1, "a", 2, 3}, false},
+	{"whitespace", "{ \"id\" : 1 ,\n\t\"key\" : \"a\" , \"amount\" : 2 , \"ts\" : 3 }", want{1, "a", 2, 3}, true},
+	{"leading and trailing whitespace", " \n{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3}\r\n ", want{1, "a", 2, 3}, true},
+	{"json.dumps", `{"id": 1, "key": "k1", "amount": 250, "ts": 1700000000000}`, want{1, "k1", 250, 1700000000000}, true},
+	{"key escaped", `{"id": 1, "key": "k\u00e9", "amount": 2, "ts": 3}`, want{1, "ké", 2, 3}, false},
 	{"unicode key", `{"id":1,"key":"ключ-🔑","amount":2,"ts":3}`, want{1, "ключ-🔑", 2, 3}, false},
 	{"escaped key", `{"id":1,"key":"a\"b\\c\/d\u00e9\n","amount":2,"ts":3}`, want{1, "a\"b\\c/dé\n", 2, 3}, false},
 	{"escaped field name", `{"\u0069d":1,"key":"a","amount":2,"ts":3}`, want{1, "a", 2, 3}, false},
@@ -278,20 +280,28 @@ func TestDecodeFastAgreesWithSlow(t *testing.T) {
 		return b
 	}
 
+	// Whitespace between tokens: none (compact) half of the time, else
+	// json.dumps's or any JSON whitespace.
+	spaces := []string{"", "", "", " ", " ", "\t", "\n", "\r\n", "  \t"}
+	var ws func() string
 	var canonical, mutated, fastAccepted int
-	for range 20000 {
+	for n := range 20000 {
+		if ws = func() string { return "" }; n%2 == 1 {
+			ws = func() string { return spaces[rng.IntN(len(spaces))] }
+		}
 		w := want{randInt(), randKey(), randInt(), randInt()}
 		fields := []string{
-			`"id":` + strconv.FormatInt(w.ID, 10),
-			`"key":"` + w.Key + `"`,
-			`"amount":` + strconv.FormatInt(w.Amount, 10),
-			`"ts":` + strconv.FormatInt(w.TS, 10),
+			ws() + `"id"` + ws() + ":" + ws() + strconv.FormatInt(w.ID, 10) + ws(),
+			ws() + `"key"` + ws() + ":" + ws() + `"` + w.Key + `"` + ws(),
+			ws() + `"amount"` + ws() + ":" + ws() + strconv.FormatInt(w.Amount, 10) + ws(),
+			ws() + `"ts"` + ws() + ":" + ws() + strconv.FormatInt(w.TS, 10) + ws(),
 		}
 		rng.Shuffle(len(fields), func(i, j int) { fields[i], fields[j] = fields[j], fields[i] })
-		rec := []byte("{" + strings.Join(fields, ",") + "}")
+		rec := []byte(ws() + "{" + strings.Join(fields, ",") + "}" + ws())
 
-		// Unmutated: the fast path takes it unless a number has 19 digits
-		// or the key is over the limit (both left to the slow path).
+		// Unmutated: the fast path takes it, whitespace or not, unless a
+		// number has 19 digits or the key is over the limit (both left to
+		// the slow path).
 		var fev Event
 		fastOK := decodeFast(rec, &fev)
 		wantFast := len(w.Key) <= MaxKeyBytes

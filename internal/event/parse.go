@@ -25,7 +25,7 @@ const (
 )
 
 // decodeJSON decodes any JSON form of an event, without allocating unless
-// the key or a member name holds escapes. It returns false for anything it
+// the key, or a member name that may be one of the four, holds escapes. It returns false for anything it
 // does not accept, leaving the verdict and the reason to decodeSlow; what
 // it accepts, and the event it fills in, are exactly decodeSlow's
 // (FuzzDecodeAgreesWithStrict checks both directions).
@@ -221,7 +221,7 @@ func fieldOf(lit []byte) uint8 {
 		name = gjson.Parse(unsafe.String(unsafe.SliceData(lit), len(lit))).Str // an unescaped copy
 	}
 	// Folded forms are at most 2 bytes longer than the ASCII names
-	// (K KELVIN SIGN and ſ LONG S are 3 bytes, their ASCII pair 1 byte).
+	// (K KELVIN SIGN is 3 bytes, ſ LONG S 2, their ASCII pair 1 byte).
 	if len(name) > len("amount")+2 {
 		return 0
 	}
