@@ -179,8 +179,10 @@ func skipNested(d []byte, i int, high byte) (int, byte, bool) {
 	return len(d), high, true
 }
 
+// skipSpace returns the index of the first byte from d[i] on that is not
+// JSON whitespace, or len(d).
 func skipSpace(d []byte, i int) int {
-	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
+	for i < len(d) && d[i] <= ' ' && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
 		i++
 	}
 	return i
