@@ -66,11 +66,11 @@ func decodeJSON(data []byte, ev *Event) bool {
 	if len(lit) < 2 || lit[0] != '"' {
 		return false
 	}
-	if _, lone := loneSurrogate(lit); lone {
-		return false
-	}
 	key := lit[1 : len(lit)-1] // aliases data, as the fast path's key does
 	if bytes.IndexByte(lit, '\\') >= 0 {
+		if _, lone := loneSurrogate(lit); lone {
+			return false
+		}
 		key = []byte(gjson.Parse(unsafe.String(unsafe.SliceData(lit), len(lit))).Str)
 	}
 	if len(key) == 0 || len(key) > MaxKeyBytes {
