@@ -25,10 +25,11 @@ const (
 )
 
 // decodeJSON decodes any JSON form of an event, without allocating unless
-// the key, or a member name that may be one of the four, holds escapes. It returns false for anything it
-// does not accept, leaving the verdict and the reason to decodeSlow; what
-// it accepts, and the event it fills in, are exactly decodeSlow's
-// (FuzzDecodeAgreesWithStrict checks both directions).
+// the key, or a member name that may be one of the four, holds escapes. It
+// returns false for anything it does not accept, leaving the verdict and
+// the reason to decodeSlow; what it accepts, and the event it fills in,
+// are exactly decodeSlow's (FuzzDecodeAgreesWithStrict checks both
+// directions).
 //
 // gjson.Valid is the judge of JSON syntax. Around it, one walk over the
 // record (members) finds the top-level members and the last value of each
