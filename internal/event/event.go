@@ -54,10 +54,11 @@ func IsDecodeError(err error) bool {
 	return errors.As(err, &de)
 }
 
-// Decode parses one record. The canonical form written by Generator takes a
-// fast path; any other valid event (spaces, escapes, other field order,
-// extra and nested fields) is parsed by gjson (decodeJSON); neither
-// allocates unless the key holds escapes. A record both refuse is left to
+// Decode parses one record. The four fields alone, compact as Generator
+// writes them or spaced as json.dumps does, take a fast path (decodeFast);
+// any other valid event (escapes, extra and nested fields) takes gjson's
+// (decodeJSON). Neither allocates unless the key, or a member name that
+// may be one of the four, holds escapes. A record both refuse is left to
 // decodeSlow, the encoding/json decoder that defines what is valid and
 // gives the reason for rejecting it, so the accepted set, the events and
 // the reasons are those of decodeSlow alone. On success ev.Key may alias
@@ -224,11 +225,15 @@ func setKey(ev *Event, key []byte) error {
 	return nil
 }
 
-// decodeFast accepts only the compact form {"id":1,"key":"a","amount":2,"ts":3}
-// (fields in any order, no whitespace, ASCII key without escapes), about 7
-// times faster than decodeJSON on it. It returns false for anything else,
-// leaving the verdict to decodeJSON and decodeSlow, so it can never accept
-// what encoding/json would reject.
+// decodeFast accepts only the four fields, each once, in any order, with
+// integers of up to 18 digits and an ASCII key without escapes: the compact
+// form {"id":1,"key":"a","amount":2,"ts":3} and the same with JSON
+// whitespace after the colons and commas, as Python's json.dumps writes it
+// ({"id": 1, "key": "a", "amount": 2, "ts": 3}). It is several times
+// faster than decodeJSON on them. It returns false for anything else
+// (whitespace elsewhere too: looking for it at every token would cost the
+// compact form), leaving the verdict to decodeJSON and decodeSlow, so it
+// can never accept what encoding/json would reject.
 func decodeFast(d []byte, ev *Event) bool {
 	if len(d) < 2 || d[0] != '{' || d[len(d)-1] != '}' {
 		return false
@@ -248,7 +253,7 @@ func decodeFast(d []byte, ev *Event) bool {
 		if i >= len(d) || d[i] != ':' {
 			return false
 		}
-		i++
+		i = skipSpace(d, i+1)
 		var bit uint8
 		switch string(name) {
 		case "id":
@@ -306,7 +311,7 @@ func decodeFast(d []byte, ev *Event) bool {
 		if d[i] != ',' {
 			return false
 		}
-		i++
+		i = skipSpace(d, i+1)
 	}
 }
 

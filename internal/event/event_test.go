@@ -57,7 +57,10 @@ var validCases = []validCase{
 	{"key with punctuation and DEL-free ASCII", `{"id":1,"key":"a b/c:{}[],~","amount":2,"ts":3}`, want{1, "a b/c:{}[],~", 2, 3}, true},
 	{"key of MaxKeyBytes", `{"id":1,"key":"` + key255 + `","amount":2,"ts":3}`, want{1, key255, 2, 3}, true},
 	{"whitespace", "{ \"id\" : 1 ,\n\t\"key\" : \"a\" , \"amount\" : 2 , \"ts\" : 3 }", want{1, "a", 2, 3}, false},
+	{"whitespace after colons and commas", "{\"id\":\t1,\r\n\"key\": \"a\",  \"amount\":\n2, \"ts\": 3}", want{1, "a", 2, 3}, true},
 	{"leading and trailing whitespace", " \n{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3}\r\n ", want{1, "a", 2, 3}, false},
+	{"json.dumps", `{"id": 1, "key": "k1", "amount": 250, "ts": 1700000000000}`, want{1, "k1", 250, 1700000000000}, true},
+	{"key escaped", `{"id": 1, "key": "k\u00e9", "amount": 2, "ts": 3}`, want{1, "ké", 2, 3}, false},
 	{"unicode key", `{"id":1,"key":"ключ-🔑","amount":2,"ts":3}`, want{1, "ключ-🔑", 2, 3}, false},
 	{"escaped key", `{"id":1,"key":"a\"b\\c\/d\u00e9\n","amount":2,"ts":3}`, want{1, "a\"b\\c/dé\n", 2, 3}, false},
 	{"escaped field name", `{"\u0069d":1,"key":"a","amount":2,"ts":3}`, want{1, "a", 2, 3}, false},
@@ -278,20 +281,28 @@ func TestDecodeFastAgreesWithSlow(t *testing.T) {
 		return b
 	}
 
+	// Whitespace after the colons and commas: none (compact) half of the
+	// time, else json.dumps's or any JSON whitespace.
+	spaces := []string{"", "", "", " ", " ", "\t", "\n", "\r\n", "  \t"}
+	var ws func() string
 	var canonical, mutated, fastAccepted int
-	for range 20000 {
+	for n := range 20000 {
+		if ws = func() string { return "" }; n%2 == 1 {
+			ws = func() string { return spaces[rng.IntN(len(spaces))] }
+		}
 		w := want{randInt(), randKey(), randInt(), randInt()}
 		fields := []string{
-			`"id":` + strconv.FormatInt(w.ID, 10),
-			`"key":"` + w.Key + `"`,
-			`"amount":` + strconv.FormatInt(w.Amount, 10),
-			`"ts":` + strconv.FormatInt(w.TS, 10),
+			`"id":` + ws() + strconv.FormatInt(w.ID, 10),
+			`"key":` + ws() + `"` + w.Key + `"`,
+			`"amount":` + ws() + strconv.FormatInt(w.Amount, 10),
+			`"ts":` + ws() + strconv.FormatInt(w.TS, 10),
 		}
 		rng.Shuffle(len(fields), func(i, j int) { fields[i], fields[j] = fields[j], fields[i] })
-		rec := []byte("{" + strings.Join(fields, ",") + "}")
+		rec := []byte("{" + fields[0] + "," + ws() + fields[1] + "," + ws() + fields[2] + "," + ws() + fields[3] + "}")
 
-		// Unmutated: the fast path takes it unless a number has 19 digits
-		// or the key is over the limit (both left to the slow path).
+		// Unmutated: the fast path takes it, spaced or not, unless a
+		// number has 19 digits or the key is over the limit (both left to
+		// the slow path).
 		var fev Event
 		fastOK := decodeFast(rec, &fev)
 		wantFast := len(w.Key) <= MaxKeyBytes
