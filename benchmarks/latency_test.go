@@ -38,7 +38,7 @@ const (
 func BenchmarkLatency(b *testing.B) {
 	brokers := []string{testutil.NeedServer(b, testutil.EnvKafka)}
 	mysql := testutil.NeedServer(b, testutil.EnvMySQL)
-	for _, interval := range []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second} {
+	for _, interval := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, time.Second, 5 * time.Second} {
 		for _, sink := range []string{"txn-mariadb", "checkpoint-xa-mariadb", "checkpoint-kafka"} {
 			b.Run(fmt.Sprintf("%s/interval=%s", sink, interval), func(b *testing.B) {
 				for range b.N {
