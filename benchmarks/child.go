@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,6 +30,8 @@ type child struct {
 
 	mu  sync.Mutex
 	log runLog
+
+	hwm atomic.Int64 // the process's peak RSS in bytes as last sampled (VmHWM); 0: none
 
 	waitOnce sync.Once
 	end      time.Time // when wait saw it exit
@@ -109,6 +113,7 @@ func startChild(bin string, args, env []string, logPath string, target int64) (*
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
+	go c.sampleRSS()
 	go func() {
 		defer close(c.eof)
 		defer f.Close()
@@ -130,6 +135,57 @@ func startChild(bin string, args, env []string, logPath string, target int64) (*
 		}
 	}()
 	return c, nil
+}
+
+// rssSampleEvery is how often a child's peak RSS is read while it runs:
+// the figure misses at most the growth of its last this-much.
+const rssSampleEvery = 20 * time.Millisecond
+
+// sampleRSS reads the child's VmHWM (the peak RSS of its own address
+// space) from /proc until it exits. Its rusage can't be used for that: Go
+// starts a child with vfork (CLONE_VM), so on exec the kernel records the
+// bench's own peak RSS as the child's ru_maxrss, and every child of a
+// bench process bigger than it reported the bench's size.
+func (c *child) sampleRSS() {
+	path := fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid)
+	t := time.NewTicker(rssSampleEvery)
+	defer t.Stop()
+	for {
+		if b, ok := vmHWM(path); ok {
+			c.hwm.Store(max(c.hwm.Load(), b))
+		}
+		select {
+		case <-c.eof:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// vmHWM reads the VmHWM line of a /proc/<pid>/status file, in bytes.
+func vmHWM(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
+
+// usage is the CPU time and peak RSS of the finished child: the RSS as
+// sampled from /proc where there is one, else rusage's (which may be the
+// bench's own, see sampleRSS).
+func (c *child) usage() usage {
+	u := usageOf(c.state)
+	if hwm := c.hwm.Load(); hwm > 0 {
+		u.PeakRSS = hwm
+	}
+	return u
 }
 
 // childEnv is the bench's environment without MICROBATCH_ settings, so

@@ -61,7 +61,7 @@ func (b *bench) clean(s spec, row *Row) error {
 	if l.reachedAt.IsZero() {
 		return fmt.Errorf("the run's commits held %d of %d events (log %s)", l.records, w.Events, c.logPath)
 	}
-	u := usageOf(ps)
+	u := c.usage()
 	cl := &row.Clean
 	cl.Events = w.Events
 	cl.Seconds = l.reachedAt.Sub(c.start).Seconds()

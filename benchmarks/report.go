@@ -124,7 +124,7 @@ func Markdown(r *Results, chart string) string {
 			f.PointsReached, len(f.Points), f.KilledEarly, group(int64(f.MeanRecoveryMs)), group(int64(f.MaxRecoveryMs)), group(f.Found), f.Verdict)
 	}
 	p("\n## Method\n\n")
-	p("- **Throughput:** each strategy drains the same pre-produced topic with a fresh job, as a `microbatch run` subprocess; timed from %s. CPU seconds (user + system) and peak RSS are the subprocess's own (rusage).\n", s.ThroughputTimer)
+	p("- **Throughput:** each strategy drains the same pre-produced topic with a fresh job, as a `microbatch run` subprocess; timed from %s. CPU seconds (user + system, rusage) and peak RSS (VmHWM, sampled every 20 ms from /proc: rusage's maxrss would be the bench's own) are the subprocess's own.\n", s.ThroughputTimer)
 	p("- **Raw consume:** %s.\n", r.Raw.Method)
 	p("- **Latency:** %s.\n", s.LatencyMethod)
 	p("- **Faults:** a fresh job on a fresh topic (%s events, then %.0f events/s more while runs are killed). Each random kill comes %s to %s after the start (at random); three of four then wait for the next batch start / checkpoint trigger and a few ms more, so they land in open work. Then each crash point the strategy reaches is armed once (`<point>:2`), the input stops, a run with `--until-idle 1s` drains, and `microbatch verify --strategy <promise>` compares the sink's totals with what was produced (duplicates = events over, losses = events short). Recovery: %s. Kill timing seed %d.\n",
