@@ -40,13 +40,36 @@ type sourceTask struct {
 	bufs          [][]output
 	deadBytes     []int // of the dead letters in bufs[o]
 	ev            event.Event
+	keys          map[string]string // interned event keys
+}
+
+// maxInterned bounds a source's interned keys: past it the table starts
+// over, so that many distinct keys cost memory no longer than that.
+const maxInterned = 1 << 14
+
+// key returns b as a string, the same string for the same bytes while it
+// is interned: the keys of a job repeat, and a string per record would be
+// an allocation per record.
+func (s *sourceTask) key(b []byte) string {
+	if k, ok := s.keys[string(b)]; ok { // no allocation: the compiler looks up b in place
+		return k
+	}
+	if len(s.keys) >= maxInterned {
+		clear(s.keys)
+	}
+	k := string(b)
+	s.keys[k] = k
+	return k
 }
 
 // source runs partition part's source task.
 func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 	nOps := len(p.toOp)
 	s := &sourceTask{p: p, idx: idx, part: part, next: p.chk.Offsets[part],
-		bufs: make([][]output, nOps), deadBytes: make([]int, nOps)}
+		bufs: make([][]output, nOps), deadBytes: make([]int, nOps), keys: map[string]string{}}
+	for o := range s.bufs {
+		s.bufs[o] = newChunk()
+	}
 	return s.run(ctx)
 }
 
@@ -129,7 +152,7 @@ func (s *sourceTask) route(rec *batch.Record) (output, int) {
 		derr = err
 	} else if derr = event.Decode(rec.Value, &s.ev); derr == nil {
 		ev := &s.ev
-		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: string(ev.Key)}, keyOwner(ev.Key, nOps)
+		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: s.key(ev.Key)}, keyOwner(ev.Key, nOps)
 	}
 	dl := shared.DeadLetter(cfg.Job, cfg.Topic, rec, derr)
 	s.dead++
@@ -143,7 +166,7 @@ func (s *sourceTask) send(ctx context.Context, o int) error {
 	}
 	select {
 	case s.p.toOp[o][s.idx] <- item{recs: s.bufs[o]}:
-		s.bufs[o], s.deadBytes[o] = make([]output, 0, chunkRecords), 0
+		s.bufs[o], s.deadBytes[o] = newChunk(), 0
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
