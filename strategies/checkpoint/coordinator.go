@@ -13,6 +13,7 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -81,13 +82,14 @@ type pipeline struct {
 	sinkDone chan int // a sink finished its final commit
 
 	bounds    atomic.Pointer[map[int32]batch.Bounds]
+	read      func(context.Context, record.Range, func(*batch.Record) error) error // r.src.Read; tests replace it
 	completed int64
 	nextID    int64
 	lastDone  time.Time // when the previous checkpoint completed
 }
 
 func newPipeline(r *runner, chk *offsets.Checkpoint, data jobData) *pipeline {
-	p := &pipeline{r: r, work: r.cfg.Work, chk: chk, data: data, nextID: chk.ID + 1, lastDone: time.Now()}
+	p := &pipeline{r: r, work: r.cfg.Work, chk: chk, data: data, nextID: chk.ID + 1, lastDone: time.Now(), read: r.src.Read}
 	for part := range chk.Offsets {
 		p.parts = append(p.parts, part)
 	}

@@ -2,7 +2,10 @@ package checkpoint
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
@@ -30,12 +33,23 @@ const transformTarget = 0
 // sourceTask is one partition's source: it reads the partition from the
 // checkpoint's offset on, routes each record to the operator owning its
 // key, and turns barrier requests into acks and barriers downstream.
+//
+// Two goroutines share it: the reader (run) and the barrier taker
+// (takeBarriers), so that a barrier is taken while a Read waits for
+// records. Until it is, every operator holds the other sources' inputs
+// that brought the barrier (alignment): one source waiting on a fetch
+// would stall the whole pipeline. mu orders them: a barrier lies between
+// two emitted records, never inside one's handling, so a record is
+// before it (in the ack's next offset, sent ahead of it) or after.
 type sourceTask struct {
 	p    *pipeline
 	idx  int // in p.parts
 	part int32
 
-	next          int64 // offset to read next
+	mu sync.Mutex // guards what follows but ev and keys (the reader's own)
+	// next is the offset to read next. Only the reader writes it (under
+	// mu), so the reader may read it without mu.
+	next          int64
 	records, dead int64 // since the previous barrier; dead is a part of records
 	bufs          [][]output
 	deadBytes     []int // of the dead letters in bufs[o]
@@ -70,7 +84,27 @@ func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 	for o := range s.bufs {
 		s.bufs[o] = newChunk()
 	}
-	return s.run(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.takeBarriers(gctx) })
+	g.Go(func() error { return s.run(gctx) })
+	return g.Wait()
+}
+
+// takeBarriers takes the barrier requests of this source.
+func (s *sourceTask) takeBarriers(ctx context.Context) error {
+	for {
+		select {
+		case n := <-s.p.barriers[s.idx]:
+			s.mu.Lock()
+			err := s.barrier(ctx, n)
+			s.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (s *sourceTask) run(ctx context.Context) error {
@@ -84,7 +118,7 @@ func (s *sourceTask) run(ctx context.Context) error {
 			continue
 		}
 		r := record.Range{Topic: s.p.r.cfg.Topic, Partition: s.part, From: s.next, To: min(end, s.next+readSpan)}
-		err := s.p.r.src.Read(ctx, r, func(rec *batch.Record) error { return s.emit(ctx, rec) })
+		err := s.p.read(ctx, r, func(rec *batch.Record) error { return s.emit(ctx, rec) })
 		if err != nil {
 			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < shared.MaxAttempts {
 				// Re-read from next: nothing past it was emitted.
@@ -96,18 +130,20 @@ func (s *sourceTask) run(ctx context.Context) error {
 			return err
 		}
 		readFails = 0
+		s.mu.Lock()
 		s.next = r.To // the range's tail may be markers with no record
-		if err := s.flush(ctx); err != nil {
+		err = s.flush(ctx)
+		s.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
 }
 
-// wait, caught up, for a barrier request or new records.
+// wait, caught up, for new records (takeBarriers takes barriers
+// meanwhile).
 func (s *sourceTask) wait(ctx context.Context) error {
 	select {
-	case n := <-s.p.barriers[s.idx]:
-		return s.barrier(ctx, n)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(boundsPoll / 2):
@@ -115,26 +151,24 @@ func (s *sourceTask) wait(ctx context.Context) error {
 	}
 }
 
-// emit routes one record, and takes a barrier request that came.
+// emit routes one record.
 func (s *sourceTask) emit(ctx context.Context, rec *batch.Record) error {
 	o, target := s.route(rec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.records++
+	if o.Dead != nil {
+		s.dead++
+	}
 	s.next = rec.Offset + 1
 	s.bufs[target] = append(s.bufs[target], o)
 	if o.Dead != nil {
 		s.deadBytes[target] += shared.DeadLetterSize(o.Dead)
 	}
 	if len(s.bufs[target]) >= chunkRecords || s.deadBytes[target] >= chunkDeadBytes {
-		if err := s.send(ctx, target); err != nil {
-			return err
-		}
+		return s.send(ctx, target)
 	}
-	select {
-	case n := <-s.p.barriers[s.idx]:
-		return s.barrier(ctx, n)
-	default:
-		return nil
-	}
+	return nil
 }
 
 // route decodes rec into what goes downstream, and the operator it goes
@@ -155,11 +189,10 @@ func (s *sourceTask) route(rec *batch.Record) (output, int) {
 		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: s.key(ev.Key)}, keyOwner(ev.Key, nOps)
 	}
 	dl := shared.DeadLetter(cfg.Job, cfg.Topic, rec, derr)
-	s.dead++
 	return output{Dead: &dl}, int(s.part) % nOps
 }
 
-// send passes operator o's buffered records on.
+// send passes operator o's buffered records on. Callers hold mu.
 func (s *sourceTask) send(ctx context.Context, o int) error {
 	if len(s.bufs[o]) == 0 {
 		return nil
@@ -184,7 +217,7 @@ func (s *sourceTask) flush(ctx context.Context) error {
 }
 
 // barrier acks barrier n with the offset to resume at, after everything
-// read before it, and forwards it to every operator.
+// read before it, and forwards it to every operator. Callers hold mu.
 func (s *sourceTask) barrier(ctx context.Context, n int64) error {
 	if err := s.flush(ctx); err != nil {
 		return err
