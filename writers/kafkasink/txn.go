@@ -54,13 +54,13 @@ func New(cfg Config) (*Txn, error) {
 	} else {
 		conf = *kafkautil.Config("microbatch-kafka-sink")
 		// Batches sent every 10 ms (or at 1 MiB): PreCommit waits for the
-		// last one, so this bounds what batching adds to a checkpoint.
-		// Against 2 ms it halved the produce requests and cut the
-		// producer's and the broker's CPU per record (benchmarks/README.md,
-		// issue #17). No compression: lz4, snappy and zstd each cost more
-		// CPU here (client and broker, which decompresses to validate)
-		// than the bytes they save on a local link; a Config.Sarama base
-		// can turn it on for a slow network.
+		// last one, so this bounds what batching adds to a checkpoint,
+		// and it sends half the produce requests of 2 ms, which costs
+		// the producer and the broker CPU per record (benchmarks/README.md).
+		// No compression: lz4, snappy and zstd each cost more CPU (in the
+		// client, and in the broker, which decompresses to validate) than
+		// the bytes they save are worth on a local link; a Config.Sarama
+		// base can turn it on for a slow network.
 		conf.Producer.Flush.Bytes = 1 << 20
 		conf.Producer.Flush.Frequency = 10 * time.Millisecond
 		// kafkautil's 32 is sized for consumers. A producer passes every
