@@ -36,6 +36,7 @@ type Workload struct {
 type Options struct {
 	Binary     string   // the microbatch executable (its run, verify and broker commands)
 	Strategies []string // names from Names; empty: all
+	Phases     []string // from Phases: which runs each strategy gets; empty: all
 	Workload   Workload
 	Interval   time.Duration // --interval and --checkpoint-interval of every run
 	Crashes    int           // random SIGKILLs per strategy (negative: none)
@@ -119,12 +120,27 @@ func specOf(name string) (spec, bool) {
 	return spec{}, false
 }
 
+// The phases of a strategy's runs (Options.Phases). The raw-consume
+// reference runs whatever the phases, the per-record baseline with the
+// throughput phase.
+const (
+	PhaseThroughput = "throughput" // the clean run on the backlog
+	PhaseLatency    = "latency"    // the run under steady production
+	PhaseFaults     = "faults"     // the kills, crash points, drain and verify
+)
+
+// Phases lists the phases in the order they run.
+var Phases = []string{PhaseThroughput, PhaseLatency, PhaseFaults}
+
 // ErrOptions marks a bad option (the CLI exits 2 on it).
 var ErrOptions = errors.New("bad bench option")
 
 func (o *Options) setDefaults() {
 	if len(o.Strategies) == 0 {
 		o.Strategies = Names
+	}
+	if len(o.Phases) == 0 {
+		o.Phases = Phases
 	}
 	w := &o.Workload
 	if w.Events == 0 {
@@ -189,6 +205,11 @@ func (o Options) Validate() error {
 			return bad("strategies: %q given twice", n)
 		}
 		seen[n] = true
+	}
+	for _, ph := range o.Phases {
+		if !slices.Contains(Phases, ph) {
+			return bad("phases: unknown %q (known: %s)", ph, strings.Join(Phases, ", "))
+		}
 	}
 	switch {
 	case o.Binary == "":
@@ -255,7 +276,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	b := &bench{o: o, ctx: ctx, runID: strconv.FormatInt(time.Now().Unix()%1e8, 36), prog: newProgress(o.Progress),
 		rng: rand.New(rand.NewPCG(o.KillSeed, o.KillSeed^0x5eed))}
 	b.res = &Results{Started: time.Now(), Command: o.Command, Workload: o.Workload, Settings: Settings{
-		Interval: o.Interval.String(), Crashes: max(o.Crashes, 0), LatencyRate: o.LatencyRate, LatencySeconds: o.LatencyDuration.Seconds(),
+		Interval: o.Interval.String(), Phases: o.Phases, Crashes: max(o.Crashes, 0), LatencyRate: o.LatencyRate, LatencySeconds: o.LatencyDuration.Seconds(),
 		FeedRate: o.FeedRate, FaultInitial: o.FaultInitial, BaselineEvents: o.BaselineEvents, KillSeed: o.KillSeed,
 		KillFrom: killMinDelay.String(), KillTo: (killMinDelay + killSpan(o.Interval)).String(),
 		ThroughputTimer: "process start → the log line of the commit that held the last event (start-up included; the --until-idle wait before exit not)",
@@ -342,7 +363,7 @@ func (b *bench) setUp() error {
 	w := o.Workload
 	b.prog.plan(float64(w.Events)/150_000 + 2)       // produce
 	b.prog.plan(3 * (float64(w.Events)/800_000 + 1)) // raw consume three times
-	if b.sql != nil {
+	if b.sql != nil && b.runs(PhaseThroughput) {
 		b.prog.plan(min(float64(o.BaselineEvents)/3000+3, o.BaselineWindow.Seconds()))
 	}
 	for _, n := range o.Strategies {
@@ -350,7 +371,7 @@ func (b *bench) setUp() error {
 		if reason := b.skipReason(s); reason != "" {
 			continue
 		}
-		b.prog.plan(b.estClean(s) + b.estLatency() + b.estFaultAll(s))
+		b.prog.plan(b.estPhases(s))
 	}
 
 	b.input = workloadTopic(w)
@@ -441,7 +462,9 @@ func (b *bench) runAll() {
 	// own housekeeping, and a ceiling that is too low flatters everyone.
 	b.raw()
 	b.raw()
-	if b.sql != nil && b.ctx.Err() == nil {
+	if !b.runs(PhaseThroughput) {
+		// No baseline: it is a throughput reference.
+	} else if b.sql != nil && b.ctx.Err() == nil {
 		b.baseline()
 	} else if b.sql == nil {
 		b.res.Skipped = append(b.res.Skipped, Skip{Name: "per-record baseline", Reason: "no --mysql given"})
@@ -461,20 +484,26 @@ func (b *bench) runAll() {
 		b.res.Rows = append(b.res.Rows, Row{Name: n, Strategy: string(s.strategy), Guarantee: string(strategies.GuaranteeOf(s.strategy))})
 		row := &b.res.Rows[len(b.res.Rows)-1]
 		row.Sink = b.sinkLabel(s)
-		est := b.estClean(s)
-		if err := b.clean(s, row); err != nil {
-			b.fail(row, "%s clean run: %v", n, err)
+		if b.runs(PhaseThroughput) {
+			est := b.estClean(s)
+			if err := b.clean(s, row); err != nil {
+				b.fail(row, "%s clean run: %v", n, err)
+			}
+			b.prog.finished(est)
 		}
-		b.prog.finished(est)
-		if err := b.latency(s, row); err != nil {
-			b.fail(row, "%s latency run: %v", n, err)
+		if b.runs(PhaseLatency) {
+			if err := b.latency(s, row); err != nil {
+				b.fail(row, "%s latency run: %v", n, err)
+			}
+			b.prog.finished(b.estLatency())
 		}
-		b.prog.finished(b.estLatency())
-		b.faultDone = 0
-		if err := b.fault(s, row); err != nil {
-			b.fail(row, "%s fault run: %v", n, err)
+		if b.runs(PhaseFaults) {
+			b.faultDone = 0
+			if err := b.fault(s, row); err != nil {
+				b.fail(row, "%s fault run: %v", n, err)
+			}
+			b.prog.finished(b.estFaultAll(s) - b.faultDone)
 		}
-		b.prog.finished(b.estFaultAll(s) - b.faultDone)
 	}
 	if b.ctx.Err() == nil {
 		b.raw()
@@ -529,7 +558,24 @@ func (b *bench) baseline() {
 	b.prog.printf("per-record baseline: %s events/s (%s)", group(int64(res.EventsPerSec)), res.Method)
 }
 
+// runs says whether the bench runs phase ph.
+func (b *bench) runs(ph string) bool { return slices.Contains(b.o.Phases, ph) }
+
 // Step estimates in seconds, for the ETA.
+func (b *bench) estPhases(s spec) float64 {
+	est := 0.0
+	if b.runs(PhaseThroughput) {
+		est += b.estClean(s)
+	}
+	if b.runs(PhaseLatency) {
+		est += b.estLatency()
+	}
+	if b.runs(PhaseFaults) {
+		est += b.estFaultAll(s)
+	}
+	return est
+}
+
 func (b *bench) estClean(s spec) float64 {
 	rate := 300_000.0
 	if s.strategy == strategies.StrategyCheckpoint {

@@ -41,6 +41,8 @@ func Markdown(r *Results, chart string) string {
 
 	mark := ""
 	switch r.FaultValidity {
+	case "not run":
+		p("**Fault run: not run** — %s.\n\n", r.FaultNote)
 	case "valid":
 		p("**Fault run: valid** — %s.\n\n", r.FaultNote)
 	case "invalid":

@@ -2,6 +2,8 @@ package benchmarks
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/microbatch/microbatch/strategies"
@@ -45,19 +47,20 @@ type Machine struct {
 
 // Settings are the bench's knobs besides the workload.
 type Settings struct {
-	Interval        string  `json:"interval"`
-	Crashes         int     `json:"crashes"`
-	LatencyRate     float64 `json:"latency_rate"`
-	LatencySeconds  float64 `json:"latency_seconds"`
-	FeedRate        float64 `json:"fault_feed_rate"`
-	FaultInitial    int64   `json:"fault_initial_events"`
-	BaselineEvents  int64   `json:"baseline_events"`
-	KillSeed        uint64  `json:"kill_seed"`
-	KillFrom        string  `json:"kill_from"` // random kills come between these after a run starts
-	KillTo          string  `json:"kill_to"`
-	ThroughputTimer string  `json:"throughput_timer"`
-	LatencyMethod   string  `json:"latency_method"`
-	RecoveryMethod  string  `json:"recovery_method"`
+	Interval        string   `json:"interval"`
+	Phases          []string `json:"phases"` // which runs each strategy got (Phases)
+	Crashes         int      `json:"crashes"`
+	LatencyRate     float64  `json:"latency_rate"`
+	LatencySeconds  float64  `json:"latency_seconds"`
+	FeedRate        float64  `json:"fault_feed_rate"`
+	FaultInitial    int64    `json:"fault_initial_events"`
+	BaselineEvents  int64    `json:"baseline_events"`
+	KillSeed        uint64   `json:"kill_seed"`
+	KillFrom        string   `json:"kill_from"` // random kills come between these after a run starts
+	KillTo          string   `json:"kill_to"`
+	ThroughputTimer string   `json:"throughput_timer"`
+	LatencyMethod   string   `json:"latency_method"`
+	RecoveryMethod  string   `json:"recovery_method"`
 }
 
 // RawResult is the raw consume rate (read everything, no processing),
@@ -141,10 +144,12 @@ func (r *Results) row(name string) *Row {
 // judge fills FaultValidity and Targets.
 func (r *Results) judge() {
 	var controls, clean []string
+	faults := false
 	for _, row := range r.Rows {
 		if !row.Fault.Ran {
 			continue
 		}
+		faults = true
 		switch strategies.Guarantee(row.Guarantee) {
 		case strategies.AtLeastOnce:
 			controls = append(controls, row.Name)
@@ -159,6 +164,9 @@ func (r *Results) judge() {
 		}
 	}
 	switch {
+	case !faults && len(r.Settings.Phases) > 0 && !slices.Contains(r.Settings.Phases, PhaseFaults):
+		r.FaultValidity = "not run"
+		r.FaultNote = "the fault phase was not asked for (--phases " + strings.Join(r.Settings.Phases, ",") + ")"
 	case len(controls) == 0:
 		r.FaultValidity = "unvalidated"
 		r.FaultNote = "no control (at-least-once, at-most-once) in this run, so nothing shows that the kills hit the windows where a strategy can go wrong"

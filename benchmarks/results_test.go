@@ -119,3 +119,20 @@ func TestParseLine(t *testing.T) {
 }
 
 func at(s int) time.Time { return time.Unix(1_700_000_000+int64(s), 0) }
+
+// A bench asked for the throughput phase only says its fault run was not
+// run, instead of calling it unvalidated.
+func TestJudgeThroughputOnly(t *testing.T) {
+	r := &Results{Settings: Settings{Phases: []string{PhaseThroughput}}, Rows: []Row{{Name: "checkpoint-xa", Guarantee: "exactly-once"}}}
+	r.judge()
+	if r.FaultValidity != "not run" || !strings.Contains(r.FaultNote, "--phases throughput") {
+		t.Fatalf("validity %q (%s), want not run, naming --phases", r.FaultValidity, r.FaultNote)
+	}
+	if md := Markdown(r, ""); !strings.Contains(md, "**Fault run: not run**") {
+		t.Fatalf("results.md does not say the fault run was not run:\n%s", md)
+	}
+	o := Options{Binary: "microbatch", Phases: []string{"throughput", "speed"}}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), `"speed"`) {
+		t.Fatalf("Validate with an unknown phase: %v, want an error naming it", err)
+	}
+}

@@ -34,6 +34,7 @@ to --out/logs. Progress goes to stderr.`,
 	fs := cmd.Flags()
 	addConfigFlag(fs)
 	fs.StringSlice("strategies", nil, "strategies to run, comma separated (empty: all): "+strings.Join(benchmarks.Names, ", "))
+	fs.StringSlice("phases", nil, "runs each strategy gets, comma separated (empty: all): "+strings.Join(benchmarks.Phases, ", ")+" (raw consume always runs; the per-record baseline with throughput)")
 	fs.Int64("events", benchmarks.DefaultEvents, "events in the throughput workload")
 	fs.Int64("keys", benchmarks.DefaultKeys, "distinct event keys")
 	fs.Int32("partitions", benchmarks.DefaultPartitions, "partitions of the bench's topics")
@@ -89,6 +90,7 @@ func benchOptions(s *settings) (benchmarks.Options, error) {
 	}
 	o := benchmarks.Options{
 		Strategies: s.list("strategies"),
+		Phases:     s.list("phases"),
 		Brokers:    brokers,
 		MySQL:      s.str("mysql"),
 		Redis:      s.str("redis"),

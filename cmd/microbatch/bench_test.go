@@ -118,6 +118,7 @@ func TestBenchConfigErrors(t *testing.T) {
 		{"bad mysql DSN", []string{"--mysql", "postgres://x"}, []string{"mysql", "postgres"}},
 		{"bad interval", []string{"--interval", "soon"}, []string{"soon", "interval"}},
 		{"unknown format", []string{"--format", "jsonl"}, []string{`"jsonl"`, "format"}},
+		{"unknown phase", []string{"--phases", "throughput,speed"}, []string{`"speed"`, "phases"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,14 +13,19 @@ import (
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
 
 // Bounds of the pipeline's queues: a slow sink fills them and then blocks
 // the operators, which block the sources (backpressure, bounded memory).
 const (
-	chunkRecords   = 256 // records per message between stages
-	chanChunks     = 8   // messages buffered per channel
+	chunkRecords = 256 // records per message between stages
+	chanChunks   = 8   // messages buffered per channel into an operator
+	// sinkChunks are buffered before each sink: it stops reading while it
+	// pre-commits and commits (round trips to its server), and this much
+	// room lets the sources and operators go on meanwhile.
+	sinkChunks     = 32
 	readSpan       = 20_000
 	boundsPoll     = 20 * time.Millisecond
 	maxPollErrors  = 50 // consecutive failed offset polls before the attempt fails
@@ -76,13 +82,14 @@ type pipeline struct {
 	sinkDone chan int // a sink finished its final commit
 
 	bounds    atomic.Pointer[map[int32]batch.Bounds]
+	read      func(context.Context, record.Range, func(*batch.Record) error) error // r.src.Read; tests replace it
 	completed int64
 	nextID    int64
 	lastDone  time.Time // when the previous checkpoint completed
 }
 
 func newPipeline(r *runner, chk *offsets.Checkpoint, data jobData) *pipeline {
-	p := &pipeline{r: r, work: r.cfg.Work, chk: chk, data: data, nextID: chk.ID + 1, lastDone: time.Now()}
+	p := &pipeline{r: r, work: r.cfg.Work, chk: chk, data: data, nextID: chk.ID + 1, lastDone: time.Now(), read: r.src.Read}
 	for part := range chk.Offsets {
 		p.parts = append(p.parts, part)
 	}
@@ -99,7 +106,7 @@ func newPipeline(r *runner, chk *offsets.Checkpoint, data jobData) *pipeline {
 		for s := range p.parts {
 			p.toOp[o][s] = make(chan item, chanChunks)
 		}
-		p.toSink[o] = make(chan item, chanChunks)
+		p.toSink[o] = make(chan item, sinkChunks)
 		p.notices[o] = make(chan notice, 2)
 	}
 	p.acks = make(chan ack, len(p.parts)+2*nOps)
@@ -344,4 +351,22 @@ func (p *pipeline) poller(ctx context.Context) error {
 		}
 		fails = 0
 	}
+}
+
+// chunks recycles the record chunks that travel from a source through an
+// operator to a sink, which is the last to read one: a chunk is
+// chunkRecords outputs, allocated per chunk it would be ~100 bytes per
+// record to collect.
+var chunks = sync.Pool{New: func() any { c := make([]output, 0, chunkRecords); return &c }}
+
+func newChunk() []output { return (*chunks.Get().(*[]output))[:0] }
+
+// releaseChunk recycles c once nothing reads it any more; its outputs are
+// cleared so that a pooled chunk holds no keys, values or dead letters.
+func releaseChunk(c []output) {
+	if cap(c) != chunkRecords {
+		return
+	}
+	clear(c)
+	chunks.Put(&c)
 }

@@ -63,6 +63,7 @@ func (p *pipeline) sink(ctx context.Context, o int, first int64) error {
 				if err := s.w.write(ctx, it.recs); err != nil {
 					return err
 				}
+				releaseChunk(it.recs) // write keeps copies, not the chunk
 				continue
 			}
 			if err := s.barrier(ctx, it.barrier); err != nil {

@@ -2,7 +2,10 @@ package checkpoint
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/event"
@@ -30,24 +33,78 @@ const transformTarget = 0
 // sourceTask is one partition's source: it reads the partition from the
 // checkpoint's offset on, routes each record to the operator owning its
 // key, and turns barrier requests into acks and barriers downstream.
+//
+// Two goroutines share it: the reader (run) and the barrier taker
+// (takeBarriers), so that a barrier is taken while a Read waits for
+// records. Until it is, every operator holds the other sources' inputs
+// that brought the barrier (alignment): one source waiting on a fetch
+// would stall the whole pipeline. mu orders them: a barrier lies between
+// two emitted records, never inside one's handling, so a record is
+// before it (in the ack's next offset, sent ahead of it) or after.
 type sourceTask struct {
 	p    *pipeline
 	idx  int // in p.parts
 	part int32
 
-	next          int64 // offset to read next
+	mu sync.Mutex // guards what follows but ev and keys (the reader's own)
+	// next is the offset to read next. Only the reader writes it (under
+	// mu), so the reader may read it without mu.
+	next          int64
 	records, dead int64 // since the previous barrier; dead is a part of records
 	bufs          [][]output
 	deadBytes     []int // of the dead letters in bufs[o]
 	ev            event.Event
+	keys          map[string]string // interned event keys
+}
+
+// maxInterned bounds a source's interned keys: past it the table starts
+// over, so that many distinct keys cost memory no longer than that.
+const maxInterned = 1 << 14
+
+// key returns b as a string, the same string for the same bytes while it
+// is interned: the keys of a job repeat, and a string per record would be
+// an allocation per record.
+func (s *sourceTask) key(b []byte) string {
+	if k, ok := s.keys[string(b)]; ok { // no allocation: the compiler looks up b in place
+		return k
+	}
+	if len(s.keys) >= maxInterned {
+		clear(s.keys)
+	}
+	k := string(b)
+	s.keys[k] = k
+	return k
 }
 
 // source runs partition part's source task.
 func (p *pipeline) source(ctx context.Context, idx int, part int32) error {
 	nOps := len(p.toOp)
 	s := &sourceTask{p: p, idx: idx, part: part, next: p.chk.Offsets[part],
-		bufs: make([][]output, nOps), deadBytes: make([]int, nOps)}
-	return s.run(ctx)
+		bufs: make([][]output, nOps), deadBytes: make([]int, nOps), keys: map[string]string{}}
+	for o := range s.bufs {
+		s.bufs[o] = newChunk()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.takeBarriers(gctx) })
+	g.Go(func() error { return s.run(gctx) })
+	return g.Wait()
+}
+
+// takeBarriers takes the barrier requests of this source.
+func (s *sourceTask) takeBarriers(ctx context.Context) error {
+	for {
+		select {
+		case n := <-s.p.barriers[s.idx]:
+			s.mu.Lock()
+			err := s.barrier(ctx, n)
+			s.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (s *sourceTask) run(ctx context.Context) error {
@@ -61,7 +118,7 @@ func (s *sourceTask) run(ctx context.Context) error {
 			continue
 		}
 		r := record.Range{Topic: s.p.r.cfg.Topic, Partition: s.part, From: s.next, To: min(end, s.next+readSpan)}
-		err := s.p.r.src.Read(ctx, r, func(rec *batch.Record) error { return s.emit(ctx, rec) })
+		err := s.p.read(ctx, r, func(rec *batch.Record) error { return s.emit(ctx, rec) })
 		if err != nil {
 			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < shared.MaxAttempts {
 				// Re-read from next: nothing past it was emitted.
@@ -73,18 +130,20 @@ func (s *sourceTask) run(ctx context.Context) error {
 			return err
 		}
 		readFails = 0
+		s.mu.Lock()
 		s.next = r.To // the range's tail may be markers with no record
-		if err := s.flush(ctx); err != nil {
+		err = s.flush(ctx)
+		s.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
 }
 
-// wait, caught up, for a barrier request or new records.
+// wait, caught up, for new records (takeBarriers takes barriers
+// meanwhile).
 func (s *sourceTask) wait(ctx context.Context) error {
 	select {
-	case n := <-s.p.barriers[s.idx]:
-		return s.barrier(ctx, n)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(boundsPoll / 2):
@@ -92,26 +151,24 @@ func (s *sourceTask) wait(ctx context.Context) error {
 	}
 }
 
-// emit routes one record, and takes a barrier request that came.
+// emit routes one record.
 func (s *sourceTask) emit(ctx context.Context, rec *batch.Record) error {
 	o, target := s.route(rec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.records++
+	if o.Dead != nil {
+		s.dead++
+	}
 	s.next = rec.Offset + 1
 	s.bufs[target] = append(s.bufs[target], o)
 	if o.Dead != nil {
 		s.deadBytes[target] += shared.DeadLetterSize(o.Dead)
 	}
 	if len(s.bufs[target]) >= chunkRecords || s.deadBytes[target] >= chunkDeadBytes {
-		if err := s.send(ctx, target); err != nil {
-			return err
-		}
+		return s.send(ctx, target)
 	}
-	select {
-	case n := <-s.p.barriers[s.idx]:
-		return s.barrier(ctx, n)
-	default:
-		return nil
-	}
+	return nil
 }
 
 // route decodes rec into what goes downstream, and the operator it goes
@@ -129,21 +186,20 @@ func (s *sourceTask) route(rec *batch.Record) (output, int) {
 		derr = err
 	} else if derr = event.Decode(rec.Value, &s.ev); derr == nil {
 		ev := &s.ev
-		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: string(ev.Key)}, keyOwner(ev.Key, nOps)
+		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: s.key(ev.Key)}, keyOwner(ev.Key, nOps)
 	}
 	dl := shared.DeadLetter(cfg.Job, cfg.Topic, rec, derr)
-	s.dead++
 	return output{Dead: &dl}, int(s.part) % nOps
 }
 
-// send passes operator o's buffered records on.
+// send passes operator o's buffered records on. Callers hold mu.
 func (s *sourceTask) send(ctx context.Context, o int) error {
 	if len(s.bufs[o]) == 0 {
 		return nil
 	}
 	select {
 	case s.p.toOp[o][s.idx] <- item{recs: s.bufs[o]}:
-		s.bufs[o], s.deadBytes[o] = make([]output, 0, chunkRecords), 0
+		s.bufs[o], s.deadBytes[o] = newChunk(), 0
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -161,7 +217,7 @@ func (s *sourceTask) flush(ctx context.Context) error {
 }
 
 // barrier acks barrier n with the offset to resume at, after everything
-// read before it, and forwards it to every operator.
+// read before it, and forwards it to every operator. Callers hold mu.
 func (s *sourceTask) barrier(ctx context.Context, n int64) error {
 	if err := s.flush(ctx); err != nil {
 		return err

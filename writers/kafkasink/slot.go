@@ -75,6 +75,7 @@ func (s *kafkaSlot) drain() {
 				continue
 			}
 			s.acked(m.Topic, m.Partition, nil)
+			releaseMessage(m)
 		case e, ok := <-errs:
 			if !ok {
 				errs = nil
@@ -86,6 +87,7 @@ func (s *kafkaSlot) drain() {
 			}
 			if e.Msg != nil {
 				s.acked(e.Msg.Topic, e.Msg.Partition, fmt.Errorf("producing to %s/%d: %w", e.Msg.Topic, e.Msg.Partition, kafkaError(err)))
+				releaseMessage(e.Msg)
 			} else {
 				s.acked("", -1, kafkaError(err))
 			}

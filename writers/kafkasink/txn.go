@@ -53,9 +53,20 @@ func New(cfg Config) (*Txn, error) {
 		conf = *cfg.Sarama
 	} else {
 		conf = *kafkautil.Config("microbatch-kafka-sink")
-		// Small batches, sent soon: a checkpoint waits for the last ones.
+		// Batches sent every 10 ms (or at 1 MiB): PreCommit waits for the
+		// last one, so this bounds what batching adds to a checkpoint,
+		// and it sends half the produce requests of 2 ms, which costs
+		// the producer and the broker CPU per record (benchmarks/README.md).
+		// No compression: lz4, snappy and zstd each cost more CPU (in the
+		// client, and in the broker, which decompresses to validate) than
+		// the bytes they save are worth on a local link; a Config.Sarama
+		// base can turn it on for a slow network.
 		conf.Producer.Flush.Bytes = 1 << 20
-		conf.Producer.Flush.Frequency = 2 * time.Millisecond
+		conf.Producer.Flush.Frequency = 10 * time.Millisecond
+		// kafkautil's 32 is sized for consumers. A producer passes every
+		// record through four goroutines; room for a thousand per hop lets
+		// each take records in runs instead of waking per record.
+		conf.ChannelBufferSize = 1024
 		// A topic created a moment ago may still be electing leaders.
 		conf.Producer.Retry.Max = 10
 		conf.Producer.Retry.Backoff = 250 * time.Millisecond
@@ -148,21 +159,13 @@ func (w *Txn) Write(ctx context.Context, topic string, key, value []byte) error 
 	if err := s.add(); err != nil {
 		return fmt.Errorf("kafka sink: txn %d on %s: %w", s.txn, s.id, err)
 	}
-	buf := make([]byte, len(key)+len(value))
-	copy(buf, key)
-	copy(buf[len(key):], value)
-	msg := &sarama.ProducerMessage{Topic: topic}
-	if key != nil {
-		msg.Key = sarama.ByteEncoder(buf[:len(key):len(key)])
-	}
-	if value != nil {
-		msg.Value = sarama.ByteEncoder(buf[len(key):])
-	}
+	msg := newMessage(topic, key, value)
 	select {
 	case s.prod.Input() <- msg:
 		s.sent++
 		return nil
 	case <-ctx.Done():
+		releaseMessage(msg)
 		s.acked("", -1, nil) // not sent after all
 		return fmt.Errorf("kafka sink: writing to %s: %w", topic, ctx.Err())
 	}
