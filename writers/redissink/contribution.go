@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/microbatch/microbatch/internal/exact"
@@ -152,7 +154,8 @@ func (c *Contribution) Totals(ctx context.Context, totals []Total, dls []record.
 	}
 	args := c.args(6 + 2*len(sums))
 	args = append(args, "m", rangeMark(c.r))
-	for k, s := range sums {
+	for _, k := range slices.Sorted(maps.Keys(sums)) { // a layout that is the same every time
+		s := sums[k]
 		args = append(args, "t:"+k, s.events.String()+","+s.amount.String())
 	}
 	return c.finish(ctx, args, dls)

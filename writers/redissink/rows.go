@@ -3,6 +3,8 @@ package redissink
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,11 +117,13 @@ func (c *Contribution) Rows(ctx context.Context, u writers.Upsert, rows [][]any,
 	}
 	args := c.args(6 + 2*len(sums) + 2*len(sets) + 2*len(dls))
 	args = append(args, "m", rangeMark(c.r))
-	for f, n := range sums {
-		args = append(args, f, n.String())
+	// In field order, so that the contribution hash, and the fold's
+	// verdict on the first field it can't place, are the same every time.
+	for _, f := range slices.Sorted(maps.Keys(sums)) {
+		args = append(args, f, sums[f].String())
 	}
-	for f, s := range sets {
-		args = append(args, f, s)
+	for _, f := range slices.Sorted(maps.Keys(sets)) {
+		args = append(args, f, sets[f])
 	}
 	return c.finish(ctx, args, dls)
 }
