@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -25,6 +27,10 @@ const defaultFetchBytes = 1 << 20
 // against, which are there at once; it waits only for a range reaching
 // past the log's end, and this is how often such a wait looks at the stop.
 const fetchWait = 250 * time.Millisecond
+
+// maxFetchBytes bounds how far a fetch grows to bring a record batch
+// larger than FetchBytes that is not first in its response.
+const maxFetchBytes = 256 << 20
 
 // fetchAttempts bounds the fetches of one offset that fail with an error a
 // new connection to the partition's (maybe new) leader may not meet.
@@ -50,9 +56,10 @@ type KafkaSource struct {
 	topic  string
 	parts  []int32
 
-	mu     sync.Mutex
-	conns  map[int32]*sarama.Broker // idle connections, by partition
-	closed bool
+	mu       sync.Mutex
+	conns    map[int32]*sarama.Broker // idle connections, by partition
+	closed   bool
+	fetchers sync.WaitGroup // of Reads, which may end before them
 }
 
 // NewKafkaSource checks that topic exists and returns a source over all of
@@ -136,7 +143,7 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 	}
 	resp, err := b.GetAvailableOffsets(req)
 	if err != nil {
-		// The broker connection is shared with the partition consumers:
+		// The broker connection is the client's, shared with the rest of the process:
 		// leave it to the client to repair rather than closing it here.
 		return nil, fmt.Errorf("listing offsets on broker %s: %w", b.Addr(), err)
 	}
@@ -165,30 +172,31 @@ func (s *KafkaSource) listOffsets(b *sarama.Broker, parts []int32, at int64) (ma
 //
 // Once the stop that ctx carries (WithStop) has fired, Read gives up with
 // ErrStopped when it is waiting for records that may never come: a fetch
-// came back with nothing past the last offset read. Records the broker
-// has are read to the end of the range, however long that takes.
+// came back with nothing past the last offset read, or failed and is
+// about to be tried again. Records the broker has are read to the end of
+// the range, however long that takes.
 func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record) error) error {
 	if r.From >= r.To {
 		return nil
 	}
-	conn, err := s.take(r.Partition)
+	conn, err := s.take(r.Partition) // counts the fetcher below in s.fetchers
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", r, err)
+		return &ReadError{Range: r, Err: err}
 	}
+	stop := StopRequested(ctx)
 	fctx, cancel := context.WithCancel(ctx)
-	f := &fetcher{s: s, r: r, conn: conn, out: make(chan fetched)}
-	done := make(chan struct{})
+	defer cancel()
+	f := &fetcher{s: s, r: r, conn: conn, stop: stop, out: make(chan fetched)}
+	// Read does not wait for the fetcher: a fetch in flight can't be cut
+	// short (sarama holds the connection until the answer or the network
+	// timeout), so a cancelled Read returns at once and the fetcher ends
+	// after that fetch, handing its connection back. Close waits for it.
 	go func() {
-		defer close(done)
+		defer s.fetchers.Done()
 		f.run(fctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
 		s.give(r.Partition, f.conn)
 	}()
 
-	stop := StopRequested(ctx)
 	rec := &Record{Partition: r.Partition}
 	next := r.From
 	for next < r.To {
@@ -197,6 +205,9 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 		case <-ctx.Done():
 			return ctx.Err()
 		case got = <-f.out:
+		}
+		if errors.Is(got.err, ErrStopped) {
+			return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, next, r.To-1, got.err)
 		}
 		if got.err != nil {
 			return &ReadError{Range: r, Err: got.err}
@@ -235,13 +246,19 @@ type fetched struct {
 type fetcher struct {
 	s    *KafkaSource
 	r    record.Range
-	conn *sarama.Broker // nil after a failure: Read's end drops it
+	stop <-chan struct{}
 	out  chan fetched
+
+	conn *sarama.Broker // nil after a failure: the next attempt opens another
 }
 
 func (f *fetcher) run(ctx context.Context) {
+	size := f.s.FetchBytes
+	if size <= 0 {
+		size = defaultFetchBytes
+	}
 	for next := f.r.From; next < f.r.To; {
-		blk, err := f.fetch(ctx, next)
+		blk, err := f.fetch(ctx, next, size)
 		if ctx.Err() != nil {
 			return
 		}
@@ -253,24 +270,28 @@ func (f *fetcher) run(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		next = fetchedUpTo(blk, next)
+		after := fetchedUpTo(blk, next)
+		if after == next && blk.Partial && size < maxFetchBytes {
+			// A batch larger than the fetch, not first in the response
+			// (only the first is returned whole): ask for more.
+			size = min(2*size, maxFetchBytes)
+		}
+		next = after
 	}
 }
 
 // fetch fetches the partition from offset from, on a new connection to
-// the leader after a failure that one may not meet (a moved leader, a
-// dropped connection), a bounded number of times.
-func (f *fetcher) fetch(ctx context.Context, from int64) (*sarama.FetchResponseBlock, error) {
-	size := f.s.FetchBytes
-	if size <= 0 {
-		size = defaultFetchBytes
-	}
+// the leader after a failure (a moved leader, a dropped connection), a
+// bounded number of times. A stop ends the retries.
+func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (*sarama.FetchResponseBlock, error) {
 	var err error
 	for attempt := 0; attempt < fetchAttempts; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
+			case <-f.stop:
+				return nil, fmt.Errorf("%w (the last fetch failed: %v)", ErrStopped, err)
 			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
 			}
 			_ = f.s.client.RefreshMetadata(f.s.topic)
@@ -281,16 +302,18 @@ func (f *fetcher) fetch(ctx context.Context, from int64) (*sarama.FetchResponseB
 			}
 		}
 		var blk *sarama.FetchResponseBlock
-		blk, err = fetchOnce(f.conn, f.s.topic, f.r.Partition, from, size)
-		if err == nil {
+		if blk, err = fetchOnce(f.conn, f.s.topic, f.r.Partition, from, size); err == nil {
 			return blk, nil
 		}
-		var kerr sarama.KError
-		if errors.As(err, &kerr) && !retriableFetch(kerr) {
-			return nil, err
-		}
+		// Whatever failed, the next fetch goes to the leader the metadata
+		// names then, on a new connection.
 		_ = f.conn.Close()
 		f.conn = nil
+		var kerr sarama.KError
+		if errors.As(err, &kerr) && !retriableFetch(kerr) {
+			_ = f.s.client.RefreshMetadata(f.s.topic)
+			return nil, err
+		}
 	}
 	return nil, err
 }
@@ -316,7 +339,7 @@ func retriableFetch(err sarama.KError) bool {
 // 0 would open a fetch session on the broker for every connection.
 func fetchOnce(b *sarama.Broker, topic string, part int32, from int64, size int32) (*sarama.FetchResponseBlock, error) {
 	req := &sarama.FetchRequest{Version: 11, MaxWaitTime: int32(fetchWait.Milliseconds()), MinBytes: 1,
-		MaxBytes: 2 * size, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
+		MaxBytes: math.MaxInt32, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
 	req.AddBlock(topic, part, from, size, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
@@ -344,7 +367,40 @@ func fetchedUpTo(blk *sarama.FetchResponseBlock, from int64) int64 {
 		}
 		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
 	}
+	return pastEmptied(blk, from, next)
+}
+
+// pastEmptied returns where a response that brought no record batch ends,
+// when it held batches with no records left — the log cleaner keeps a
+// producer's last batch, emptied, on a compacted topic, and sarama drops
+// such batches while decoding, so nothing else shows how far the fetch
+// got. Otherwise (next > from, a partial batch, or nothing fetched) it
+// returns next.
+func pastEmptied(blk *sarama.FetchResponseBlock, from, next int64) int64 {
+	if next != from || len(blk.RecordsSet) > 0 || blk.Partial {
+		return next
+	}
+	if end, ok := decodedUpTo(blk); ok && end > from && end <= blk.HighWaterMarkOffset {
+		return end
+	}
 	return next
+}
+
+// recordsNextOffset is where sarama keeps the offset after the last batch
+// it decoded, dropped ones included; unexported, so read by reflection.
+// TestSaramaKeepsRecordsNextOffset fails if a sarama upgrade renames it.
+var recordsNextOffset, _ = reflect.TypeFor[sarama.FetchResponseBlock]().FieldByName("recordsNextOffset")
+
+// decodedUpTo is the offset after the last batch sarama decoded in blk.
+func decodedUpTo(blk *sarama.FetchResponseBlock) (int64, bool) {
+	if recordsNextOffset.Index == nil || recordsNextOffset.Type != reflect.TypeFor[*int64]() {
+		return 0, false
+	}
+	v := reflect.ValueOf(blk).Elem().FieldByIndex(recordsNextOffset.Index)
+	if v.IsNil() {
+		return 0, false
+	}
+	return v.Elem().Int(), true
 }
 
 // visible calls fn for every record of blk with an offset in [from, to)
@@ -409,7 +465,7 @@ func visible(blk *sarama.FetchResponseBlock, from, to int64, fn func(off int64, 
 			break
 		}
 	}
-	return next, nil
+	return pastEmptied(blk, from, next), nil
 }
 
 // take returns the partition's idle connection, or opens one to its
@@ -422,11 +478,22 @@ func (s *KafkaSource) take(part int32) (*sarama.Broker, error) {
 	}
 	b := s.conns[part]
 	delete(s.conns, part)
+	s.fetchers.Add(1)
 	s.mu.Unlock()
 	if b != nil {
-		return b, nil
+		// Kept from an earlier Read: still the leader's? A follower answers
+		// fetches too (fetch v11), from behind the leader, and leadership
+		// moves back after a broker restarts.
+		if leader, err := s.client.Leader(s.topic, part); err == nil && leader.Addr() == b.Addr() {
+			return b, nil
+		}
+		_ = b.Close()
 	}
-	return s.connect(part)
+	b, err := s.connect(part)
+	if err != nil {
+		s.fetchers.Done()
+	}
+	return b, err
 }
 
 // give keeps b as the partition's idle connection for the next Read, or
@@ -461,15 +528,17 @@ func (s *KafkaSource) connect(part int32) (*sarama.Broker, error) {
 	return b, nil
 }
 
-// Close closes the source's connections; safe to call twice. A Read still
-// running closes its own when it returns. The client is the caller's.
+// Close closes the source's connections, after the fetches of Reads that
+// returned early (cancelled) have ended; safe to call twice. The client is
+// the caller's.
 func (s *KafkaSource) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
 	for p, b := range s.conns {
 		_ = b.Close()
 		delete(s.conns, p)
 	}
+	s.mu.Unlock()
+	s.fetchers.Wait() // each closes its connection in give, the source being closed
 	return nil
 }
