@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -14,9 +15,9 @@ import (
 
 const mockTopic = "mock"
 
-// mockSource is a KafkaSource on sarama mock brokers, the first of which
-// answers metadata from meta.
-func mockSource(t *testing.T, meta *sarama.MockMetadataResponse, brokers ...*sarama.MockBroker) (*KafkaSource, sarama.Client) {
+// mockSource is a KafkaSource on sarama mock brokers, bootstrapped from
+// the first.
+func mockSource(t *testing.T, brokers ...*sarama.MockBroker) (*KafkaSource, sarama.Client) {
 	t.Helper()
 	conf := kafkautil.Config("mock-test")
 	conf.ApiVersionsRequest = false // the mock answers the versions the request asks
@@ -78,7 +79,7 @@ func TestKafkaSourcePastEmptiedBatch(t *testing.T) {
 		"MetadataRequest": meta,
 		"FetchRequest":    sarama.NewMockSequence(emptied, records(3, "d", "e")),
 	})
-	src, _ := mockSource(t, meta, b)
+	src, _ := mockSource(t, b)
 	conn, err := src.connect(0)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func TestKafkaSourceFollowsTheLeader(t *testing.T) {
 		SetLeader(mockTopic, 0, b1.BrokerID())
 	b1.SetHandlerByMap(map[string]sarama.MockResponse{"MetadataRequest": meta, "FetchRequest": sarama.NewMockWrapper(records(0, "from b1"))})
 	b2.SetHandlerByMap(map[string]sarama.MockResponse{"MetadataRequest": meta, "FetchRequest": sarama.NewMockWrapper(records(0, "from b2"))})
-	src, client := mockSource(t, meta, b1, b2)
+	src, client := mockSource(t, b1, b2)
 	if got, err := read(t, t.Context(), src, 0, 1); err != nil || !slices.Equal(got, []string{"from b1"}) {
 		t.Fatalf("first Read = %v, %v; want the leader b1's record", got, err)
 	}
@@ -131,7 +132,7 @@ func TestKafkaSourceCancelEndsFetch(t *testing.T) {
 	defer b.Close()
 	meta := sarama.NewMockMetadataResponse(t).SetBroker(b.Addr(), b.BrokerID()).SetLeader(mockTopic, 0, b.BrokerID())
 	b.SetHandlerByMap(map[string]sarama.MockResponse{"MetadataRequest": meta, "FetchRequest": sarama.NewMockWrapper(records(0, "late"))})
-	src, _ := mockSource(t, meta, b)
+	src, _ := mockSource(t, b)
 	b.SetLatency(answerAfter)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
@@ -142,5 +143,49 @@ func TestKafkaSourceCancelEndsFetch(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("Read of a broker that did not answer returned no error")
+	}
+}
+
+// TestKafkaSourceFetchRetries: the partition's fetch fails with errors a
+// new connection to the (maybe new) leader may not meet — the leader moved,
+// the partition is not there yet — and then succeeds. Read must fetch
+// again and deliver the range whole, not fail the batch; and an error no
+// retry cures (the offset is out of range) must come back as a ReadError
+// at once.
+func TestKafkaSourceFetchRetries(t *testing.T) {
+	failed := func(err sarama.KError) *sarama.FetchResponse {
+		r := &sarama.FetchResponse{Version: 11}
+		r.AddError(mockTopic, 0, err)
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		fetches []any
+		want    []string
+		wantErr sarama.KError
+	}{
+		{"leader moved", []any{failed(sarama.ErrNotLeaderForPartition), failed(sarama.ErrLeaderNotAvailable), records(0, "a", "b", "c")}, []string{"a", "b", "c"}, 0},
+		{"out of range", []any{failed(sarama.ErrOffsetOutOfRange), records(0, "a", "b", "c")}, nil, sarama.ErrOffsetOutOfRange},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := sarama.NewMockBroker(t, 1)
+			defer b.Close()
+			meta := sarama.NewMockMetadataResponse(t).SetBroker(b.Addr(), b.BrokerID()).SetLeader(mockTopic, 0, b.BrokerID())
+			b.SetHandlerByMap(map[string]sarama.MockResponse{"MetadataRequest": meta, "FetchRequest": sarama.NewMockSequence(tc.fetches...)})
+			src, _ := mockSource(t, b)
+			got, err := read(t, t.Context(), src, 0, 3)
+			if tc.wantErr != 0 {
+				if err == nil || !IsRetryable(err) || !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Read = %v, want a ReadError of %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Read = %v, want the range after the retries", err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
