@@ -19,6 +19,10 @@ const (
 	MergeAdd Merge = iota
 	// MergeReplace overwrites the stored values.
 	MergeReplace
+	// MergeMin keeps the least of the stored and the new value.
+	MergeMin
+	// MergeMax keeps the greatest of the stored and the new value.
+	MergeMax
 )
 
 // Upsert describes rows keyed by Keys whose Values are merged into what the
@@ -28,6 +32,17 @@ type Upsert struct {
 	Keys   []string
 	Values []string
 	Merge  Merge
+	// Merges, when set, is the rule of each value column (len(Values)),
+	// and a nil value is SQL NULL: no value to merge.
+	Merges []Merge
+}
+
+// MergeOf is the rule of value column i.
+func (u Upsert) MergeOf(i int) Merge {
+	if u.Merges != nil {
+		return u.Merges[i]
+	}
+	return u.Merge
 }
 
 // Totals is the built-in job's upsert: rows (job, k, events, amount).

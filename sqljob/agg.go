@@ -1,0 +1,415 @@
+package sqljob
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/microbatch/microbatch/internal/exact"
+)
+
+// Aggregate holds a query's groups for one batch (or one partition's
+// range). Not safe for concurrent use: each task has its own.
+type Aggregate struct {
+	q      *Query
+	e      env
+	index  map[string]int32
+	groups []group
+	keyBuf []byte
+	vals   []val // one record's key then argument values
+}
+
+// group is one row of the result: its key values and accumulators.
+type group struct {
+	keys []any // string (text key) or time.Time (window)
+	accs []acc
+}
+
+// acc accumulates one aggregate column of one group.
+type acc struct {
+	n    int64     // COUNT
+	sum  exact.Int // SUM, in units of 10^-maxScale (integers: units of 1 when IntegerSums)
+	best dec       // MIN/MAX
+	seen bool      // SUM/MIN/MAX saw a non-null value
+}
+
+// NewAggregate returns an empty Aggregate of q.
+func (q *Query) NewAggregate() *Aggregate {
+	return &Aggregate{q: q, index: map[string]int32{}, e: env{sc: scanner{f: make([]val, q.nField)}}}
+}
+
+// Rejection is why a record is not part of the result: its text is the
+// dead letter's reason.
+type Rejection struct{ Reason string }
+
+func (r *Rejection) Error() string { return r.Reason }
+
+// IsRejection reports whether err means bad input (dead-letter the record)
+// rather than a failure.
+func IsRejection(err error) bool {
+	var r *Rejection
+	return errors.As(err, &r)
+}
+
+// Add evaluates one record and adds it to its group. A record the WHERE
+// filters out adds nothing and is no error. A *Rejection error means the
+// record is bad input (not JSON, a field of a type the query can't use, a
+// missing group key): nothing of it was added; dead-letter it.
+func (a *Aggregate) Add(record []byte) error {
+	ok, err := a.eval(record)
+	if err != nil || !ok {
+		return err
+	}
+	return a.apply()
+}
+
+// eval evaluates record into a.keyBuf (the group's identity) and a.vals
+// (keys, then each aggregate's argument). false: filtered out.
+func (a *Aggregate) eval(record []byte) (bool, error) {
+	q, e := a.q, &a.e
+	clear(e.sc.f)
+	if err := e.sc.scan(record, q.root); err != nil {
+		return false, &Rejection{Reason: err.Error()}
+	}
+	if q.where != nil {
+		w, err := q.where(e)
+		if err != nil {
+			return false, &Rejection{Reason: "WHERE: " + err.Error()}
+		}
+		t, null, err := truth(&w, q.whereS)
+		if err != nil {
+			return false, &Rejection{Reason: "WHERE: " + err.Error()}
+		}
+		if !t || null {
+			return false, nil
+		}
+	}
+	a.vals = a.vals[:0]
+	a.keyBuf = a.keyBuf[:0]
+	for _, i := range q.keys {
+		c := &q.cols[i]
+		v, err := c.eval(e)
+		if err != nil {
+			return false, &Rejection{Reason: "group key " + c.Name + ": " + err.Error()}
+		}
+		switch {
+		case v.k == kNull:
+			return false, &Rejection{Reason: fmt.Sprintf("group key %s (%s) is missing or null", c.Name, c.Expr)}
+		case v.k == kTime:
+			a.keyBuf = binary.BigEndian.AppendUint64(a.keyBuf, uint64(v.t))
+		default:
+			mark := len(a.keyBuf)
+			a.keyBuf = binary.BigEndian.AppendUint32(a.keyBuf, 0)
+			a.keyBuf = v.keyText(a.keyBuf)
+			n := len(a.keyBuf) - mark - 4
+			if n > q.keyW {
+				return false, &Rejection{Reason: fmt.Sprintf("group key %s is %d bytes; the column holds %d", c.Name, n, q.keyW)}
+			}
+			binary.BigEndian.PutUint32(a.keyBuf[mark:], uint32(n))
+		}
+		a.vals = append(a.vals, v)
+	}
+	for _, i := range q.vals {
+		c := &q.cols[i]
+		if c.agg == aggCountStar {
+			a.vals = append(a.vals, val{})
+			continue
+		}
+		v, err := c.eval(e)
+		if err != nil {
+			return false, &Rejection{Reason: c.Name + " = " + c.Expr + ": " + err.Error()}
+		}
+		if v.k != kNull && c.agg != aggCount {
+			d, err := v.num(c.Expr)
+			if err != nil {
+				return false, &Rejection{Reason: c.Name + " = " + c.Expr + ": " + c.Aggregate() + " takes numbers; " + err.Error()}
+			}
+			if c.agg == aggSum && q.opts.IntegerSums && d.sc != 0 {
+				return false, &Rejection{Reason: fmt.Sprintf("%s = %s: %s has digits after the point, and this sink sums integers only", c.Name, c.Expr, d)}
+			}
+			v = numVal(d)
+		}
+		a.vals = append(a.vals, v)
+	}
+	return true, nil
+}
+
+// apply adds the evaluated record (a.keyBuf, a.vals) to its group.
+func (a *Aggregate) apply() error {
+	q := a.q
+	gi, ok := a.index[string(a.keyBuf)]
+	if !ok {
+		g := group{keys: make([]any, len(q.keys)), accs: make([]acc, len(q.vals))}
+		for j := range q.keys {
+			v := &a.vals[j]
+			if v.k == kTime {
+				g.keys[j] = time.UnixMilli(v.t).UTC()
+			} else {
+				g.keys[j] = string(v.keyText(nil))
+			}
+		}
+		gi = int32(len(a.groups))
+		a.groups = append(a.groups, g)
+		a.index[string(a.keyBuf)] = gi
+	}
+	g := &a.groups[gi]
+	args := a.vals[len(q.keys):]
+	for j, i := range q.vals {
+		g.accs[j].add(q.cols[i].agg, &args[j], q.opts.IntegerSums)
+	}
+	return nil
+}
+
+func (ac *acc) add(k aggKind, v *val, intSums bool) {
+	switch k {
+	case aggCountStar:
+		ac.n++
+		return
+	case aggCount:
+		if v.k != kNull {
+			ac.n++
+		}
+		return
+	}
+	if v.k == kNull {
+		return
+	}
+	d := v.n
+	switch k {
+	case aggSum:
+		ac.seen = true
+		if intSums {
+			ac.sum.Add(d.m)
+			return
+		}
+		if m, ok := d.scaleTo(maxScale); ok {
+			ac.sum.Add(m)
+			return
+		}
+		ac.sum.AddInt(exact.FromBig(d.big(maxScale)))
+	case aggMin, aggMax:
+		if !ac.seen {
+			ac.best, ac.seen = d, true
+			return
+		}
+		r := d.cmp(ac.best)
+		if (k == aggMin && r < 0) || (k == aggMax && r > 0) {
+			ac.best = d
+		}
+	}
+}
+
+func (ac *acc) merge(k aggKind, o *acc) {
+	switch k {
+	case aggCountStar, aggCount:
+		ac.n += o.n
+	case aggSum:
+		if o.seen {
+			ac.seen = true
+			ac.sum.AddInt(o.sum)
+		}
+	case aggMin, aggMax:
+		if !o.seen {
+			return
+		}
+		if !ac.seen {
+			ac.best, ac.seen = o.best, true
+			return
+		}
+		r := o.best.cmp(ac.best)
+		if (k == aggMin && r < 0) || (k == aggMax && r > 0) {
+			ac.best = o.best
+		}
+	}
+}
+
+// value is the column's value in a row: an int64 for COUNT, a decimal
+// string for SUM/MIN/MAX, nil for SQL NULL (no non-null argument).
+func (ac *acc) value(k aggKind, intSums bool) any {
+	switch k {
+	case aggCountStar, aggCount:
+		return ac.n
+	case aggSum:
+		if !ac.seen {
+			return nil
+		}
+		if intSums {
+			return ac.sum.String()
+		}
+		return scaledText(ac.sum)
+	}
+	if !ac.seen {
+		return nil
+	}
+	return ac.best.String()
+}
+
+// scaledText is s / 10^maxScale as decimal text, trailing zeros trimmed.
+func scaledText(s exact.Int) string {
+	if m, ok := s.Int64(); ok {
+		return dec{m: m, sc: maxScale}.trim().String()
+	}
+	t := s.String()
+	neg := t[0] == '-'
+	if neg {
+		t = t[1:]
+	}
+	for len(t) <= maxScale {
+		t = "0" + t
+	}
+	ip, fp := t[:len(t)-maxScale], t[len(t)-maxScale:]
+	for len(fp) > 0 && fp[len(fp)-1] == '0' {
+		fp = fp[:len(fp)-1]
+	}
+	out := ip
+	if fp != "" {
+		out += "." + fp
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}
+
+// Merge adds b's groups into a (b is left as it was). Both must be of
+// the same query.
+func (a *Aggregate) Merge(b *Aggregate) {
+	q := a.q
+	for _, g := range b.groups {
+		a.keyBuf = groupKey(a.keyBuf[:0], g.keys)
+		gi, ok := a.index[string(a.keyBuf)]
+		if !ok {
+			ng := group{keys: g.keys, accs: make([]acc, len(g.accs))}
+			gi = int32(len(a.groups))
+			a.groups = append(a.groups, ng)
+			a.index[string(a.keyBuf)] = gi
+		}
+		dst := &a.groups[gi]
+		for j, i := range q.vals {
+			dst.accs[j].merge(q.cols[i].agg, &g.accs[j])
+		}
+	}
+}
+
+// groupKey is a group's identity from its key values, as eval builds it.
+func groupKey(dst []byte, keys []any) []byte {
+	for _, k := range keys {
+		switch x := k.(type) {
+		case time.Time:
+			dst = binary.BigEndian.AppendUint64(dst, uint64(x.UnixMilli()))
+		case string:
+			dst = binary.BigEndian.AppendUint32(dst, uint32(len(x)))
+			dst = append(dst, x...)
+		}
+	}
+	return dst
+}
+
+// Len is the number of groups.
+func (a *Aggregate) Len() int { return len(a.groups) }
+
+// Reset empties a, keeping its memory.
+func (a *Aggregate) Reset() {
+	clear(a.index)
+	clear(a.groups)
+	a.groups = a.groups[:0]
+}
+
+// Rows are the groups as rows of q.Upsert(): key values (string, or
+// time.Time for a window), then each aggregate's value (int64 for COUNT,
+// exact decimal text for SUM, MIN, MAX; nil for NULL), sorted by key.
+func (a *Aggregate) Rows() [][]any {
+	q := a.q
+	rows := make([][]any, 0, len(a.groups))
+	for i := range a.groups {
+		g := &a.groups[i]
+		r := make([]any, 0, len(q.keys)+len(q.vals))
+		r = append(r, g.keys...)
+		for j, ci := range q.vals {
+			r = append(r, g.accs[j].value(q.cols[ci].agg, q.opts.IntegerSums))
+		}
+		rows = append(rows, r)
+	}
+	nk := len(q.keys)
+	slices.SortFunc(rows, func(x, y []any) int {
+		for i := range nk {
+			if c := compareKey(x[i], y[i]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	return rows
+}
+
+func compareKey(a, b any) int {
+	switch x := a.(type) {
+	case time.Time:
+		return x.Compare(b.(time.Time))
+	case string:
+		y := b.(string)
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+	}
+	return 0
+}
+
+// Canonical text of a stored value, for comparing what a sink holds with a
+// recomputation: a decimal without trailing zeros after the point ("12.50"
+// and "12.5" are one value), "" for NULL.
+func Canonical(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case []byte:
+		return Canonical(string(x))
+	case string:
+		d, err := parseDec([]byte(x))
+		if err == nil {
+			return d.String()
+		}
+		return normalizeBig(x)
+	}
+	return fmt.Sprint(v)
+}
+
+// normalizeBig trims trailing fraction zeros of decimal text beyond int64.
+func normalizeBig(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' {
+			t := s
+			for len(t) > 0 && t[len(t)-1] == '0' {
+				t = t[:len(t)-1]
+			}
+			if len(t) > 0 && t[len(t)-1] == '.' {
+				t = t[:len(t)-1]
+			}
+			if t == "-0" {
+				t = "0"
+			}
+			return t
+		}
+	}
+	return s
+}
+
+// Check evaluates one record as Add does, without keeping it: false for a
+// record the WHERE filters out, a *Rejection for bad input. Safe for
+// concurrent use.
+func (q *Query) Check(record []byte) (bool, error) {
+	a, _ := q.pool.Get().(*Aggregate)
+	if a == nil {
+		a = q.NewAggregate()
+	}
+	defer q.pool.Put(a)
+	return a.eval(record)
+}

@@ -1,0 +1,202 @@
+package sqljob
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// SQLType is column c's type in MySQL/MariaDB.
+func (q *Query) SQLType(c Column) string {
+	switch {
+	case c.Key && c.Window > 0:
+		return "DATETIME(3)"
+	case c.Key:
+		return fmt.Sprintf("VARBINARY(%d)", q.keyW)
+	case c.agg == aggCount || c.agg == aggCountStar:
+		return "BIGINT"
+	}
+	return "DECIMAL(38,9)"
+}
+
+func quote(name string) string { return "`" + name + "`" }
+
+// DDL is the statement that creates the query's table in MySQL/MariaDB.
+// Text keys are VARBINARY: every VARCHAR collation, _bin included, ignores
+// trailing spaces, and the others merge case or Unicode forms; bytes keep
+// every distinct key its own row. Windows are DATETIME(3) in UTC.
+func (q *Query) DDL() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", quote(q.table))
+	for _, c := range q.cols {
+		null := "NULL"
+		if c.Key || c.agg == aggCount || c.agg == aggCountStar {
+			null = "NOT NULL"
+		}
+		fmt.Fprintf(&b, "  %s %s %s,\n", quote(c.Name), q.SQLType(c), null)
+	}
+	var keys []string
+	for _, i := range q.keys {
+		keys = append(keys, quote(q.cols[i].Name))
+	}
+	fmt.Fprintf(&b, "  PRIMARY KEY (%s)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", strings.Join(keys, ", "))
+	return b.String()
+}
+
+// Plan is what run --dry-run prints: fields read, filter, key columns,
+// each output column with its type and merge rule, and the DDL.
+func (q *Query) Plan() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "topic:  %s\ntable:  %s\n", q.topic, q.table)
+	fmt.Fprintf(&b, "fields read: %s\n", strings.Join(q.fields, ", "))
+	if q.where != nil {
+		fmt.Fprintf(&b, "filter: %s\n", q.whereS)
+	} else {
+		b.WriteString("filter: none\n")
+	}
+	var keys []string
+	for _, i := range q.keys {
+		keys = append(keys, q.cols[i].Name)
+	}
+	fmt.Fprintf(&b, "key:    %s\ncolumns:\n", strings.Join(keys, ", "))
+	for _, c := range q.cols {
+		rule := c.Rule()
+		switch rule {
+		case "key":
+			rule = "group key"
+			if c.Window > 0 {
+				rule = fmt.Sprintf("group key, tumbling window of %s (UTC start)", c.Window)
+			}
+		case "add":
+			rule = "merged by adding"
+		case "least":
+			rule = "merged by keeping the least"
+		case "greatest":
+			rule = "merged by keeping the greatest"
+		}
+		fmt.Fprintf(&b, "  %-16s %-14s %-28s %s\n", c.Name, q.SQLType(c), c.Expr, rule)
+	}
+	fmt.Fprintf(&b, "DDL:\n%s;\n", q.DDL())
+	return b.String()
+}
+
+// EnsureTable creates the query's table in a MySQL/MariaDB database if it
+// is missing, and checks an existing one: every column present with a
+// type that keeps its values exactly, the primary key exactly the GROUP BY
+// columns. Extra columns must be nullable or have defaults (the job never
+// writes them).
+func (q *Query) EnsureTable(ctx context.Context, db *sqlx.DB) error {
+	if _, err := db.ExecContext(ctx, q.DDL()); err != nil {
+		return fmt.Errorf("creating table %s: %w", q.table, err)
+	}
+	return q.CheckTable(ctx, db)
+}
+
+// CheckTable checks an existing table (see EnsureTable).
+func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
+	type colInfo struct {
+		Name     string  `db:"COLUMN_NAME"`
+		DataType string  `db:"DATA_TYPE"`
+		Scale    *int64  `db:"NUMERIC_SCALE"`
+		Prec     *int64  `db:"NUMERIC_PRECISION"`
+		MaxLen   *int64  `db:"CHARACTER_MAXIMUM_LENGTH"`
+		Nullable string  `db:"IS_NULLABLE"`
+		Default  *string `db:"COLUMN_DEFAULT"`
+		Key      string  `db:"COLUMN_KEY"`
+		Extra    string  `db:"EXTRA"`
+	}
+	var cols []colInfo
+	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_SCALE, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
+		IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY, EXTRA
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, q.table)
+	if err != nil {
+		return fmt.Errorf("reading the columns of %s: %w", q.table, err)
+	}
+	if len(cols) == 0 {
+		return fmt.Errorf("table %s does not exist", q.table)
+	}
+	have := map[string]colInfo{}
+	for _, c := range cols {
+		have[strings.ToLower(c.Name)] = c
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("table %s exists and doesn't fit the query: %s (drop it, or write to a new table)", q.table, fmt.Sprintf(format, args...))
+	}
+	want := map[string]bool{}
+	for _, c := range q.cols {
+		want[strings.ToLower(c.Name)] = true
+		h, ok := have[strings.ToLower(c.Name)]
+		if !ok {
+			return bad("it has no column %s", c.Name)
+		}
+		dt := strings.ToLower(h.DataType)
+		switch {
+		case c.Key && c.Window > 0:
+			if dt != "datetime" || h.Scale == nil || *h.Scale < 3 {
+				return bad("window column %s is %s; want DATETIME(3)", c.Name, h.DataType)
+			}
+		case c.Key:
+			if dt != "varbinary" {
+				return bad("key column %s is %s; want VARBINARY (a character type's collation merges keys that differ in case or trailing spaces)", c.Name, h.DataType)
+			}
+			if h.MaxLen != nil && *h.MaxLen < int64(q.keyW) {
+				return bad("key column %s holds %d bytes; want %d", c.Name, *h.MaxLen, q.keyW)
+			}
+		case c.agg == aggCount || c.agg == aggCountStar:
+			if dt != "bigint" && !(dt == "decimal" && h.Scale != nil && *h.Scale == 0 && h.Prec != nil && *h.Prec >= 19) {
+				return bad("count column %s is %s; want BIGINT", c.Name, h.DataType)
+			}
+		default:
+			if dt != "decimal" || h.Scale == nil || *h.Scale < maxScale || h.Prec == nil || *h.Prec-*h.Scale < 29 {
+				return bad("column %s is %s; want DECIMAL(38,9) (sums are exact: up to 29 digits before the point and 9 after)", c.Name, typeText(h.DataType, h.Prec, h.Scale))
+			}
+			if h.Nullable != "YES" {
+				return bad("column %s is NOT NULL; %s of no value is NULL", c.Name, c.Aggregate())
+			}
+		}
+	}
+	for _, c := range cols {
+		if !want[strings.ToLower(c.Name)] && c.Nullable != "YES" && c.Default == nil && !strings.Contains(strings.ToLower(c.Extra), "auto_increment") {
+			return bad("extra column %s is NOT NULL without a default", c.Name)
+		}
+	}
+	var pk []string
+	err = db.SelectContext(ctx, &pk, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, q.table)
+	if err != nil {
+		return fmt.Errorf("reading the primary key of %s: %w", q.table, err)
+	}
+	var keys []string
+	for _, i := range q.keys {
+		keys = append(keys, q.cols[i].Name)
+	}
+	if !sameSet(pk, keys) {
+		return bad("its primary key is (%s); want (%s), the GROUP BY columns", strings.Join(pk, ", "), strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+func typeText(dt string, p, s *int64) string {
+	if p != nil && s != nil {
+		return fmt.Sprintf("%s(%d,%d)", strings.ToUpper(dt), *p, *s)
+	}
+	return strings.ToUpper(dt)
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[string]bool{}
+	for _, x := range a {
+		m[strings.ToLower(x)] = true
+	}
+	for _, x := range b {
+		if !m[strings.ToLower(x)] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,453 @@
+package sqljob
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/microbatch/microbatch/internal/reason"
+)
+
+// maxDepth bounds the nesting the scanner follows, so that a hostile
+// record can't exhaust the stack.
+const maxDepth = 512
+
+// pathNode is one level of the fields a query reads: the member name that
+// leads here, the field slot it fills (or -1), and the members read inside.
+type pathNode struct {
+	name  string
+	field int
+	kids  []*pathNode
+}
+
+func (n *pathNode) kid(name []byte) *pathNode {
+	for _, k := range n.kids {
+		if k.name == string(name) {
+			return k
+		}
+	}
+	return nil
+}
+
+// add registers path under n and returns its field slot, reusing one
+// registered before.
+func (n *pathNode) add(path []string, next *int) int {
+	if len(path) == 0 {
+		if n.field < 0 {
+			n.field = *next
+			*next++
+		}
+		return n.field
+	}
+	k := n.kid([]byte(path[0]))
+	if k == nil {
+		k = &pathNode{name: path[0], field: -1}
+		n.kids = append(n.kids, k)
+	}
+	return k.add(path[1:], next)
+}
+
+// scanner checks that a record is one JSON object and captures the values
+// of the fields in its path tree in the same pass: the record is read
+// once, nothing is allocated for a record whose strings have no escapes.
+type scanner struct {
+	d     []byte
+	i     int
+	depth int
+	f     []val  // captured fields, by slot
+	buf   []byte // unescaped strings of this record
+}
+
+var errNotObject = errors.New("the record is not a JSON object")
+
+type syntaxError struct {
+	at  int
+	msg string
+}
+
+func (e *syntaxError) Error() string { return fmt.Sprintf("not valid JSON: %s at byte %d", e.msg, e.at) }
+
+func (s *scanner) fail(msg string) error { return &syntaxError{at: s.i, msg: msg} }
+
+// scan reads record d with root as the top of the path tree into s.f
+// (which the caller cleared).
+func (s *scanner) scan(d []byte, root *pathNode) error {
+	s.d, s.i, s.depth, s.buf = d, 0, 0, s.buf[:0]
+	s.space()
+	if s.i >= len(s.d) || s.d[s.i] != '{' {
+		if s.i < len(s.d) && s.valueStartOK() {
+			return errNotObject
+		}
+		if s.i >= len(s.d) {
+			return s.fail("empty record")
+		}
+		return s.fail(fmt.Sprintf("unexpected %s", quoteByte(s.d[s.i])))
+	}
+	if err := s.object(root); err != nil {
+		return err
+	}
+	s.space()
+	if s.i != len(s.d) {
+		return s.fail("data after the object")
+	}
+	return nil
+}
+
+func (s *scanner) valueStartOK() bool {
+	switch c := s.d[s.i]; {
+	case c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9'):
+		return true
+	}
+	return false
+}
+
+func quoteByte(c byte) string {
+	if c >= 0x20 && c < 0x7f {
+		return fmt.Sprintf("%q", rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.d) {
+		switch s.d[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// object reads an object at s.i ('{'); n (nil: nothing wanted inside) says
+// which members to capture.
+func (s *scanner) object(n *pathNode) error {
+	s.depth++
+	if s.depth > maxDepth {
+		return s.fail(fmt.Sprintf("nested deeper than %d", maxDepth))
+	}
+	s.i++ // '{'
+	s.space()
+	if s.i < len(s.d) && s.d[s.i] == '}' {
+		s.i++
+		s.depth--
+		return nil
+	}
+	for {
+		s.space()
+		if s.i >= len(s.d) || s.d[s.i] != '"' {
+			return s.fail("expected a member name")
+		}
+		var kid *pathNode
+		start := s.i
+		esc, err := s.str()
+		if err != nil {
+			return err
+		}
+		if n != nil && len(n.kids) > 0 {
+			name := s.d[start+1 : s.i-1]
+			if esc {
+				mark := len(s.buf)
+				s.buf, err = unescape(s.buf, name)
+				if err != nil {
+					return err
+				}
+				name = s.buf[mark:]
+				kid = n.kid(name)
+				s.buf = s.buf[:mark]
+			} else {
+				kid = n.kid(name)
+			}
+		}
+		s.space()
+		if s.i >= len(s.d) || s.d[s.i] != ':' {
+			return s.fail("expected ':'")
+		}
+		s.i++
+		s.space()
+		if err := s.value(kid); err != nil {
+			return err
+		}
+		s.space()
+		if s.i >= len(s.d) {
+			return s.fail("unterminated object")
+		}
+		switch s.d[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			s.depth--
+			return nil
+		default:
+			return s.fail("expected ',' or '}'")
+		}
+	}
+}
+
+func (s *scanner) array() error {
+	s.depth++
+	if s.depth > maxDepth {
+		return s.fail(fmt.Sprintf("nested deeper than %d", maxDepth))
+	}
+	s.i++ // '['
+	s.space()
+	if s.i < len(s.d) && s.d[s.i] == ']' {
+		s.i++
+		s.depth--
+		return nil
+	}
+	for {
+		s.space()
+		if err := s.value(nil); err != nil {
+			return err
+		}
+		s.space()
+		if s.i >= len(s.d) {
+			return s.fail("unterminated array")
+		}
+		switch s.d[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			s.depth--
+			return nil
+		default:
+			return s.fail("expected ',' or ']'")
+		}
+	}
+}
+
+// value reads one value at s.i; n is its path node (nil: not wanted).
+func (s *scanner) value(n *pathNode) error {
+	if s.i >= len(s.d) {
+		return s.fail("expected a value")
+	}
+	start := s.i
+	var v val
+	switch c := s.d[s.i]; {
+	case c == '{':
+		if err := s.object(n); err != nil {
+			return err
+		}
+		v = val{k: kJSON, s: s.d[start:s.i]}
+	case c == '[':
+		if err := s.array(); err != nil {
+			return err
+		}
+		v = val{k: kJSON, s: s.d[start:s.i]}
+	case c == '"':
+		esc, err := s.str()
+		if err != nil {
+			return err
+		}
+		v = val{k: kStr, s: s.d[start+1 : s.i-1]}
+		if esc && n != nil && n.field >= 0 {
+			mark := len(s.buf)
+			s.buf, err = unescape(s.buf, v.s)
+			if err != nil {
+				return err
+			}
+			v.s = s.buf[mark:len(s.buf):len(s.buf)]
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		if err := s.number(); err != nil {
+			return err
+		}
+		v = val{k: kNum, s: s.d[start:s.i]}
+	case c == 't':
+		if err := s.lit("true"); err != nil {
+			return err
+		}
+		v = val{k: kBool, b: true}
+	case c == 'f':
+		if err := s.lit("false"); err != nil {
+			return err
+		}
+		v = val{k: kBool}
+	case c == 'n':
+		if err := s.lit("null"); err != nil {
+			return err
+		}
+		v = val{k: kNull}
+	default:
+		return s.fail(fmt.Sprintf("unexpected %s", quoteByte(c)))
+	}
+	if n != nil && n.field >= 0 {
+		if s.f[n.field].present {
+			return &dupError{name: n.name}
+		}
+		v.present = true
+		s.f[n.field] = v
+	}
+	return nil
+}
+
+// dupError: a member the query reads appears twice in one object. Which
+// one a reader takes differs between JSON libraries and databases, so the
+// record is refused rather than guessed at.
+type dupError struct{ name string }
+
+func (e *dupError) Error() string {
+	return fmt.Sprintf("field %q appears twice in one object", reason.Clip(e.name, 64))
+}
+
+func (s *scanner) lit(word string) error {
+	if len(s.d)-s.i < len(word) || string(s.d[s.i:s.i+len(word)]) != word {
+		return s.fail("invalid literal")
+	}
+	s.i += len(word)
+	return nil
+}
+
+func (s *scanner) number() error {
+	d := s.d
+	if d[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(d) && d[s.i] == '0':
+		s.i++
+	case s.i < len(d) && d[s.i] >= '1' && d[s.i] <= '9':
+		for s.i < len(d) && d[s.i] >= '0' && d[s.i] <= '9' {
+			s.i++
+		}
+	default:
+		return s.fail("invalid number")
+	}
+	if s.i < len(d) && d[s.i] == '.' {
+		s.i++
+		if s.i >= len(d) || d[s.i] < '0' || d[s.i] > '9' {
+			return s.fail("invalid number")
+		}
+		for s.i < len(d) && d[s.i] >= '0' && d[s.i] <= '9' {
+			s.i++
+		}
+	}
+	if s.i < len(d) && (d[s.i] == 'e' || d[s.i] == 'E') {
+		s.i++
+		if s.i < len(d) && (d[s.i] == '+' || d[s.i] == '-') {
+			s.i++
+		}
+		if s.i >= len(d) || d[s.i] < '0' || d[s.i] > '9' {
+			return s.fail("invalid number")
+		}
+		for s.i < len(d) && d[s.i] >= '0' && d[s.i] <= '9' {
+			s.i++
+		}
+	}
+	return nil
+}
+
+// str reads a string literal at s.i ('"'), checking escapes and UTF-8, and
+// says whether it holds escapes.
+func (s *scanner) str() (esc bool, err error) {
+	d := s.d
+	s.i++
+	for s.i < len(d) {
+		c := d[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return esc, nil
+		case c == '\\':
+			esc = true
+			if s.i+1 >= len(d) {
+				return esc, s.fail("unterminated string")
+			}
+			switch d[s.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i += 2
+			case 'u':
+				if s.i+6 > len(d) || !isHex4(d[s.i+2:s.i+6]) {
+					return esc, s.fail("invalid \\u escape")
+				}
+				s.i += 6
+			default:
+				return esc, s.fail("invalid escape")
+			}
+		case c < 0x20:
+			return esc, s.fail("control character in a string")
+		case c < utf8.RuneSelf:
+			s.i++
+		default:
+			r, size := utf8.DecodeRune(d[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				return esc, &syntaxError{at: s.i, msg: fmt.Sprintf("byte 0x%02x is not UTF-8", c)}
+			}
+			s.i += size
+		}
+	}
+	return esc, s.fail("unterminated string")
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// unescape appends the text of string literal content lit (escapes
+// checked by str) to dst. A \u escape of a UTF-16 surrogate without its
+// pair is refused: decoders turn every one into U+FFFD, so values that
+// differ only there would merge into one group.
+func unescape(dst, lit []byte) ([]byte, error) {
+	for i := 0; i < len(lit); i++ {
+		c := lit[i]
+		if c != '\\' {
+			dst = append(dst, c)
+			continue
+		}
+		i++
+		switch lit[i] {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r := hex4(lit[i+1 : i+5])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 < len(lit) && lit[i+1] == '\\' && lit[i+2] == 'u' && isHex4(lit[i+3:i+7]) {
+					if p := utf16.DecodeRune(r, hex4(lit[i+3:i+7])); p != utf8.RuneError {
+						dst = utf8.AppendRune(dst, p)
+						i += 6
+						continue
+					}
+				}
+				return dst, fmt.Errorf("a string holds \\u%04x, a UTF-16 surrogate without its pair, which is no character", r)
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // " \ /
+			dst = append(dst, lit[i])
+		}
+	}
+	return dst, nil
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}

@@ -1,0 +1,64 @@
+package strategies
+
+import (
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/sqljob"
+	"github.com/microbatch/microbatch/writers"
+)
+
+// SQLTransform runs a compiled SQL job (sqljob.Compile) as a Transform:
+// with every strategy a Transform runs with, into q.Upsert()'s table. Each
+// partition task aggregates its records into groups as it reads them (no
+// record is kept), a record the query rejects is dead-lettered with the
+// reason, and the groups' rows are merged into the table by each column's
+// rule (COUNT and SUM add, MIN and MAX keep the least and the greatest)
+// together with the range's offsets.
+//
+// On a MySQL/MariaDB sink create or check the table with q.EnsureTable
+// before Run; Run checks its primary key. With the idempotent strategy
+// (Redis) compile q with sqljob.Options{IntegerSums: true}.
+func SQLTransform(q *sqljob.Query) *Transform {
+	return &Transform{work: &queryWork{q: q}}
+}
+
+type queryWork struct{ q *sqljob.Query }
+
+func (w *queryWork) upsert() writers.Upsert { return w.q.Upsert() }
+func (w *queryWork) check() error           { return nil }
+func (w *queryWork) newPart(string) part    { return &queryPart{a: w.q.NewAggregate()} }
+
+type queryPart struct{ a *sqljob.Aggregate }
+
+func (p *queryPart) add(rec *batch.Record) error { return p.a.Add(rec.Value) }
+func (p *queryPart) rows() ([][]any, error)      { return p.a.Rows(), nil }
+func (p *queryPart) merge(o part)                { p.a.Merge(o.(*queryPart).a) }
+func (p *queryPart) reset()                      { p.a.Reset() }
+
+// Checkpoint mode: the sources check each record (so that bad input is
+// dead-lettered where it is read) and pass the kept ones on as bytes; the
+// sink's subtask aggregates an interval's records at the barrier.
+
+func (w *queryWork) decodeAny(rec *batch.Record) (any, error) {
+	keep, err := w.q.Check(rec.Value)
+	if err != nil || !keep {
+		return nil, err
+	}
+	return append([]byte(nil), rec.Value...), nil
+}
+
+func (w *queryWork) rowsOf(items []any) ([][]any, error) {
+	a := w.q.NewAggregate()
+	for _, it := range items {
+		b, ok := it.([]byte)
+		if !ok {
+			continue // filtered out by the WHERE
+		}
+		if err := a.Add(b); err != nil {
+			return nil, err // not reached: the source checked the record
+		}
+	}
+	if a.Len() == 0 {
+		return nil, nil
+	}
+	return a.Rows(), nil
+}
