@@ -66,7 +66,9 @@ type syntaxError struct {
 	msg string
 }
 
-func (e *syntaxError) Error() string { return fmt.Sprintf("not valid JSON: %s at byte %d", e.msg, e.at) }
+func (e *syntaxError) Error() string {
+	return fmt.Sprintf("not valid JSON: %s at byte %d", e.msg, e.at)
+}
 
 func (s *scanner) fail(msg string) error { return &syntaxError{at: s.i, msg: msg} }
 
