@@ -99,7 +99,7 @@ func (a *Aggregate) eval(record []byte) (bool, error) {
 		case v.k == kNull:
 			return false, &Rejection{Reason: fmt.Sprintf("group key %s (%s) is missing or null", c.Name, c.Expr)}
 		case v.k == kTime:
-			a.keyBuf = binary.BigEndian.AppendUint64(a.keyBuf, uint64(v.t))
+			a.keyBuf = binary.BigEndian.AppendUint64(a.keyBuf, uint64(v.n.m))
 		default:
 			mark := len(a.keyBuf)
 			a.keyBuf = binary.BigEndian.AppendUint32(a.keyBuf, 0)
@@ -146,7 +146,7 @@ func (a *Aggregate) apply() error {
 		for j := range q.keys {
 			v := &a.vals[j]
 			if v.k == kTime {
-				g.keys[j] = time.UnixMilli(v.t).UTC()
+				g.keys[j] = time.UnixMilli(v.n.m).UTC()
 			} else {
 				g.keys[j] = string(v.keyText(nil))
 			}

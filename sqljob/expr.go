@@ -92,7 +92,16 @@ func (c *compiler) field(x sqlparser.Expr, path []string) (expr, error) {
 	if c.q.nField > before {
 		c.paths = append(c.paths, name)
 	}
-	return func(e *env) (val, error) { return e.sc.f[slot], nil }, nil
+	// A number is parsed once per record, where it is first used.
+	return func(e *env) (val, error) {
+		v := &e.sc.f[slot]
+		if v.k == kNum && !v.nOK {
+			if d, err := parseDec(v.s); err == nil {
+				v.n, v.nOK = d, true
+			}
+		}
+		return *v, nil
+	}, nil
 }
 
 // jsonPath compiles field->>'$.a.b' (JSON_UNQUOTE(JSON_EXTRACT(…))): the
@@ -258,9 +267,9 @@ func compare(x, y *val, what string) (int, error) {
 		return 1, nil
 	case kTime:
 		switch {
-		case x.t < y.t:
+		case x.n.m < y.n.m:
 			return -1, nil
-		case x.t > y.t:
+		case x.n.m > y.n.m:
 			return 1, nil
 		}
 		return 0, nil
@@ -664,6 +673,6 @@ func tumble(a expr, size int64, what string) expr {
 		if ms%size < 0 {
 			start -= size
 		}
-		return val{k: kTime, t: start}, nil
+		return timeVal(start), nil
 	}
 }

@@ -1,8 +1,10 @@
 package sqljob
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -112,14 +114,11 @@ func quoteByte(c byte) string {
 }
 
 func (s *scanner) space() {
-	for s.i < len(s.d) {
-		switch s.d[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	i := s.i
+	for i < len(s.d) && s.d[i] <= ' ' && (s.d[i] == ' ' || s.d[i] == '\t' || s.d[i] == '\n' || s.d[i] == '\r') {
+		i++
 	}
+	s.i = i
 }
 
 // object reads an object at s.i ('{'); n (nil: nothing wanted inside) says
@@ -305,84 +304,117 @@ func (s *scanner) lit(word string) error {
 }
 
 func (s *scanner) number() error {
-	d := s.d
-	if d[s.i] == '-' {
-		s.i++
+	d, i := s.d, s.i
+	digits := func() bool {
+		start := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		return i > start
+	}
+	if d[i] == '-' {
+		i++
 	}
 	switch {
-	case s.i < len(d) && d[s.i] == '0':
-		s.i++
-	case s.i < len(d) && d[s.i] >= '1' && d[s.i] <= '9':
-		for s.i < len(d) && d[s.i] >= '0' && d[s.i] <= '9' {
-			s.i++
-		}
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && d[i] >= '1' && d[i] <= '9':
+		digits()
 	default:
+		s.i = i
 		return s.fail("invalid number")
 	}
-	if s.i < len(d) && d[s.i] == '.' {
-		s.i++
-		if s.i >= len(d) || d[s.i] < '0' || d[s.i] > '9' {
+	if i < len(d) && d[i] == '.' {
+		i++
+		if !digits() {
+			s.i = i
 			return s.fail("invalid number")
 		}
-		for s.i < len(d) && d[s.i] >= '0' && d[s.i] <= '9' {
-			s.i++
-		}
 	}
-	if s.i < len(d) && (d[s.i] == 'e' || d[s.i] == 'E') {
-		s.i++
-		if s.i < len(d) && (d[s.i] == '+' || d[s.i] == '-') {
-			s.i++
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
 		}
-		if s.i >= len(d) || d[s.i] < '0' || d[s.i] > '9' {
+		if !digits() {
+			s.i = i
 			return s.fail("invalid number")
 		}
-		for s.i < len(d) && d[s.i] >= '0' && d[s.i] <= '9' {
-			s.i++
-		}
 	}
+	s.i = i
 	return nil
 }
 
 // str reads a string literal at s.i ('"'), checking escapes and UTF-8, and
 // says whether it holds escapes.
 func (s *scanner) str() (esc bool, err error) {
-	d := s.d
-	s.i++
-	for s.i < len(d) {
-		c := d[s.i]
-		switch {
+	d, i := s.d, s.i+1 // a local index: the loops stay in registers
+	for {
+		// Skip plain bytes eight at a time; stop at the first byte that
+		// needs a look.
+		if i+8 <= len(d) {
+			m := special8(binary.LittleEndian.Uint64(d[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		} else {
+			for i < len(d) && d[i] != '"' && d[i] != '\\' && d[i] >= 0x20 && d[i] < utf8.RuneSelf {
+				i++
+			}
+			if i >= len(d) {
+				s.i = i
+				return esc, s.fail("unterminated string")
+			}
+		}
+		switch c := d[i]; {
 		case c == '"':
-			s.i++
+			s.i = i + 1
 			return esc, nil
 		case c == '\\':
 			esc = true
-			if s.i+1 >= len(d) {
+			if i+1 >= len(d) {
+				s.i = i
 				return esc, s.fail("unterminated string")
 			}
-			switch d[s.i+1] {
+			switch d[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i += 2
+				i += 2
 			case 'u':
-				if s.i+6 > len(d) || !isHex4(d[s.i+2:s.i+6]) {
+				if i+6 > len(d) || !isHex4(d[i+2:i+6]) {
+					s.i = i
 					return esc, s.fail("invalid \\u escape")
 				}
-				s.i += 6
+				i += 6
 			default:
+				s.i = i
 				return esc, s.fail("invalid escape")
 			}
 		case c < 0x20:
+			s.i = i
 			return esc, s.fail("control character in a string")
-		case c < utf8.RuneSelf:
-			s.i++
 		default:
-			r, size := utf8.DecodeRune(d[s.i:])
+			r, size := utf8.DecodeRune(d[i:])
 			if r == utf8.RuneError && size == 1 {
-				return esc, &syntaxError{at: s.i, msg: fmt.Sprintf("byte 0x%02x is not UTF-8", c)}
+				s.i = i
+				return esc, &syntaxError{at: i, msg: fmt.Sprintf("byte 0x%02x is not UTF-8", c)}
 			}
-			s.i += size
+			i += size
 		}
 	}
-	return esc, s.fail("unterminated string")
+}
+
+// special8 marks (with its high bit) each byte of the eight in x that
+// needs a look: '"', '\\', below 0x20, from 0x80 (the zero-byte test of
+// "Bit Twiddling Hacks": a byte of x^y is zero exactly where x has y).
+// Borrows can mark a byte above a marked one, never below: the lowest
+// mark is exact.
+func special8(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (ones * '"')
+	b := x ^ (ones * '\\')
+	return ((q-ones)&^q | (b-ones)&^b | (x-ones*0x20)&^x | x) & highs
 }
 
 func isHex4(b []byte) bool {

@@ -36,12 +36,14 @@ type val struct {
 	k       kind
 	b       bool
 	present bool   // set by the scanner: the field was in the record
+	nOK     bool   // kNum: n holds the number (s parsed, or computed)
 	s       []byte // kStr: text; kNum: JSON literal (nil for a computed number); kJSON: text
-	n       dec    // kNum: the number, valid when s == nil or once parsed
-	t       int64  // kTime
+	n       dec    // kNum: the number once nOK; kTime: n.m is unix milliseconds
 }
 
-func numVal(d dec) val { return val{k: kNum, n: d} }
+func numVal(d dec) val { return val{k: kNum, n: d, nOK: true} }
+
+func timeVal(ms int64) val { return val{k: kTime, n: dec{m: ms}} }
 
 // maxScale is the most digits after the point a number may have: the
 // sinks keep sums, minima and maxima as DECIMAL(38,9).
@@ -62,7 +64,7 @@ func (v *val) num(what string) (dec, error) {
 	if v.k != kNum {
 		return dec{}, fmt.Errorf("%s is a %s (%s), not a number", what, v.k, v.show())
 	}
-	if v.s == nil {
+	if v.nOK {
 		return v.n, nil
 	}
 	d, err := parseDec(v.s)
@@ -87,7 +89,7 @@ func (v *val) show() string {
 		}
 		return v.n.String()
 	case kTime:
-		return time.UnixMilli(v.t).UTC().Format("2006-01-02T15:04:05.000Z")
+		return time.UnixMilli(v.n.m).UTC().Format("2006-01-02T15:04:05.000Z")
 	}
 	return "?"
 }
