@@ -234,19 +234,28 @@ func reserved(word string) bool {
 // positions).
 func (c *compiler) tokenize(p *sqlparser.Parser) {
 	tk := p.NewStringTokenizer(c.sql)
-	for {
-		start := tk.Pos
-		for start < len(c.sql) && strings.ContainsRune(" \t\r\n", rune(c.sql[start])) {
-			start++
-		}
+	lower := strings.ToLower(c.sql)
+	at := 0 // where the previous word ended
+	for len(c.toks) < 100000 {
+		before := tk.Pos
 		typ, word := tk.Scan()
-		if typ == 0 || tk.Pos <= start && typ != 0 && word == "" {
+		if typ == 0 {
 			return
 		}
-		c.toks = append(c.toks, token{word: strings.ToLower(word), pos: start})
-		if len(c.toks) > 100000 {
-			return
+		word = strings.ToLower(word)
+		if word == "" { // an operator or punctuation: its text
+			word = strings.TrimSpace(lower[min(before, len(lower)):min(max(tk.Pos, before), len(lower))])
+			if word == "" && typ < 256 {
+				word = string(rune(typ))
+			}
 		}
+		// The tokenizer reads a character ahead; find the word itself.
+		pos := at
+		if i := strings.Index(lower[at:], word); i >= 0 && word != "" {
+			pos = at + i
+			at = pos + len(word)
+		}
+		c.toks = append(c.toks, token{word: word, pos: pos})
 	}
 }
 
@@ -270,6 +279,20 @@ func (c *compiler) errAt(word string, nth int, construct, format string, args ..
 			}
 			nth--
 		}
+	}
+	return e
+}
+
+// errAfter is errAt placed at the first word after the first anchor.
+func (c *compiler) errAfter(anchor, word, construct, format string, args ...any) error {
+	e := &Error{Construct: construct, Msg: fmt.Sprintf(format, args...)}
+	seen := false
+	for _, t := range c.toks {
+		if seen && t.word == word {
+			e.Line, e.Col = lineCol(c.sql, t.pos)
+			break
+		}
+		seen = seen || t.word == anchor
 	}
 	return e
 }
@@ -393,7 +416,7 @@ func (c *compiler) selectStmt(sel *sqlparser.Select) error {
 		if len(sel.From) == 0 {
 			return c.errAt("select", 0, "FROM", "missing: FROM <topic>")
 		}
-		return c.errAt(",", 0, "join", "not supported: FROM one topic")
+		return c.errAfter("from", ",", "join", "not supported: FROM one topic")
 	}
 	switch f := sel.From[0].(type) {
 	case *sqlparser.JoinTableExpr:
