@@ -1,0 +1,22 @@
+// Package sqljob compiles a SQL job — one
+// INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … — into Go
+// closures that aggregate JSON records exactly, and describes the table
+// it writes.
+//
+// Compile parses the statement with Vitess's MySQL parser and checks it
+// once: what it can't run is an *Error (ErrQuery) naming the construct and
+// its line and column. Nothing of the parser's tree is walked per record.
+// A record is read by a scanner that checks it is one valid JSON object
+// and captures the fields the query names in the same pass, with no
+// allocation for records without escapes; numbers stay decimal text until
+// used, and arithmetic, sums, minima and maxima are exact decimals.
+//
+// An Aggregate holds one batch's groups: Add each record (a *Rejection
+// means bad input, to dead-letter with its reason), then Rows gives one row
+// per group for the sinks, whose per-column merge rules (Query.Upsert) add
+// COUNT and SUM and keep the least MIN and greatest MAX. Aggregates of
+// the same query merge (Merge), so partitions can aggregate apart.
+// strategies.SQLTransform runs a Query as a job with any strategy.
+//
+// See docs/sql-jobs.md for the language and its semantics.
+package sqljob
