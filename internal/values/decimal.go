@@ -94,6 +94,20 @@ func compareMagnitude(ia, fa, ib, fb string) int {
 	return 0
 }
 
+// Mergeable reports whether v can be merged exactly by a per-column
+// upsert's MergeAdd, MergeMin or MergeMax: nil (no value), a Go integer of
+// any size, or a decimal string (IsDecimal).
+func Mergeable(v any) bool {
+	switch x := v.(type) {
+	case nil, uint, uint64:
+		return true
+	case string:
+		return IsDecimal(x)
+	}
+	_, ok := Int64(v)
+	return ok
+}
+
 // HasFraction reports whether decimal s (IsDecimal) has a non-zero
 // fraction.
 func HasFraction(s string) bool {

@@ -294,25 +294,14 @@ func (w *Writer) checkMergeable(u writers.Upsert, row []any) error {
 			continue
 		}
 		v := row[nk+i]
-		switch x := v.(type) {
-		case nil, uint, uint64:
-			continue
-		case string:
-			if !values.IsDecimal(x) {
-				break
-			}
-			if w.dialect == offsets.SQLite && values.HasFraction(x) {
-				return fmt.Errorf("%w: upsert into %s: %s = %q has a fraction, which SQLite can't add exactly; use MySQL/MariaDB",
-					writers.ErrBadMerge, u.Table, u.Values[i], x)
-			}
-			continue
-		default:
-			if _, ok := values.Int64(v); ok {
-				continue
-			}
+		if !values.Mergeable(v) {
+			return fmt.Errorf("%w: upsert into %s: %s (%s) = %v (%T); want a Go integer, a decimal string or nil",
+				writers.ErrBadValue, u.Table, u.Values[i], m, v, v)
 		}
-		return fmt.Errorf("%w: upsert into %s: %s (%s) = %v (%T); want a Go integer, a decimal string or nil",
-			writers.ErrBadValue, u.Table, u.Values[i], m, v, v)
+		if s, ok := v.(string); ok && w.dialect == offsets.SQLite && values.HasFraction(s) {
+			return fmt.Errorf("%w: upsert into %s: %s = %q has a fraction, which SQLite can't add exactly; use MySQL/MariaDB",
+				writers.ErrBadMerge, u.Table, u.Values[i], s)
+		}
 	}
 	return nil
 }
