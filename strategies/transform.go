@@ -58,8 +58,19 @@ type Transform struct {
 //     per batch with every partition's records (single) or once per
 //     checkpoint interval with every partition's records (checkpoint), so for
 //     u.Merge == MergeAdd it may aggregate (sum per key) or not; the
-//     upsert adds rows with the same key together either way. It must be
+//     upsert adds rows with the same key together either way (and keeps
+//     the least or greatest of them for MergeMin and MergeMax). It must be
 //     deterministic: a retried batch calls it again on the same records.
+//
+// u may give each value column its own rule (u.Merges, a "per-column
+// upsert", as a SQL job's COUNT/SUM add, MIN keeps the least, MAX the
+// greatest): then a nil value is SQL NULL, "no value" (adding or comparing
+// it keeps what is stored; replacing with it stores NULL, in Redis removes
+// the field), and an added, least or greatest column's values must be Go
+// integers, decimal strings ("-12.50") or nil, merged exactly; anything
+// else fails the batch with ErrConfig naming the column. MergeMin and
+// MergeMax need MySQL/MariaDB (in DECIMAL or integer columns) or Redis:
+// SQLite refuses them at start.
 //
 // Both functions run in several partition tasks at once: they must be
 // safe for concurrent use (pure functions of their input are).
@@ -82,13 +93,17 @@ type Transform struct {
 // text with one key column, the texts length-prefixed and concatenated
 // with several, "2:eu10:2026-11-30" (redissink.RowField) — and whose
 // value is the column's. MergeAdd adds the rows' values (HINCRBY), which
-// must then be Go integers; MergeReplace sets the value's text (HSET).
+// must then be integers (Go integers or decimal strings without a
+// fraction); MergeReplace sets the value's text (HSET); MergeMin and
+// MergeMax keep the least and the greatest, compared exactly as decimals
+// and stored as the decimal text given.
 // Read them with redissink.Job.Rows. The rows of a range are folded into
 // the hashes together with its offsets and dead letters
 // (mb:{job}:dead:<topic>:<partition>), exactly once, as the built-in
-// totals are. A row Redis can't hold (a non-integer for MergeAdd, a nil, a
-// type without a text form) fails the batch with ErrConfig, naming the
-// column, and stops the job before anything of the batch is visible.
+// totals are. A row Redis can't hold (a non-integer for MergeAdd, a nil
+// outside a per-column upsert's values, a type without a text form) fails
+// the batch with ErrConfig, naming the column, and stops the job before
+// anything of the batch is visible.
 func NewTransform[T any](u writers.Upsert, decode func(rec *batch.Record) (T, error), rows func(items []T) [][]any) *Transform {
 	return &Transform{work: &userWork[T]{u: u, decode: decode, rows: rows}}
 }
@@ -229,9 +244,30 @@ func (p *userPart[T]) rows() (rows [][]any, err error) {
 			return nil, fmt.Errorf("%w: the transform made a row of %d values for %s, want %d (keys %v then values %v)",
 				ErrConfig, len(r), p.w.u.Table, width, p.w.u.Keys, p.w.u.Values)
 		}
+		if err := checkPerColumn(p.w.u, r); err != nil {
+			return nil, err
+		}
 	}
 	sortRows(rows, len(p.w.u.Keys))
 	return rows, nil
+}
+
+// checkPerColumn checks a row of a per-column upsert (u.Merges set): a
+// column that is added or kept as least or greatest takes Go integers,
+// decimal strings or nil, which every sink merges exactly; anything else
+// (a float) is the transform's error, refused before any sink sees it.
+func checkPerColumn(u writers.Upsert, row []any) error {
+	nk := len(u.Keys)
+	for i, m := range u.Merges {
+		if m == writers.MergeReplace {
+			continue
+		}
+		if v := row[nk+i]; !values.Mergeable(v) {
+			return fmt.Errorf("%w: the transform made %s.%s (%s) = %v (%T); want a Go integer, a decimal string or nil",
+				ErrConfig, u.Table, u.Values[i], m, v, v)
+		}
+	}
+	return nil
 }
 
 func (p *userPart[T]) merge(o part) { p.items = append(p.items, o.(*userPart[T]).items...) }

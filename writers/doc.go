@@ -3,13 +3,16 @@
 //
 //   - Upsert and Merge: rows of any table keyed by some columns, whose
 //     values are added to (MergeAdd) or replace (MergeReplace) what the
-//     sink holds; Totals is the built-in job's (mb_totals).
+//     sink holds, or, with a rule per column (Upsert.Merges), also keep
+//     the least (MergeMin) or the greatest (MergeMax); Totals is the
+//     built-in job's (mb_totals).
 //   - TwoPhase and Pending: the Begin / PreCommit / Commit / Abort /
 //     Recover life of a checkpoint-mode writer (# Two-phase writers), and
 //     ErrTxnLost, the one error after which a job must stop.
 //   - Dead letters as every sink stores them: StoredReason,
 //     MaxReasonBytes, MaxPayloadBytes.
-//   - Errors and retry: ErrBadDSN, ErrBadIdentifier, and IsRetryable,
+//   - Errors and retry: ErrBadDSN, ErrBadIdentifier, ErrBadMerge,
+//     ErrBadValue, and IsRetryable,
 //     which says which SQL errors allow running a transaction again.
 //   - DSN forms for all sinks: HasScheme, ParseMySQLURL, WithPassword (a
 //     password kept out of the DSN), WithRootCAs, RedisRootCAs and MySQLTLSName

@@ -20,6 +20,19 @@ var ErrBadDSN = errors.New("writers: bad sink DSN")
 // plain SQL identifier. Names are checked because they are spliced into SQL.
 var ErrBadIdentifier = errors.New("writers: bad SQL identifier")
 
+// ErrBadMerge means an Upsert's merge rules don't fit it (Merges of
+// another length than Values, an unknown rule, MergeMin or MergeMax as
+// the one Merge) or a sink can't apply them (SQLite has no exact decimals
+// for per-column MergeMin, MergeMax and fractions). Fix the upsert or
+// pick another sink; retrying won't help.
+var ErrBadMerge = errors.New("writers: bad merge rule")
+
+// ErrBadValue means a value of a per-column upsert (Upsert.Merges) can't
+// be merged by its column's rule: a column added, or kept as least or
+// greatest, takes Go integers, decimal strings and nil. It is the rows'
+// error, not the sink's: retrying gives the same rows again.
+var ErrBadValue = errors.New("writers: value not mergeable")
+
 // MySQL and SQLite error codes that mean "try the transaction again".
 const (
 	mysqlLockWaitTimeout = 1205

@@ -11,7 +11,7 @@ const (
 	DeadLettersTable = "mb_dead_letters"
 )
 
-// Merge says how an upsert combines a new row with an existing one.
+// Merge says how an upsert combines a new value with the stored one.
 type Merge int
 
 const (
@@ -19,25 +19,55 @@ const (
 	MergeAdd Merge = iota
 	// MergeReplace overwrites the stored values.
 	MergeReplace
-	// MergeMin keeps the least of the stored and the new value.
+	// MergeMin keeps the least of the stored and the new value. Only in
+	// Upsert.Merges (per-column upserts).
 	MergeMin
-	// MergeMax keeps the greatest of the stored and the new value.
+	// MergeMax keeps the greatest of the stored and the new value. Only in
+	// Upsert.Merges (per-column upserts).
 	MergeMax
 )
 
+func (m Merge) String() string {
+	switch m {
+	case MergeAdd:
+		return "add"
+	case MergeReplace:
+		return "replace"
+	case MergeMin:
+		return "min"
+	case MergeMax:
+		return "max"
+	}
+	return fmt.Sprintf("Merge(%d)", int(m))
+}
+
 // Upsert describes rows keyed by Keys whose Values are merged into what the
 // table holds. Names must be plain identifiers.
+//
+// Merges, if not nil, gives each value column its own rule (a "per-column
+// upsert", as a SQL job's COUNT/SUM add, MIN and MAX keep the least and
+// the greatest): Merges[i] is the rule of Values[i], and Merge is not
+// used. A per-column upsert treats a nil value as SQL NULL, "no value":
+// MergeAdd, MergeMin and MergeMax keep the stored value, a stored NULL
+// takes the new one, and MergeReplace stores NULL. Its values of the
+// columns that are not replaced are Go integers, decimal strings (an
+// optional sign, digits and an optional fraction: "-12.50", "123",
+// "0.000000001"; no exponent), merged exactly, or nil.
+//
+// With Merges nil every value column uses Merge, as before per-column
+// rules existed (MergeAdd or MergeReplace).
 type Upsert struct {
 	Table  string
 	Keys   []string
 	Values []string
 	Merge  Merge
-	// Merges, when set, is the rule of each value column (len(Values)),
-	// and a nil value is SQL NULL: no value to merge.
-	Merges []Merge
+	// Merges is kept out of JSON when nil, so an Upsert without it
+	// encodes as it always did (the write-ahead sink keeps Upserts in
+	// checkpoints).
+	Merges []Merge `json:",omitempty"`
 }
 
-// MergeOf is the rule of value column i.
+// MergeOf is the rule of value column i (Values[i]).
 func (u Upsert) MergeOf(i int) Merge {
 	if u.Merges != nil {
 		return u.Merges[i]
@@ -50,7 +80,9 @@ var Totals = Upsert{Table: TotalsTable, Keys: []string{"job", "k"}, Values: []st
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-// Validate checks the names and that there are key and value columns.
+// Validate checks the names, that there are key and value columns, and
+// the merge rules: Merge is MergeAdd or MergeReplace; Merges, if not nil,
+// has a known rule for each value column.
 func (u Upsert) Validate() error {
 	if len(u.Keys) == 0 || len(u.Values) == 0 {
 		return fmt.Errorf("%w: upsert into %q needs key and value columns", ErrBadIdentifier, u.Table)
@@ -58,6 +90,20 @@ func (u Upsert) Validate() error {
 	for _, n := range append(append([]string{u.Table}, u.Keys...), u.Values...) {
 		if !identRE.MatchString(n) {
 			return fmt.Errorf("%w: %q", ErrBadIdentifier, n)
+		}
+	}
+	if u.Merges == nil {
+		if u.Merge != MergeAdd && u.Merge != MergeReplace {
+			return fmt.Errorf("%w: upsert into %s has Merge %v; MergeMin and MergeMax are per-column rules (Merges)", ErrBadMerge, u.Table, u.Merge)
+		}
+		return nil
+	}
+	if len(u.Merges) != len(u.Values) {
+		return fmt.Errorf("%w: upsert into %s has %d merge rules for %d value columns %v", ErrBadMerge, u.Table, len(u.Merges), len(u.Values), u.Values)
+	}
+	for i, m := range u.Merges {
+		if m < MergeAdd || m > MergeMax {
+			return fmt.Errorf("%w: upsert into %s: column %s has unknown rule %v", ErrBadMerge, u.Table, u.Values[i], m)
 		}
 	}
 	return nil

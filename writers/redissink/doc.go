@@ -73,8 +73,15 @@
 //	mb:{job}:contrib:{topic}:{partition}:{from}-{to}
 //	                         hash  "t:"+key -> "events,amount",
 //	                               "a:"+table+":"+column+NUL+row key -> sum,
-//	                               "s:"+table+":"+column+NUL+row key -> text
-//	                                 (a user-defined job's rows, MergeAdd / MergeReplace),
+//	                               "s:"+table+":"+column+NUL+row key -> text,
+//	                               "u:"+table+":"+column+NUL+row key -> ""
+//	                                 (delete: a per-column replace with nil),
+//	                               "n:"+table+":"+column+NUL+row key -> least,
+//	                               "x:"+table+":"+column+NUL+row key -> greatest
+//	                                 (a user-defined job's rows by the column's
+//	                                 rule: MergeAdd, MergeReplace, MergeMin,
+//	                                 MergeMax; least and greatest are decimal
+//	                                 text, compared exactly by the fold),
 //	                               "d:"+offset -> dead letter JSON,
 //	                               "n" -> how many dead letters are staged,
 //	                               "m" -> the range (marks even an empty one)
@@ -87,7 +94,8 @@
 //	mb:{job}:rows:{table}:{column}
 //	                         hash  row key -> value  (users' view of a
 //	                               user-defined job: one hash per value
-//	                               column of its Upsert; RowField)
+//	                               column of its Upsert; RowField; no field
+//	                               for a NULL)
 //	mb:{job}:source:{source} hash  position, epoch, chunks: a plain job's
 //	                               source position (Sink.CommitSource)
 //

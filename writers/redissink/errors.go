@@ -23,8 +23,9 @@ var ErrMissing = errors.New("writers: redis key missing for the fold")
 
 // ErrValue means a row of a user-defined job (Job.WriteRowsContribution)
 // can't be stored in the Redis hashes: a MergeAdd value that is not an
-// integer, a key or value of a type without a text form, a nil, or a row
-// of the wrong width. It is the job's error, not Redis's: retrying gives
+// integer, a MergeMin or MergeMax value that is not an integer or a
+// decimal string, a key or value of a type without a text form, a nil
+// (outside a per-column upsert's values), or a row of the wrong width. It is the job's error, not Redis's: retrying gives
 // the same rows again.
 var ErrValue = errors.New("writers: row not storable in Redis")
 

@@ -58,3 +58,40 @@ local function bigadd(a, b)
   if neg and m ~= '0' then return '-' .. m end
   return m
 end
+-- isdec: a decimal as per-column MergeMin/MergeMax store it: an optional
+-- sign, digits, and optionally a point and digits ("-12.50", "+7").
+local function isdec(s)
+  return string.match(s, '^[-+]?%d+$') ~= nil or string.match(s, '^[-+]?%d+%.%d+$') ~= nil
+end
+-- decparts: decimal s (isdec) as its sign, integer digits without leading
+-- zeros and fraction digits without trailing zeros; zero has no sign.
+local function decparts(s)
+  local neg = string.sub(s, 1, 1) == '-'
+  local body = string.gsub(s, '^[-+]', '')
+  local int, frac = string.match(body, '^(%d+)%.?(%d*)$')
+  int = string.gsub(int, '^0+', '')
+  frac = string.gsub(frac, '0+$', '')
+  if int == '' and frac == '' then
+    neg = false
+  end
+  return neg, int, frac
+end
+-- deccmp compares decimals a and b (isdec) exactly, digit by digit: -1, 0
+-- or +1 ("12.5" equals "12.50", "-0" equals "0").
+local function deccmp(a, b)
+  local na, ia, fa = decparts(a)
+  local nb, ib, fb = decparts(b)
+  if na ~= nb then
+    return na and -1 or 1
+  end
+  local c = cmpmag(ia, ib)
+  if c == 0 then
+    -- Fractions padded to one length compare digit for digit.
+    local w = math.max(#fa, #fb)
+    c = cmpmag(fa .. string.rep('0', w - #fa), fb .. string.rep('0', w - #fb))
+  end
+  if na then
+    return -c
+  end
+  return c
+end

@@ -31,9 +31,15 @@
 -- its sum is set with HSET at the end. Lua never does the arithmetic in
 -- doubles.
 --
--- A user-defined job's fields ("a:"/"s:" table:column NUL row-key) go to
+-- A user-defined job's fields (prefix, table:column NUL row-key) go to
 -- the rows hash KEYS names for table:column; one the caller did not pass
--- is refused (MBCONFLICT), not written to an undeclared key.
+-- is refused (MBCONFLICT), not written to an undeclared key. By prefix:
+-- "a:" adds (as the totals), "s:" sets the text, "u:" deletes the field
+-- (a replaced NULL), "n:" and "x:" keep the least and the greatest of the
+-- stored and the new decimal, compared exactly as decimal text (deccmp,
+-- never as doubles); a field without a stored value takes the new one.
+-- The first pass checks that the new value and the stored one are
+-- decimals (MBCORRUPT if not), so the second only compares and writes.
 --
 -- Returns how many ranges it folded.
 local epoch_key, epochs_key, offsets_key = KEYS[1], KEYS[2], KEYS[3]
@@ -145,6 +151,26 @@ local function add(hk, key, v)
   end
 end
 
+-- rules[hash][field]: how this fold merges into a rows field: 'a' (add),
+-- 'r' (set or delete) or 'd' (least or greatest). The second pass checks
+-- nothing, so one field merged two ways in one fold (contributions of
+-- jobs with other rules for a column) is refused in the first: an add
+-- after a fraction was kept, or a comparison after a text was set, would
+-- fail half-way through the writes.
+local rules = {}
+local function rule(ck, hk, key, r)
+  local t = rules[hk]
+  if t == nil then
+    t = {}
+    rules[hk] = t
+  end
+  if t[key] and t[key] ~= r then
+    return redis.error_reply('MBCONFLICT ' .. ck .. ' merges ' .. hk .. ' field ' .. key .. ' by another rule than a contribution before it')
+  end
+  t[key] = r
+  return nil
+end
+
 -- check_fields accounts for every field of contribution ck (kv: its
 -- HGETALL) and refuses one it does not know.
 local function check_fields(ck, kv)
@@ -166,14 +192,37 @@ local function check_fields(ck, kv)
       if err then
         return err
       end
-      err = account(hk, key, v, ck, f)
+      err = rule(ck, hk, key, 'a') or account(hk, key, v, ck, f)
       if err then
         return err
       end
-    elseif p == 's:' then
-      local _, _, err = rowtarget(ck, f)
+    elseif (p == 'u:' or p == 'n:' or p == 'x:') and not string.find(f, '\0', 3, true) then
+      -- Not a rows field (those have table:column NUL row key).
+      return redis.error_reply('MBCORRUPT ' .. ck .. ' has an unknown field ' .. f)
+    elseif p == 's:' or p == 'u:' then
+      local hk, key, err = rowtarget(ck, f)
       if err then
         return err
+      end
+      err = rule(ck, hk, key, 'r')
+      if err then
+        return err
+      end
+    elseif p == 'n:' or p == 'x:' then
+      local hk, key, err = rowtarget(ck, f)
+      if err then
+        return err
+      end
+      if not isdec(v) then
+        return redis.error_reply('MBCORRUPT ' .. ck .. ' field ' .. f .. ' = ' .. v)
+      end
+      err = rule(ck, hk, key, 'd')
+      if err then
+        return err
+      end
+      local s = redis.call('HGET', hk, key)
+      if s and not isdec(s) then
+        return redis.error_reply('MBCORRUPT ' .. hk .. ' field ' .. key .. ' is not a decimal')
       end
     elseif p ~= 'd:' and f ~= 'm' and f ~= 'n' then
       return redis.error_reply('MBCORRUPT ' .. ck .. ' has an unknown field ' .. f)
@@ -284,6 +333,16 @@ for _, t in ipairs(todo) do
     elseif p == 's:' then
       local hk, key = rowtarget(ck, f)
       redis.call('HSET', hk, key, v)
+    elseif p == 'u:' then
+      local hk, key = rowtarget(ck, f)
+      redis.call('HDEL', hk, key)
+    elseif p == 'n:' or p == 'x:' then
+      local hk, key = rowtarget(ck, f)
+      local s = redis.call('HGET', hk, key)
+      local keep = p == 'n:' and -1 or 1
+      if not s or deccmp(v, s) == keep then
+        redis.call('HSET', hk, key, v)
+      end
     end
   end
   redis.call('HSET', offsets_key, field, to)

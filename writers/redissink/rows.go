@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,14 +87,27 @@ func rowsSuffix(table, column string) string { return table + ":" + column }
 // r's results are rows of u (key values then value values, in u's order)
 // instead of per-key totals. Each value column v of u is a hash
 // RowsKey(job, u.Table, v) with a field per row key (RowField); the fold
-// (FoldRows) adds the rows' values into it with HINCRBY for u.Merge ==
-// MergeAdd — values must then be integers, and rows with the same key are
-// summed here; sums are exact, past int64 too (see Fold) — or sets them
-// with HSET for MergeReplace (the text of the value, see RowField; of rows
-// with the same key, the last one's). A row that can't be stored fails the
-// whole call with ErrValue, naming the column, and writes nothing. The
-// contribution replaces the range's as WriteContribution's does, with the
-// same fencing and replay rules.
+// (FoldRows) merges the rows' values into it by the column's rule
+// (u.MergeOf):
+//
+//   - MergeAdd adds with HINCRBY; values must be integers (Go integers or
+//     decimal strings without a fraction, of any size); sums are exact,
+//     past int64 too (see Fold).
+//   - MergeReplace sets the text of the value (see RowField).
+//   - MergeMin and MergeMax keep the least or the greatest, compared
+//     exactly as decimals; values are Go integers or decimal strings
+//     ("-12.50"), stored as the text given.
+//
+// Rows with the same key combine here first: sums add, the least of the
+// mins and the greatest of the maxes are kept (the first of equal ones),
+// the last row's value replaces. With u.Merges set (a per-column upsert),
+// a nil value is SQL NULL, "no value": it adds nothing and keeps the
+// least and greatest as they are (a key without a stored value takes the
+// first non-nil one), while a replacing nil removes the field. Without
+// u.Merges a nil is refused, as before. A row that can't be stored fails
+// the whole call with ErrValue, naming the column, and writes nothing.
+// The contribution replaces the range's as WriteContribution's does, with
+// the same fencing and replay rules.
 func (j *Job) WriteRowsContribution(ctx context.Context, epoch int64, r record.Range, u writers.Upsert, rows [][]any, dls []record.DeadLetter) error {
 	c, err := j.NewContribution(epoch, r)
 	if err != nil {
@@ -111,75 +125,144 @@ func (c *Contribution) Rows(ctx context.Context, u writers.Upsert, rows [][]any,
 	if err := u.Validate(); err != nil {
 		return err
 	}
-	sums, sets, err := rowFields(u, rows)
+	f, err := rowFields(u, rows)
 	if err != nil {
 		return err
 	}
-	args := c.args(6 + 2*len(sums) + 2*len(sets) + 2*len(dls))
+	args := c.args(6 + 2*len(f.sums) + 2*len(f.texts) + 2*len(dls))
 	args = append(args, "m", rangeMark(c.r))
 	// In field order, so that the contribution hash, and the fold's
 	// verdict on the first field it can't place, are the same every time.
-	for _, f := range slices.Sorted(maps.Keys(sums)) {
-		args = append(args, f, sums[f].String())
+	for _, k := range slices.Sorted(maps.Keys(f.sums)) {
+		args = append(args, k, f.sums[k].String())
 	}
-	for _, f := range slices.Sorted(maps.Keys(sets)) {
-		args = append(args, f, sets[f])
+	for _, k := range slices.Sorted(maps.Keys(f.texts)) {
+		args = append(args, k, f.texts[k])
 	}
 	return c.finish(ctx, args, dls)
 }
 
-// rowFields are rows of u as contribution fields: sums for MergeAdd
-// ("a:" fields), texts for MergeReplace ("s:" fields).
-func rowFields(u writers.Upsert, rows [][]any) (sums map[string]exact.Int, sets map[string]string, err error) {
+// Contribution field prefixes of a user-defined job's rows; each is
+// followed by table:column NUL row key (see fold.lua).
+const (
+	fieldAdd   = "a:" // MergeAdd: the rows' exact sum, added with HINCRBY
+	fieldSet   = "s:" // MergeReplace: the text, set with HSET
+	fieldUnset = "u:" // MergeReplace of nil (per-column): HDEL; value ""
+	fieldMin   = "n:" // MergeMin: a decimal, kept if less than the stored one
+	fieldMax   = "x:" // MergeMax: a decimal, kept if greater than the stored one
+)
+
+// contribFields are rows as contribution fields: sums by "a:" field, and
+// the text of every other field.
+type contribFields struct {
+	sums  map[string]exact.Int
+	texts map[string]string
+}
+
+// rowFields turns rows of u into contribution fields.
+func rowFields(u writers.Upsert, rows [][]any) (contribFields, error) {
 	nk, width := len(u.Keys), len(u.Keys)+len(u.Values)
-	prefix := "s:"
-	if u.Merge == writers.MergeAdd {
-		prefix = "a:"
-	}
 	cols := make([]string, len(u.Values))
 	for i, v := range u.Values {
-		cols[i] = prefix + rowsSuffix(u.Table, v) + "\x00"
+		cols[i] = rowsSuffix(u.Table, v) + "\x00"
 	}
-	sums, sets = map[string]exact.Int{}, map[string]string{}
+	f := contribFields{sums: map[string]exact.Int{}, texts: map[string]string{}}
 	for _, row := range rows {
 		if len(row) != width {
-			return nil, nil, fmt.Errorf("%w: a row of %d values for %s, want %d (keys %v then values %v)",
+			return f, fmt.Errorf("%w: a row of %d values for %s, want %d (keys %v then values %v)",
 				ErrValue, len(row), u.Table, width, u.Keys, u.Values)
 		}
 		key, err := RowField(row[:nk])
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s %v: %w", u.Table, u.Keys, err)
+			return f, fmt.Errorf("%s %v: %w", u.Table, u.Keys, err)
 		}
 		for i, v := range row[nk:] {
-			if err := addRowValue(u, i, key, cols[i]+key, v, sums, sets); err != nil {
-				return nil, nil, err
+			if err := f.add(u, i, key, cols[i]+key, v); err != nil {
+				return f, err
 			}
 		}
 	}
-	return sums, sets, nil
+	return f, nil
 }
 
-// addRowValue adds value v of column u.Values[i] of the row with key key
-// to sums or sets under contribution field f.
-func addRowValue(u writers.Upsert, i int, key, f string, v any, sums map[string]exact.Int, sets map[string]string) error {
-	if u.Merge == writers.MergeAdd {
-		n, ok := values.Int64(v)
+// add merges value v of column u.Values[i] of the row with key key into
+// the fields; sfx is the field name after its prefix.
+func (f contribFields) add(u writers.Upsert, i int, key, sfx string, v any) error {
+	m := u.MergeOf(i)
+	if v == nil && u.Merges != nil {
+		if m == writers.MergeReplace {
+			delete(f.texts, fieldSet+sfx)
+			f.texts[fieldUnset+sfx] = ""
+		}
+		return nil // no value: nothing to add, nothing to compare
+	}
+	switch m {
+	case writers.MergeAdd:
+		n, ok := integer(v)
 		if !ok {
 			return fmt.Errorf("%w: %s.%s is added (MergeAdd) in Redis, which takes integers only; key %q has %v (%T)",
 				ErrValue, u.Table, u.Values[i], key, v, v)
 		}
-		s := sums[f]
-		s.Add(n)
-		sums[f] = s
-		return nil
+		s := f.sums[fieldAdd+sfx]
+		s.AddInt(n)
+		f.sums[fieldAdd+sfx] = s
+	case writers.MergeMin, writers.MergeMax:
+		d, ok := decimal(v)
+		if !ok {
+			return fmt.Errorf("%w: %s.%s keeps the %s in Redis, which takes integers and decimal strings only; key %q has %v (%T)",
+				ErrValue, u.Table, u.Values[i], m, key, v, v)
+		}
+		name, keep := fieldMin+sfx, -1
+		if m == writers.MergeMax {
+			name, keep = fieldMax+sfx, 1
+		}
+		if old, ok := f.texts[name]; !ok || values.CompareDecimal(d, old) == keep {
+			f.texts[name] = d
+		}
+	default:
+		s, ok := text(v)
+		if !ok {
+			return fmt.Errorf("%w: %s.%s of key %q is %v (%T), which has no text form for Redis",
+				ErrValue, u.Table, u.Values[i], key, v, v)
+		}
+		delete(f.texts, fieldUnset+sfx)
+		f.texts[fieldSet+sfx] = s
 	}
-	s, ok := text(v)
-	if !ok {
-		return fmt.Errorf("%w: %s.%s of key %q is %v (%T), which has no text form for Redis",
-			ErrValue, u.Table, u.Values[i], key, v, v)
-	}
-	sets[f] = s
 	return nil
+}
+
+// integer is v as an exact integer: a Go integer or a decimal string
+// without a fraction ("12", "-3.00").
+func integer(v any) (exact.Int, bool) {
+	if n, ok := values.Int64(v); ok {
+		return exact.New(n), true
+	}
+	switch x := v.(type) {
+	case uint64:
+		return exact.FromBig(new(big.Int).SetUint64(x)), true
+	case uint:
+		return exact.FromBig(new(big.Int).SetUint64(uint64(x))), true
+	case string:
+		if !values.IsDecimal(x) || values.HasFraction(x) {
+			return exact.Int{}, false
+		}
+		whole, _, _ := strings.Cut(x, ".")
+		n, err := exact.Parse(whole)
+		return n, err == nil
+	}
+	return exact.Int{}, false
+}
+
+// decimal is v's decimal text: a Go integer's, or a decimal string as it
+// is.
+func decimal(v any) (string, bool) {
+	if s, ok := v.(string); ok {
+		return s, values.IsDecimal(s)
+	}
+	if n, ok := integer(v); ok {
+		return n.String(), true
+	}
+	return "", false
 }
 
 // Rows reads a user-defined job's hash of value column column of table

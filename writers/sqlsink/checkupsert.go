@@ -13,9 +13,14 @@ import (
 // CheckUpsert makes sure u's table exists with u's columns and has a
 // primary or unique key on exactly u.Keys. Without that key an upsert
 // can't find the row to merge into: MySQL would silently insert duplicate
-// rows, SQLite fails every batch. Call it once before writing.
+// rows, SQLite fails every batch. It also refuses per-column rules the
+// database can't apply (writers.ErrBadMerge: MergeMin and MergeMax in
+// SQLite). Call it once before writing.
 func (w *Writer) CheckUpsert(ctx context.Context, u writers.Upsert) error {
 	if err := u.Validate(); err != nil {
+		return err
+	}
+	if err := w.checkPerColumn(u); err != nil {
 		return err
 	}
 	cols := append(append([]string{}, u.Keys...), u.Values...)

@@ -7,7 +7,9 @@
 //
 // A Writer (Open a DSN, see ParseDSN; or New on a pool the caller opened)
 // writes in transactions (Tx): rows of any table (a writers.Upsert: the
-// user's table, keys, values, and whether to add or replace), dead letters
+// user's table, keys, values, and whether to add or replace — or, per
+// column, to add, replace, or keep the least or the greatest, with NULL
+// as no value), dead letters
 // and progress together — a Kafka partition's offset (Tx.Advance) or any
 // other source's position (Tx.AdvanceSource). CreateTables makes the
 // built-in tables; CheckUpsert checks a user's table before writing.

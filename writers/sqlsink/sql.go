@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/microbatch/microbatch/internal/values"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
@@ -195,6 +196,9 @@ type upsertParts struct{ head, tuple, tail string }
 
 func (w *Writer) upsertParts(u writers.Upsert) upsertParts {
 	key := fmt.Sprintf("%s|%s|%s|%d", u.Table, strings.Join(u.Keys, ","), strings.Join(u.Values, ","), u.Merge)
+	if u.Merges != nil {
+		key += fmt.Sprintf("|%v", u.Merges)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if p, ok := w.stmts[key]; ok {
@@ -207,6 +211,10 @@ func (w *Writer) upsertParts(u writers.Upsert) upsertParts {
 		incoming := "excluded." + v
 		if w.dialect == offsets.MySQL {
 			incoming = "VALUES(" + v + ")"
+		}
+		if u.Merges != nil {
+			sets[i] = v + " = " + w.perColumnSet(u.Merges[i], v, incoming)
+			continue
 		}
 		switch {
 		case u.Merge == writers.MergeAdd && w.dialect == offsets.SQLite:
@@ -230,6 +238,72 @@ func (w *Writer) upsertParts(u writers.Upsert) upsertParts {
 	}
 	w.stmts[key] = p
 	return p
+}
+
+// perColumnSet is the new value of stored column v (quoted) given the
+// incoming one, for a per-column upsert, where NULL means "no value". Each
+// SET uses only its own column, so the order of the SET clauses does not
+// matter, and rows with the same key in one statement are applied in
+// turn, each merging into what the one before left (MySQL's VALUES(v) and
+// SQLite's excluded.v are the current row's).
+func (w *Writer) perColumnSet(m writers.Merge, v, incoming string) string {
+	switch m {
+	case writers.MergeAdd:
+		if w.dialect == offsets.SQLite {
+			// mb_add is NULL for a NULL operand; c + NULL too.
+			return "COALESCE(" + sqliteAddFunc + "(" + v + ", " + incoming + "), " + v + " + " + incoming + ", " + v + ", " + incoming + ")"
+		}
+		return "COALESCE(" + v + " + " + incoming + ", " + v + ", " + incoming + ")"
+	case writers.MergeMin, writers.MergeMax:
+		// SQLite is refused before (checkPerColumn). MySQL compares in the
+		// column's type, DECIMAL or BIGINT: exactly.
+		op := "<"
+		if m == writers.MergeMax {
+			op = ">"
+		}
+		return "CASE WHEN " + incoming + " IS NULL THEN " + v + " WHEN " + v + " IS NULL OR " + incoming + " " + op + " " + v + " THEN " + incoming + " ELSE " + v + " END"
+	}
+	return incoming
+}
+
+// checkPerColumn refuses what a per-column upsert (u.Merges set) can't do
+// in this database: MergeMin and MergeMax in SQLite, which has no exact
+// decimal type to compare in (a SQL job refuses sqlite:// sinks anyway).
+func (w *Writer) checkPerColumn(u writers.Upsert) error {
+	if u.Merges == nil || w.dialect != offsets.SQLite {
+		return nil
+	}
+	for i, m := range u.Merges {
+		if m == writers.MergeMin || m == writers.MergeMax {
+			return fmt.Errorf("%w: upsert into %s: column %s merges by %s, which SQLite can't compare exactly (no decimal type); use MySQL/MariaDB",
+				writers.ErrBadMerge, u.Table, u.Values[i], m)
+		}
+	}
+	return nil
+}
+
+// checkMergeable checks the values of a per-column upsert's row whose
+// columns are merged (not replaced): Go integers, decimal strings, or nil.
+// Anything else would reach the database as something it converts
+// inexactly (a float) or not at all. SQLite takes no fractions: it would
+// add them in doubles.
+func (w *Writer) checkMergeable(u writers.Upsert, row []any) error {
+	nk := len(u.Keys)
+	for i, m := range u.Merges {
+		if m == writers.MergeReplace {
+			continue
+		}
+		v := row[nk+i]
+		if !values.Mergeable(v) {
+			return fmt.Errorf("%w: upsert into %s: %s (%s) = %v (%T); want a Go integer, a decimal string or nil",
+				writers.ErrBadValue, u.Table, u.Values[i], m, v, v)
+		}
+		if s, ok := v.(string); ok && w.dialect == offsets.SQLite && values.HasFraction(s) {
+			return fmt.Errorf("%w: upsert into %s: %s = %q has a fraction, which SQLite can't add exactly; use MySQL/MariaDB",
+				writers.ErrBadMerge, u.Table, u.Values[i], s)
+		}
+	}
+	return nil
 }
 
 // Tx is one open transaction. Nothing it writes is visible until Commit;
@@ -267,6 +341,9 @@ func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Up
 	if err := u.Validate(); err != nil {
 		return err
 	}
+	if err := w.checkPerColumn(u); err != nil {
+		return err
+	}
 	width := len(u.Keys) + len(u.Values)
 	per := maxParams / width
 	args := make([]any, 0, min(len(rows), per)*width)
@@ -276,6 +353,11 @@ func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Up
 		for _, r := range chunk {
 			if len(r) != width {
 				return fmt.Errorf("upserting into %s: row has %d values, want %d", u.Table, len(r), width)
+			}
+			if u.Merges != nil {
+				if err := w.checkMergeable(u, r); err != nil {
+					return err
+				}
 			}
 			args = append(args, r...)
 		}

@@ -72,7 +72,7 @@ func TotalsRows(job string, totals []event.Total) [][]any {
 // MySQL without the key, duplicate rows).
 func CheckTable(ctx context.Context, w *sqlsink.Writer, u writers.Upsert) error {
 	err := w.CheckUpsert(ctx, u)
-	if errors.Is(err, sqlsink.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) {
+	if errors.Is(err, sqlsink.ErrBadTable) || errors.Is(err, writers.ErrBadIdentifier) || errors.Is(err, writers.ErrBadMerge) {
 		return fmt.Errorf("%w: transform: %v", ErrConfig, err)
 	}
 	return err
