@@ -24,9 +24,14 @@ type Aggregate struct {
 
 // group is one row of the result: its key values and accumulators.
 type group struct {
-	keys []any // string (text key) or time.Time (window)
+	id   string // the group's identity (see eval's keyBuf)
+	keys []any  // each key's text; a window's start as WindowLayout text
 	accs []acc
 }
+
+// WindowLayout is the text of a window's start in a row: UTC, as MySQL
+// writes a DATETIME(3), which takes it as it is.
+const WindowLayout = "2006-01-02 15:04:05.000"
 
 // acc accumulates one aggregate column of one group.
 type acc struct {
@@ -142,18 +147,18 @@ func (a *Aggregate) apply() error {
 	q := a.q
 	gi, ok := a.index[string(a.keyBuf)]
 	if !ok {
-		g := group{keys: make([]any, len(q.keys)), accs: make([]acc, len(q.vals))}
+		g := group{id: string(a.keyBuf), keys: make([]any, len(q.keys)), accs: make([]acc, len(q.vals))}
 		for j := range q.keys {
 			v := &a.vals[j]
 			if v.k == kTime {
-				g.keys[j] = time.UnixMilli(v.n.m).UTC()
+				g.keys[j] = time.UnixMilli(v.n.m).UTC().Format(WindowLayout)
 			} else {
 				g.keys[j] = string(v.keyText(nil))
 			}
 		}
 		gi = int32(len(a.groups))
 		a.groups = append(a.groups, g)
-		a.index[string(a.keyBuf)] = gi
+		a.index[g.id] = gi
 	}
 	g := &a.groups[gi]
 	args := a.vals[len(q.keys):]
@@ -279,33 +284,17 @@ func scaledText(s exact.Int) string {
 func (a *Aggregate) Merge(b *Aggregate) {
 	q := a.q
 	for _, g := range b.groups {
-		a.keyBuf = groupKey(a.keyBuf[:0], g.keys)
-		gi, ok := a.index[string(a.keyBuf)]
+		gi, ok := a.index[g.id]
 		if !ok {
-			ng := group{keys: g.keys, accs: make([]acc, len(g.accs))}
 			gi = int32(len(a.groups))
-			a.groups = append(a.groups, ng)
-			a.index[string(a.keyBuf)] = gi
+			a.groups = append(a.groups, group{id: g.id, keys: g.keys, accs: make([]acc, len(g.accs))})
+			a.index[g.id] = gi
 		}
 		dst := &a.groups[gi]
 		for j, i := range q.vals {
 			dst.accs[j].merge(q.cols[i].agg, &g.accs[j])
 		}
 	}
-}
-
-// groupKey is a group's identity from its key values, as eval builds it.
-func groupKey(dst []byte, keys []any) []byte {
-	for _, k := range keys {
-		switch x := k.(type) {
-		case time.Time:
-			dst = binary.BigEndian.AppendUint64(dst, uint64(x.UnixMilli()))
-		case string:
-			dst = binary.BigEndian.AppendUint32(dst, uint32(len(x)))
-			dst = append(dst, x...)
-		}
-	}
-	return dst
 }
 
 // Len is the number of groups.
@@ -318,8 +307,8 @@ func (a *Aggregate) Reset() {
 	a.groups = a.groups[:0]
 }
 
-// Rows are the groups as rows of q.Upsert(): key values (string, or
-// time.Time for a window), then each aggregate's value (int64 for COUNT,
+// Rows are the groups as rows of q.Upsert(): key values (text; a
+// window's start as WindowLayout text), then each aggregate's value (int64 for COUNT,
 // exact decimal text for SUM, MIN, MAX; nil for NULL), sorted by key.
 func (a *Aggregate) Rows() [][]any {
 	q := a.q
@@ -346,17 +335,12 @@ func (a *Aggregate) Rows() [][]any {
 }
 
 func compareKey(a, b any) int {
-	switch x := a.(type) {
-	case time.Time:
-		return x.Compare(b.(time.Time))
-	case string:
-		y := b.(string)
-		switch {
-		case x < y:
-			return -1
-		case x > y:
-			return 1
-		}
+	x, y := a.(string), b.(string)
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
 	}
 	return 0
 }

@@ -122,7 +122,7 @@ func TestWindowAndExpressions(t *testing.T) {
 		}
 	}
 	got := rowsText(a.Rows())
-	want := "1970-01-01 00:01:00 +0000 UTC|k|0|1|1\n1970-01-01 00:01:00 +0000 UTC|none|1|3|0\n"
+	want := "1970-01-01 00:01:00.000|k|0|1|1\n1970-01-01 00:01:00.000|none|1|3|0\n"
 	if got != want {
 		t.Fatalf("rows:\n%s\nwant:\n%s", got, want)
 	}
