@@ -16,7 +16,7 @@ import (
 )
 
 // sqlFlagHelp is --sql's help, the same for run and verify.
-const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … (FROM names the topic; sinks: mysql://, or redis:// with --strategy idempotent; see docs/sql-jobs.md)"
+const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … (FROM names the topic; sinks: mysql://, or redis:// with --strategy idempotent)"
 
 // given reports whether setting name is set anywhere: on the command line,
 // in its MICROBATCH_* variable (even set empty) or in the config file.
