@@ -72,7 +72,8 @@ func wantLines(t *testing.T, r systemtest.Result, want ...string) {
 	}
 }
 
-// TestSQLJobRunAndVerifyMySQL: run --sql (txn, and checkpoint with XA) on
+// TestSQLJobRunAndVerifyMySQL: run --sql (txn, at-least-once, checkpoint
+// with XA and WAL: each keeps its positions elsewhere) on
 // a few records, two of them bad, then verify --sql: it passes, and after
 // the table is changed by hand it names each change — a wrong value
 // (different), a deleted row (missing), an inserted one (extra) — exits
@@ -87,18 +88,23 @@ func TestSQLJobRunAndVerifyMySQL(t *testing.T) {
 	dir := t.TempDir()
 
 	for _, c := range []struct {
-		strategy string
-		extra    []string
+		name, strategy string
+		extra          []string // run's and verify's
+		runExtra       []string
 	}{
-		{"txn", nil},
-		{"checkpoint", []string{"--state-dir", filepath.Join(dir, "state")}},
+		{name: "txn", strategy: "txn"},
+		// Its positions are the consumer group's offsets.
+		{name: "at-least-once", strategy: "at-least-once"},
+		// Its positions are in the newest checkpoint.
+		{name: "checkpoint-xa", strategy: "checkpoint", extra: []string{"--state-dir", filepath.Join(dir, "state-xa")}},
+		{name: "checkpoint-wal", strategy: "checkpoint", extra: []string{"--state-dir", filepath.Join(dir, "state-wal")}, runExtra: []string{"--sink-mode", "wal"}},
 	} {
-		t.Run(c.strategy, func(t *testing.T) {
-			job := "sql-" + c.strategy
-			table := sqlName("per_key_" + c.strategy)
+		t.Run(c.name, func(t *testing.T) {
+			job := "sql-" + c.name
+			table := sqlName("per_key_" + c.name)
 			q := perKeyQuery(table, topic)
 			common := append([]string{"--brokers", kafka, "--job", job, "--sink", sink, "--strategy", c.strategy, "--sql", q}, c.extra...)
-			r := systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"run", "--until-idle", "1s", "-q"}, common...)...)
+			r := systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append(append([]string{"run", "--until-idle", "1s", "-q"}, common...), c.runExtra...)...)
 			if r.Code != 0 {
 				t.Fatalf("run --sql: exit %d\n%s", r.Code, r)
 			}
