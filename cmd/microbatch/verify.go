@@ -34,7 +34,8 @@ job's committed positions from where its strategy keeps them (checkpoint
 mode: the newest checkpoint in --state-dir), reads the topic read-committed
 from the start up to them, evaluates the query in memory and compares it
 with the sink group by group: matching, missing, extra and different
-groups, the first --show differences listed.`,
+groups, the first --show differences listed. Run it on a stopped or idle
+job: the positions, the topic and the sink are read one after the other.`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
