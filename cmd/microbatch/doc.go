@@ -7,13 +7,16 @@
 //   - run (run.go, dryrun.go, logging.go, status.go): a job, with any
 //     --strategy, until it is stopped or, with --until-idle, caught up;
 //     --dry-run checks settings and servers and prints the plan;
-//     --metrics-addr serves metrics and the status page.
+//     --metrics-addr serves metrics and the status page; --sql (sqljob.go)
+//     runs a SQL job in place of the built-in one.
 //   - broker (broker.go): the embedded development Kafka broker as its own
 //     process.
 //   - produce (produce.go): deterministic events into a topic, and the
 //     totals a sink must end with.
 //   - verify (verify.go): what the sink holds for a job against those
-//     totals, judged by the strategy's promise.
+//     totals, judged by the strategy's promise; with --sql (verifysql.go),
+//     a SQL job's table against the query recomputed from Kafka up to the
+//     job's positions, group by group.
 //   - offsets show|reset (offsets.go): where a job stands, and moving a
 //     stopped one.
 //   - bench (bench.go): the guarantee matrix of package benchmarks.

@@ -158,6 +158,14 @@ func TestExitCodesEveryCommand(t *testing.T) {
 			}
 			return append(append(a, "--strategy", "checkpoint", "--sink", "kafka://"+fl.kafka[1]+"/"+topic), fl.kafka[2:]...)
 		}},
+		{"run --sql", func(fl failure, job string) []string {
+			return sqlArgs(runArgs(f, fl, job), "--until-idle", "1s")
+		}},
+		{"verify --sql", func(fl failure, job string) []string {
+			// Like offsets show, it reads the job's positions from the
+			// sink (Redis: the idempotent strategy's) and the topic.
+			return sqlArgs(append([]string{"verify"}, runArgs(f, fl, job)[1:]...))
+		}},
 		{"offsets show", func(fl failure, job string) []string {
 			return offsetsArgs(f, fl, job, "show")
 		}},
@@ -249,4 +257,23 @@ func checkNoSecret(t *testing.T, r systemtest.Result, secrets ...string) {
 			t.Errorf("the output shows the password %q:\n%s", s, r)
 		}
 	}
+}
+
+// sqlArgs turns run's flags (runArgs) into those of a SQL job on the same
+// topic: the query's FROM names it, in place of --topic. Its table is one
+// for every run in the shared database, created by the first run that
+// reaches it.
+func sqlArgs(args []string, extra ...string) []string {
+	var out []string
+	topic := ""
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--topic" {
+			topic = args[i+1]
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	q := "INSERT INTO exit_codes_sql SELECT `key`, COUNT(*) AS events FROM `" + topic + "` GROUP BY `key`"
+	return append(append(out, "--sql", q), extra...)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/microbatch/microbatch/internal/devbroker"
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -65,7 +66,8 @@ works on a machine with nothing installed.`,
 	fs.String("strategy", string(strategies.StrategyTxn), "delivery strategy: "+strings.Join(names(strategies.Strategies), ", "))
 	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (set nowhere: embedded demo broker)")
 	markList(fs, "brokers")
-	fs.String("topic", strategies.DefaultTopic, "topic to read")
+	fs.String("topic", strategies.DefaultTopic, "topic to read (with --sql: the query's FROM; if given, it must agree)")
+	fs.String("sql", "", sqlFlagHelp)
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
 	fs.String("start-from", string(strategies.StartEarliest), "where partitions without a stored offset start: earliest or latest")
 	fs.String("sink", "", "sink DSN: "+strategies.SinkFormsHelp()+" (empty: "+defaultSink+"; checkpoint: "+defaultCheckpointSink+")")
@@ -128,7 +130,28 @@ func runJob(ctx context.Context, s *settings) error {
 	if dry, err := s.boolean("dry-run"); err != nil {
 		return err
 	} else if dry {
-		return dryRunJob(ctx, s, rp.cfg)
+		if err := dryRunJob(ctx, s, rp.cfg); err != nil {
+			return err
+		}
+		if rp.query != nil {
+			// Printed only: the dry run creates nothing, the table included.
+			fmt.Printf("SQL job: %s\n%s", rp.query.SQL(), indent(rp.query.Plan(), "  "))
+		}
+		return nil
+	}
+	if rp.query != nil && !isRedisDSN(rp.cfg.Sink) {
+		// Before Run, which checks the table but does not create it; and
+		// only for a configuration Run would take.
+		check := rp.cfg
+		if len(check.Brokers) == 0 {
+			check.Brokers = []string{"embedded"}
+		}
+		if err := check.Validate(); err != nil {
+			return configError{err}
+		}
+		if err := ensureSQLTable(ctx, rp.query, rp.cfg.Sink, rp.cfg.ConnectTimeout); err != nil {
+			return err
+		}
 	}
 	return rp.run(ctx, s, out)
 }
@@ -137,6 +160,9 @@ func runJob(ctx context.Context, s *settings) error {
 // what the CLI does around it (the demo broker, the log output).
 type runPlan struct {
 	cfg strategies.Config
+	// query is the --sql job (cfg.Transform runs it), nil for the
+	// built-in job.
+	query *sqljob.Query
 	// brokersGiven: brokers is set somewhere; if not, the embedded demo
 	// broker runs (and cfg.Brokers is empty).
 	brokersGiven bool
@@ -177,6 +203,13 @@ func runSettings(s *settings) (runPlan, error) {
 	}
 	if err := strategies.CheckSink(cfg.Sink); err != nil {
 		return rp, configError{fmt.Errorf("sink: %w", err)}
+	}
+	if rp.query, err = compileSQL(s, cfg.Strategy, cfg.Sink); err != nil {
+		return rp, err
+	}
+	if rp.query != nil {
+		cfg.Topic = rp.query.Topic()
+		cfg.Transform = strategies.SQLTransform(rp.query)
 	}
 	if err := secureSettings(s, &cfg); err != nil {
 		return rp, err
@@ -289,7 +322,7 @@ func (rp runPlan) run(ctx context.Context, s *settings, out *output) error {
 	if err != nil {
 		return err
 	}
-	if demo != nil {
+	if demo != nil && rp.query == nil {
 		// Also after Ctrl-C: the stop was graceful, the report still due.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -476,4 +509,16 @@ func crashPointFromEnv() (func(string), error) {
 		_ = syscall.Kill(os.Getpid(), sig)
 		<-cont
 	}, nil
+}
+
+// indent puts prefix before every line of text.
+func indent(text, prefix string) string {
+	lines := strings.SplitAfter(text, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString(prefix + l)
+		}
+	}
+	return b.String()
 }

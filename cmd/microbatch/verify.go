@@ -22,8 +22,21 @@ var errDiffers = errors.New("sink differs from expectation")
 func verifyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify",
-		Short: "Compare what the sink holds for a job with the expected totals; exit 1 if they differ",
-		Args:  cobra.NoArgs,
+		Short: "Compare what the sink holds for a job with the expected totals (or, with --sql, with the query recomputed from Kafka); exit 1 if they differ",
+		Long: `Compare what the sink holds for a job with what it should hold; exit 1 if
+they differ.
+
+The built-in job: give the totals produce printed (--expect-events,
+--expect-amount); the comparison is judged by the strategy's promise.
+
+A SQL job (--sql, the query the job ran, and --brokers): verify reads the
+job's committed positions from where its strategy keeps them (checkpoint
+mode: the newest checkpoint in --state-dir), reads the topic read-committed
+from the start up to them, evaluates the query in memory and compares it
+with the sink group by group: matching, missing, extra and different
+groups, the first --show differences listed. Run it on a stopped or idle
+job: the positions, the topic and the sink are read one after the other.`,
+		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
 	addConfigFlag(fs)
@@ -32,12 +45,30 @@ func verifyCmd() *cobra.Command {
 	fs.String("strategy", string(strategies.StrategyTxn), "strategy the job ran with; verify judges by its promise: "+strings.Join(names(strategies.Strategies), ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
 	fs.String("expect-amount", "0", "sum of amount the sink should hold (an integer of any size and sign)")
+	fs.String("sql", "", "the SQL job to check (as given to run --sql): recompute it from Kafka and compare it with the sink group by group")
+	fs.String("brokers", "", "with --sql: the job's Kafka bootstrap brokers, comma separated")
+	markList(fs, "brokers")
+	fs.String("topic", "", "with --sql: the job's topic (the query's FROM; if given, it must agree)")
+	fs.String("group", "", "with --sql, at-least-once and at-most-once: the job's consumer group, where their positions are (empty: the job name)")
+	fs.String("state-dir", strategies.DefaultStateDir, "with --sql, checkpoint: the job's state dir, where its positions are")
+	fs.Int64("show", 10, "with --sql: list the first N differences")
 	addKafkaSecurityFlags(fs)
 	addSinkSecurityFlags(fs)
 	addConnectTimeoutFlag(fs)
 	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
+			return err
+		}
+		if s.str("sql") != "" {
+			v, err := sqlVerifySettings(s)
+			if err != nil {
+				return err
+			}
+			ok, err := verifySQL(cmd.Context(), cmd.OutOrStdout(), v)
+			if err == nil && !ok {
+				err = errDiffers
+			}
 			return err
 		}
 		strategy, err := choice(s, "strategy", strategies.Strategies...)

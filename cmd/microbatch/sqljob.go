@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/microbatch/microbatch/internal/redact"
+	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/sqljob"
+	"github.com/microbatch/microbatch/strategies"
+	"github.com/microbatch/microbatch/writers/sqlsink"
+)
+
+// sqlFlagHelp is --sql's help, the same for run and verify.
+const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … (FROM names the topic; sinks: mysql://, or redis:// with --strategy idempotent)"
+
+// given reports whether setting name is set anywhere: on the command line,
+// in its MICROBATCH_* variable (even set empty) or in the config file.
+func (s *settings) given(name string) bool {
+	if s.fs.Changed(name) {
+		return true
+	}
+	if f := s.fs.Lookup(name); f != nil && isCommandLineOnly(f) {
+		return false
+	}
+	if _, ok := os.LookupEnv("MICROBATCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
+		return true
+	}
+	_, ok := s.fromFile[name]
+	return ok
+}
+
+// isRedisDSN reports a Redis sink, as strategies reads it.
+func isRedisDSN(dsn string) bool {
+	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
+}
+
+// compileSQL reads --sql and compiles it for the job's strategy and sink:
+// nil when --sql is not set. A refused query, a sink that can't hold its
+// results exactly, and a --topic that names another topic than the
+// query's FROM are configuration errors. Nothing connects.
+func compileSQL(s *settings, strategy strategies.Strategy, dsn string) (*sqljob.Query, error) {
+	text := s.str("sql")
+	if text == "" {
+		return nil, nil
+	}
+	// Redis adds with HINCRBY, exact on integers only: a SUM argument with
+	// a fraction is dead-lettered there rather than rounded.
+	q, err := sqljob.Compile(text, sqljob.Options{IntegerSums: strategy == strategies.StrategyIdempotent})
+	if err != nil {
+		return nil, configError{err}
+	}
+	if s.given("topic") && s.str("topic") != q.Topic() {
+		return nil, badConfig("topic: --topic %q and the query's FROM %q disagree (FROM names the topic: leave --topic out, or make them the same)", s.str("topic"), q.Topic())
+	}
+	if err := checkSQLSink(strategy, dsn); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// checkSQLSink refuses a sink a SQL job can't write to exactly.
+func checkSQLSink(strategy strategies.Strategy, dsn string) error {
+	switch {
+	case isRedisDSN(dsn):
+		if strategy != strategies.StrategyIdempotent {
+			return badConfig("sql: a redis:// sink takes a SQL job with --strategy idempotent only (strategy %s)", strategy)
+		}
+		return nil
+	case strings.HasPrefix(dsn, "kafka://") || strings.HasPrefix(dsn, "file://"):
+		return badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal) or redis:// (--strategy idempotent)", redact.DSN(dsn))
+	}
+	t, err := sqlsink.ParseDSN(dsn)
+	if err != nil {
+		return configError{fmt.Errorf("sink: %w", err)}
+	}
+	if t.Dialect != offsets.MySQL {
+		return badConfig("sql: sink %s: SQLite has no exact decimal type, so a SQL job can't keep its sums exact there; use a mysql:// sink (or redis:// with --strategy idempotent)", t.Display)
+	}
+	return nil
+}
+
+// ensureSQLTable creates the query's table in the MySQL sink dsn if it is
+// missing and checks an existing one, waiting up to timeout for the sink
+// to answer. A server that does not answer or refuses is classified as
+// every start-up failure is (exit 3, 5); a table that does not fit the
+// query is a configuration error (exit 2) with the reason.
+func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) error {
+	var w *sqlsink.Writer
+	if err := strategies.Connect(ctx, timeout, func(actx context.Context) (err error) {
+		w, err = sqlsink.Open(actx, dsn)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer w.Close()
+	err := q.EnsureTable(ctx, w.DB())
+	if err == nil {
+		return nil
+	}
+	if c := strategies.Classify(err); errors.Is(c, strategies.ErrDenied) || errors.Is(c, strategies.ErrUnreachable) || ctx.Err() != nil {
+		return c
+	}
+	return badConfig("sql: sink %s: %v", w, err)
+}

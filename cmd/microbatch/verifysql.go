@@ -1,0 +1,496 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/record"
+	"github.com/microbatch/microbatch/sqljob"
+	"github.com/microbatch/microbatch/strategies"
+	"github.com/microbatch/microbatch/writers/redissink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
+)
+
+// verify --sql: recompute a SQL job from Kafka and compare it with its
+// sink, group by group.
+//
+// The job's committed positions are read where its strategy keeps them
+// (as `offsets show` reads them; checkpoint mode: the newest checkpoint in
+// --state-dir), the topic read-committed from each partition's log start
+// up to them, and the query evaluated over those records in memory. That
+// is what the sink must hold: every record before a committed position
+// exactly once (at-least-once may hold some twice, at-most-once may miss
+// some — which verify reports as differences; it judges by the result, not
+// by the strategy's promise). Memory is one accumulator per group, never a
+// record: the records are aggregated as they are read, the sink's rows
+// compared as they are read (Redis: its hashes, one per value column).
+
+// sqlVerify is what verify --sql is about.
+type sqlVerify struct {
+	q        *sqljob.Query
+	oj       offsetsJob // job, topic (the query's), group, sink, strategy, Kafka
+	stateDir string     // checkpoint mode's checkpoints
+	show     int
+}
+
+// sqlVerifySettings reads verify's settings for --sql.
+func sqlVerifySettings(s *settings) (sqlVerify, error) {
+	var v sqlVerify
+	strategy, err := choice(s, "strategy", strategies.Strategies...)
+	if err != nil {
+		return v, err
+	}
+	dsn := s.str("sink")
+	if dsn == "" {
+		return v, badConfig("sink: verify --sql needs the job's --sink (mysql://…, or redis://… for --strategy idempotent)")
+	}
+	if err := strategies.CheckSink(dsn); err != nil {
+		return v, configError{fmt.Errorf("sink: %w", err)}
+	}
+	// As offsets show: a Redis sink means the idempotent strategy unless
+	// another is named.
+	if isRedisDSN(dsn) && !s.given("strategy") {
+		strategy = strategies.StrategyIdempotent
+	}
+	if s.given("expect-events") || s.given("expect-amount") {
+		return v, badConfig("verify --sql recomputes what the sink must hold from Kafka: leave --expect-events and --expect-amount out (they are for the built-in job)")
+	}
+	if v.q, err = compileSQL(s, strategy, dsn); err != nil {
+		return v, err
+	}
+	if strategy == strategies.StrategyIdempotent && !isRedisDSN(dsn) {
+		return v, badConfig("strategy idempotent writes to Redis: want --sink redis://…")
+	}
+	if strategy != strategies.StrategyIdempotent && isRedisDSN(dsn) {
+		return v, badConfig("sink: a redis:// sink goes with --strategy idempotent (strategy %s writes to SQL)", strategy)
+	}
+	show, err := s.int64("show")
+	if err != nil {
+		return v, err
+	}
+	v.show = int(min(show, 1<<20))
+	v.oj = offsetsJob{job: s.str("job"), topic: v.q.Topic(), group: s.str("group"), strategy: strategy,
+		brokers: kafkautil.SplitBrokers(s.str("brokers"))}
+	if len(v.oj.brokers) == 0 {
+		return v, badConfig("brokers: verify --sql reads the topic: give the job's --brokers")
+	}
+	if v.oj.job == "" {
+		return v, badConfig("job: must not be empty")
+	}
+	if v.oj.group == "" {
+		v.oj.group = v.oj.job
+	}
+	if strategy == strategies.StrategyCheckpoint {
+		if v.stateDir = s.str("state-dir"); v.stateDir == "" {
+			return v, badConfig("state-dir: checkpoint mode keeps its positions in its checkpoints: give the job's --state-dir")
+		}
+	}
+	if v.oj.kafka, err = kafkaSecurity(s); err != nil {
+		return v, err
+	}
+	if v.oj.sink, err = sinkDSN(s, dsn); err != nil {
+		return v, err
+	}
+	if v.oj.connectTimeout, err = s.duration("connect-timeout"); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// verifySQL is `verify --sql`: false when the sink differs.
+func verifySQL(ctx context.Context, out io.Writer, v sqlVerify) (bool, error) {
+	k, err := openTopic(ctx, v.oj)
+	if err != nil {
+		return false, err
+	}
+	defer k.close()
+	next, err := v.positions(ctx, k)
+	if err != nil {
+		return false, err
+	}
+	exp, err := v.recompute(ctx, k, next)
+	if err != nil {
+		return false, err
+	}
+	c := newComparison(v.q, exp.agg.Rows(), v.show)
+	sink, dead, err := v.compareSink(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	fmt.Fprintf(out, "job %s, table %s in %s (strategy %s)\n", v.oj.job, v.q.Table(), sink, v.oj.strategy)
+	fmt.Fprintf(out, "  %-18s %10d  (topic %s, from the log start up to the job's positions in %d of %d partitions)\n",
+		"records read", exp.records, v.q.Topic(), len(next), len(k.src.Partitions()))
+	fmt.Fprintf(out, "  %-18s %10d  (dead letters the sink holds for the job: %d)\n", "rejected", exp.rejected, dead)
+	for _, n := range exp.notes {
+		fmt.Fprintf(out, "  note: %s\n", n)
+	}
+	return c.print(out), nil
+}
+
+// positions returns the job's committed next offset per partition; a
+// partition the job holds no position for is left out (nothing of it is
+// in the sink).
+func (v sqlVerify) positions(ctx context.Context, k *topicConn) (map[int32]int64, error) {
+	if v.oj.strategy == strategies.StrategyCheckpoint {
+		return v.checkpointPositions(ctx)
+	}
+	store, err := openOffsetStore(ctx, v.oj, k.client)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	stored, err := store.load(ctx, k.src.Partitions())
+	if err != nil {
+		return nil, fmt.Errorf("reading the positions of job %s: %w", v.oj.job, err)
+	}
+	next := make(map[int32]int64, len(stored))
+	for p, sp := range stored {
+		next[p] = sp.next
+	}
+	return next, nil
+}
+
+// checkpointPositions reads the newest complete checkpoint: once its sink
+// transactions are committed (the run does so before it ends, a restart
+// first thing), the sink holds exactly the records before its offsets.
+func (v sqlVerify) checkpointPositions(ctx context.Context) (map[int32]int64, error) {
+	// NewFileCheckpoints creates a missing directory: check first.
+	if _, err := os.Stat(v.stateDir); err != nil {
+		return nil, badConfig("state-dir: %v", err)
+	}
+	store, err := offsets.NewFileCheckpoints(v.stateDir, 0)
+	if err != nil {
+		return nil, err
+	}
+	c, err := store.Latest(ctx, v.oj.job)
+	if err != nil {
+		return nil, fmt.Errorf("reading the checkpoints of job %s in %s: %w", v.oj.job, v.stateDir, err)
+	}
+	if c == nil {
+		return map[int32]int64{}, nil
+	}
+	if c.Topic != v.q.Topic() {
+		return nil, badConfig("job %s's checkpoints in %s are of topic %q, the query reads %q", v.oj.job, v.stateDir, c.Topic, v.q.Topic())
+	}
+	return c.Offsets, nil
+}
+
+// expectation is the query recomputed from Kafka.
+type expectation struct {
+	agg               *sqljob.Aggregate
+	records, rejected int64
+	notes             []string
+}
+
+// recompute reads each partition from its log start up to next and
+// aggregates the records as the job does.
+func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]int64) (expectation, error) {
+	exp := expectation{agg: v.q.NewAggregate()}
+	bounds, err := k.src.Bounds(ctx)
+	if err != nil {
+		return exp, fmt.Errorf("reading offsets of topic %q: %w", v.q.Topic(), err)
+	}
+	for _, p := range k.src.Partitions() {
+		to, ok := next[p]
+		if !ok {
+			continue
+		}
+		b := bounds[p]
+		if to > b.End {
+			return exp, fmt.Errorf("job %s's position %d in partition %d is past the topic's last stable offset %d: the sink holds a job of another topic or cluster (see offsets show)", v.oj.job, to, p, b.End)
+		}
+		if b.Start > 0 {
+			exp.notes = append(exp.notes, fmt.Sprintf("partition %d: offsets before %d were deleted from the log; the recomputation can't count them", p, b.Start))
+		}
+		r := record.Range{Topic: v.q.Topic(), Partition: p, From: b.Start, To: to}
+		err := k.src.Read(ctx, r, func(rec *batch.Record) error {
+			exp.records++
+			if err := exp.agg.Add(rec.Value); err != nil {
+				if !sqljob.IsRejection(err) {
+					return fmt.Errorf("partition %d offset %d: %w", p, rec.Offset, err)
+				}
+				exp.rejected++
+			}
+			return nil
+		})
+		if err != nil {
+			return exp, fmt.Errorf("reading %s: %w", r, err)
+		}
+	}
+	return exp, nil
+}
+
+// compareSink reads the sink's rows into c; it returns the sink's name and
+// the dead letters it holds for the job.
+func (v sqlVerify) compareSink(ctx context.Context, c *comparison) (sink string, dead int64, err error) {
+	if isRedisDSN(v.oj.sink) {
+		return v.compareRedis(ctx, c)
+	}
+	var w *sqlsink.Writer
+	if err := strategies.Connect(ctx, v.oj.connectTimeout, func(actx context.Context) (err error) {
+		w, err = sqlsink.Open(actx, v.oj.sink)
+		return err
+	}); err != nil {
+		return "", 0, err
+	}
+	defer w.Close()
+	if err := v.compareMySQL(ctx, w, c); err != nil {
+		return w.String(), 0, err
+	}
+	err = w.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM mb_dead_letters WHERE job = ?`, v.oj.job).Scan(&dead)
+	if err != nil && strings.Contains(err.Error(), "doesn't exist") {
+		err = nil // no job ever ran here: no dead letters
+	}
+	if err != nil {
+		err = fmt.Errorf("counting the dead letters of job %s: %w", v.oj.job, err)
+	}
+	return w.String(), dead, err
+}
+
+// compareMySQL reads the query's table row by row.
+func (v sqlVerify) compareMySQL(ctx context.Context, w *sqlsink.Writer, c *comparison) error {
+	cols := v.q.Columns()
+	names := make([]string, 0, len(cols))
+	var keys []string
+	for _, col := range cols {
+		if col.Key {
+			keys = append(keys, "`"+col.Name+"`")
+		}
+	}
+	u := v.q.Upsert() // keys first, then values, as the rows are compared
+	for _, n := range append(append([]string(nil), u.Keys...), u.Values...) {
+		names = append(names, "`"+n+"`")
+	}
+	rows, err := w.DB().QueryContext(ctx, fmt.Sprintf("SELECT %s FROM `%s` ORDER BY %s",
+		strings.Join(names, ", "), v.q.Table(), strings.Join(keys, ", ")))
+	if err != nil {
+		return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
+	}
+	defer rows.Close()
+	vals := make([]any, len(names))
+	ptrs := make([]any, len(names))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	nk := len(u.Keys)
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
+		}
+		key := make([]any, nk)
+		for i := range nk {
+			switch x := vals[i].(type) {
+			case []byte:
+				key[i] = string(x)
+			case time.Time:
+				key[i] = x.UTC()
+			default:
+				key[i] = x
+			}
+		}
+		id, err := redissink.RowField(key)
+		if err != nil {
+			return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
+		}
+		c.sinkRow(id, showKey(key), vals[nk:])
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
+	}
+	c.finish(false)
+	return nil
+}
+
+// compareRedis reads the job's hashes, one per value column: a group's
+// value of a column is its field in that column's hash, NULL where it has
+// none. A group whose values are all NULL has no field anywhere.
+func (v sqlVerify) compareRedis(ctx context.Context, c *comparison) (string, int64, error) {
+	var r *redissink.Sink
+	if err := strategies.Connect(ctx, v.oj.connectTimeout, func(actx context.Context) (err error) {
+		r, err = redissink.Open(actx, v.oj.sink)
+		return err
+	}); err != nil {
+		return "", 0, err
+	}
+	defer r.Close()
+	j, err := r.Job(v.oj.job)
+	if err != nil {
+		return r.String(), 0, err
+	}
+	u := v.q.Upsert()
+	// field -> the group's values; memory: the sink's groups.
+	got := map[string][]any{}
+	for ci, col := range u.Values {
+		hash, err := j.Rows(ctx, u.Table, col)
+		if err != nil {
+			return r.String(), 0, err
+		}
+		for f, val := range hash {
+			vals := got[f]
+			if vals == nil {
+				vals = make([]any, len(u.Values))
+				got[f] = vals
+			}
+			vals[ci] = val
+		}
+	}
+	for f, vals := range got {
+		c.sinkRow(f, strconv.Quote(f), vals)
+	}
+	c.finish(true)
+	dead, err := j.DeadLetterCount(ctx)
+	return r.String(), dead, err
+}
+
+// comparison holds the expected groups and what the sink's rows made of
+// them.
+type comparison struct {
+	q                                   *sqljob.Query
+	want                                [][]any // expected rows: keys, then values
+	nk                                  int
+	index                               map[string]int // RowField of the keys -> want's index
+	seen                                []bool
+	sinkRows                            int
+	matching, missing, extra, different int
+	show                                int
+	diffs                               []difference
+	more                                int // differences past show
+}
+
+// difference is one line of the listing: a column that differs, or a
+// whole group missing or extra (column "-").
+type difference struct{ key, column, want, got string }
+
+func newComparison(q *sqljob.Query, want [][]any, show int) *comparison {
+	c := &comparison{q: q, want: want, nk: len(q.Upsert().Keys), index: make(map[string]int, len(want)), seen: make([]bool, len(want)), show: show}
+	for i, row := range want {
+		id, err := redissink.RowField(row[:c.nk])
+		if err != nil {
+			panic(err) // a query's keys are strings or times: never
+		}
+		c.index[id] = i
+	}
+	return c
+}
+
+func (c *comparison) note(d difference) {
+	if len(c.diffs) < c.show {
+		c.diffs = append(c.diffs, d)
+	} else {
+		c.more++
+	}
+}
+
+// sinkRow compares one group the sink holds: id is its RowField, key its
+// text for people, vals its values in the order of the query's Upsert.
+func (c *comparison) sinkRow(id, key string, vals []any) {
+	c.sinkRows++
+	i, ok := c.index[id]
+	if !ok {
+		c.extra++
+		c.note(difference{key: key, column: "-", want: "(no such group)", got: "(row)"})
+		return
+	}
+	c.seen[i] = true
+	u := c.q.Upsert()
+	same := true
+	for j, val := range vals {
+		want, got := sqljob.Canonical(c.want[i][c.nk+j]), sqljob.Canonical(val)
+		if want != got {
+			same = false
+			c.note(difference{key: key, column: u.Values[j], want: showValue(want), got: showValue(got)})
+		}
+	}
+	if same {
+		c.matching++
+	} else {
+		c.different++
+	}
+}
+
+// finish counts the expected groups the sink has no row for. With
+// absentIsNull (Redis), one whose values are all NULL matches: such a group
+// has no field in any hash.
+func (c *comparison) finish(absentIsNull bool) {
+	for i, seen := range c.seen {
+		if seen {
+			continue
+		}
+		allNull := true
+		for _, v := range c.want[i][c.nk:] {
+			allNull = allNull && v == nil
+		}
+		if absentIsNull && allNull {
+			c.matching++
+			continue
+		}
+		c.missing++
+		c.note(difference{key: showKey(c.want[i][:c.nk]), column: "-", want: "(row)", got: "(no row)"})
+	}
+}
+
+// print writes the counts and the listing; it reports whether every group
+// matches.
+func (c *comparison) print(out io.Writer) bool {
+	fmt.Fprintf(out, "  %-18s %10d\n", "groups recomputed", len(c.want))
+	fmt.Fprintf(out, "  %-18s %10d\n", "groups in the sink", c.sinkRows)
+	fmt.Fprintf(out, "  %-18s %10d\n", "matching", c.matching)
+	fmt.Fprintf(out, "  %-18s %10d  (recomputed, not in the sink)\n", "missing", c.missing)
+	fmt.Fprintf(out, "  %-18s %10d  (in the sink only)\n", "extra", c.extra)
+	fmt.Fprintf(out, "  %-18s %10d\n", "different", c.different)
+	bad := c.missing + c.extra + c.different
+	if bad == 0 {
+		fmt.Fprintf(out, "OK: all %d groups match\n", c.matching)
+		return true
+	}
+	fmt.Fprintf(out, "FAIL: %d of %d groups differ (%d missing, %d extra, %d different)\n", bad, len(c.want)+c.extra, c.missing, c.extra, c.different)
+	if len(c.diffs) > 0 {
+		tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  key\tcolumn\twant\tgot")
+		for _, d := range c.diffs {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.key, d.column, d.want, d.got)
+		}
+		_ = tw.Flush()
+	}
+	if c.more > 0 {
+		fmt.Fprintf(out, "  … and %d more (--show)\n", c.more)
+	}
+	return false
+}
+
+// showKey is a group's key values for people: a string quoted, a window's
+// start in RFC 3339, several in parentheses.
+func showKey(keys []any) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		switch x := k.(type) {
+		case string:
+			parts[i] = strconv.Quote(x)
+		case time.Time:
+			parts[i] = x.UTC().Format(time.RFC3339Nano)
+		default:
+			parts[i] = fmt.Sprint(x)
+		}
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// showValue is a canonical value for people: NULL for none.
+func showValue(v string) string {
+	if v == "" {
+		return "NULL"
+	}
+	return v
+}
