@@ -45,6 +45,10 @@ type Options struct {
 	// exact on integers of any size but has no decimal type). A record
 	// whose SUM argument has digits after the point is dead-lettered.
 	IntegerSums bool
+	// SQLite: the sink is SQLite, which has no exact decimal type. Sums are
+	// then integers (IntegerSums, exact at any size as the built-in job's
+	// totals), MIN and MAX are refused, and the table's DDL is SQLite's.
+	SQLite bool
 }
 
 // aggKind is an output column's aggregate, or a group key.
@@ -168,6 +172,9 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 // Compile parses and compiles one statement
 // INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY ….
 func Compile(sql string, opts Options) (*Query, error) {
+	if opts.SQLite {
+		opts.IntegerSums = true
+	}
 	c := &compiler{q: &Query{sql: sql, opts: opts, root: &pathNode{field: -1}}, sql: sql}
 	parser, err := sqlparser.New(sqlparser.Options{})
 	if err != nil {
@@ -634,6 +641,9 @@ func (c *compiler) aggregate(col *Column, x sqlparser.Expr) error {
 		return c.errAt("avg", 0, "AVG", "not supported: an average can't be merged across batches; select SUM(x) and COUNT(x) and divide when you read")
 	default:
 		return c.errExpr(x, col.Expr, "this aggregate is not supported: COUNT, SUM, MIN and MAX are")
+	}
+	if c.q.opts.SQLite && (col.agg == aggMin || col.agg == aggMax) {
+		return c.errExpr(x, col.Aggregate(), "not supported on a SQLite sink: it has no exact decimal type to compare in; use mysql:// (or redis:// with --strategy idempotent)")
 	}
 	if containsAggregate(arg) {
 		return c.errExpr(arg, col.Expr, "an aggregate inside an aggregate is not supported")

@@ -8,8 +8,20 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// SQLType is column c's type in MySQL/MariaDB.
+// SQLType is column c's type in the sink's database.
 func (q *Query) SQLType(c Column) string {
+	if q.opts.SQLite {
+		switch {
+		case c.Key:
+			return "TEXT" // compared by memcmp (BINARY): bytes, as VARBINARY
+		case c.agg == aggCount || c.agg == aggCountStar:
+			return "INTEGER"
+		}
+		// No declared type, as mb_totals.amount: an INTEGER while the sum
+		// fits in int64, its exact decimal TEXT beyond (a typed column
+		// would turn that text into an inexact REAL).
+		return ""
+	}
 	switch {
 	case c.Key && c.Window > 0:
 		return "DATETIME(3)"
@@ -23,8 +35,8 @@ func (q *Query) SQLType(c Column) string {
 
 func quote(name string) string { return "`" + name + "`" }
 
-// DDL is the statement that creates the query's table in MySQL/MariaDB.
-// Text keys are VARBINARY: every VARCHAR collation, _bin included, ignores
+// DDL is the statement that creates the query's table in the sink's
+// database (MySQL/MariaDB, or SQLite with Options.SQLite). Text keys are VARBINARY: every VARCHAR collation, _bin included, ignores
 // trailing spaces, and the others merge case or Unicode forms; bytes keep
 // every distinct key its own row. Windows are DATETIME(3) in UTC.
 func (q *Query) DDL() string {
@@ -35,13 +47,20 @@ func (q *Query) DDL() string {
 		if c.Key || c.agg == aggCount || c.agg == aggCountStar {
 			null = "NOT NULL"
 		}
-		fmt.Fprintf(&b, "  %s %s %s,\n", quote(c.Name), q.SQLType(c), null)
+		typ := q.SQLType(c)
+		if typ != "" {
+			typ += " "
+		}
+		fmt.Fprintf(&b, "  %s %s%s,\n", quote(c.Name), typ, null)
 	}
 	var keys []string
 	for _, i := range q.keys {
 		keys = append(keys, quote(q.cols[i].Name))
 	}
-	fmt.Fprintf(&b, "  PRIMARY KEY (%s)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", strings.Join(keys, ", "))
+	fmt.Fprintf(&b, "  PRIMARY KEY (%s)\n)", strings.Join(keys, ", "))
+	if !q.opts.SQLite {
+		b.WriteString(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
+	}
 	return b.String()
 }
 
@@ -82,8 +101,9 @@ func (q *Query) Plan() string {
 	return b.String()
 }
 
-// EnsureTable creates the query's table in a MySQL/MariaDB database if it
-// is missing, and checks an existing one: every column present with a
+// EnsureTable creates the query's table in the sink's database
+// (MySQL/MariaDB, or SQLite when compiled with Options.SQLite) if it is
+// missing, and checks an existing one: every column present with a
 // type that keeps its values exactly, the primary key exactly the GROUP BY
 // columns. Extra columns must be nullable or have defaults (the job never
 // writes them).
@@ -96,10 +116,17 @@ func (q *Query) EnsureTable(ctx context.Context, db *sqlx.DB) error {
 
 // CheckTable checks an existing table (see EnsureTable).
 func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
+	if isSQLite(db) != q.opts.SQLite {
+		return fmt.Errorf("the query was compiled for %s, the database is %s (set Options.SQLite for a SQLite sink)", dialectName(q.opts.SQLite), dialectName(isSQLite(db)))
+	}
+	if q.opts.SQLite {
+		return q.checkSQLiteTable(ctx, db)
+	}
 	type colInfo struct {
 		Name     string  `db:"COLUMN_NAME"`
 		DataType string  `db:"DATA_TYPE"`
 		Scale    *int64  `db:"NUMERIC_SCALE"`
+		TimePrec *int64  `db:"DATETIME_PRECISION"`
 		Prec     *int64  `db:"NUMERIC_PRECISION"`
 		MaxLen   *int64  `db:"CHARACTER_MAXIMUM_LENGTH"`
 		Nullable string  `db:"IS_NULLABLE"`
@@ -108,7 +135,7 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 		Extra    string  `db:"EXTRA"`
 	}
 	var cols []colInfo
-	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_SCALE, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
+	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_SCALE, DATETIME_PRECISION, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
 		IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY, EXTRA
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, q.table)
 	if err != nil {
@@ -134,7 +161,7 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 		dt := strings.ToLower(h.DataType)
 		switch {
 		case c.Key && c.Window > 0:
-			if dt != "datetime" || h.Scale == nil || *h.Scale < 3 {
+			if dt != "datetime" || h.TimePrec == nil || *h.TimePrec != 3 {
 				return bad("window column %s is %s; want DATETIME(3)", c.Name, h.DataType)
 			}
 		case c.Key:
@@ -199,4 +226,80 @@ func sameSet(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+func isSQLite(db *sqlx.DB) bool { return strings.HasPrefix(db.DriverName(), "sqlite") }
+
+func dialectName(sqlite bool) string {
+	if sqlite {
+		return "SQLite"
+	}
+	return "MySQL/MariaDB"
+}
+
+// checkSQLiteTable is CheckTable in SQLite: the columns' declared types
+// (TEXT keys without a collation that merges, INTEGER counts, untyped
+// sums) and the primary key.
+func (q *Query) checkSQLiteTable(ctx context.Context, db *sqlx.DB) error {
+	type colInfo struct {
+		CID     int     `db:"cid"`
+		Name    string  `db:"name"`
+		Type    string  `db:"type"`
+		NotNull int     `db:"notnull"`
+		Default *string `db:"dflt_value"`
+		PK      int     `db:"pk"`
+	}
+	var cols []colInfo
+	if err := db.SelectContext(ctx, &cols, "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?)", q.table); err != nil {
+		return fmt.Errorf("reading the columns of %s: %w", q.table, err)
+	}
+	if len(cols) == 0 {
+		return fmt.Errorf("table %s does not exist", q.table)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("table %s exists and doesn't fit the query: %s (drop it, or write to a new table)", q.table, fmt.Sprintf(format, args...))
+	}
+	var ddl string
+	if err := db.GetContext(ctx, &ddl, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", q.table); err != nil {
+		return fmt.Errorf("reading the definition of %s: %w", q.table, err)
+	}
+	if strings.Contains(strings.ToUpper(ddl), "COLLATE") {
+		return bad("it declares a collation, which can merge keys that differ in case or spaces")
+	}
+	have := map[string]colInfo{}
+	for _, c := range cols {
+		have[strings.ToLower(c.Name)] = c
+	}
+	want := map[string]bool{}
+	var pk []string
+	for _, c := range q.cols {
+		want[strings.ToLower(c.Name)] = true
+		h, ok := have[strings.ToLower(c.Name)]
+		if !ok {
+			return bad("it has no column %s", c.Name)
+		}
+		if t := strings.ToUpper(h.Type); t != q.SQLType(c) {
+			w := q.SQLType(c)
+			if w == "" {
+				w = "no declared type (an exact sum past int64 is kept as decimal text)"
+			}
+			return bad("column %s is %q; want %s", c.Name, h.Type, w)
+		}
+	}
+	for _, c := range cols {
+		if c.PK > 0 {
+			pk = append(pk, c.Name)
+		}
+		if !want[strings.ToLower(c.Name)] && c.NotNull != 0 && c.Default == nil {
+			return bad("extra column %s is NOT NULL without a default", c.Name)
+		}
+	}
+	var keys []string
+	for _, i := range q.keys {
+		keys = append(keys, q.cols[i].Name)
+	}
+	if !sameSet(pk, keys) {
+		return bad("its primary key is (%s); want (%s), the GROUP BY columns", strings.Join(pk, ", "), strings.Join(keys, ", "))
+	}
+	return nil
 }

@@ -322,10 +322,13 @@ func (rp runPlan) run(ctx context.Context, s *settings, out *output) error {
 	if err != nil {
 		return err
 	}
-	if demo != nil && rp.query == nil {
+	if demo != nil {
 		// Also after Ctrl-C: the stop was graceful, the report still due.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		if rp.query != nil {
+			return demo.reportSQL(rctx, cfg, rp.query)
+		}
 		return demo.report(rctx, cfg, ctx.Err() != nil)
 	}
 	return nil
@@ -459,6 +462,25 @@ func (d *demoRun) report(ctx context.Context, cfg strategies.Config, interrupted
 	}
 	printComparison(os.Stdout, sink, cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, big.NewInt(d.expected.Amount))
 	return nil
+}
+
+// reportSQL is verify --sql on the demo: the query recomputed from the
+// embedded broker's topic up to the job's positions, compared with the
+// sink group by group. A difference fails the run (errDiffers).
+func (d *demoRun) reportSQL(ctx context.Context, cfg strategies.Config, q *sqljob.Query) error {
+	v := sqlVerify{q: q, show: 10, oj: offsetsJob{job: cfg.Job, topic: q.Topic(), group: cfg.Group.ID, sink: cfg.Sink,
+		strategy: cfg.Strategy, brokers: d.broker.Addrs(), kafka: cfg.Kafka, connectTimeout: cfg.ConnectTimeout}}
+	if v.oj.group == "" {
+		v.oj.group = cfg.Job
+	}
+	if cfg.Strategy == strategies.StrategyCheckpoint {
+		v.stateDir = cfg.Checkpoint.StateDir
+	}
+	ok, err := verifySQL(ctx, os.Stdout, v)
+	if err == nil && !ok {
+		err = errDiffers
+	}
+	return err
 }
 
 // crashEnv names the variable that arms a crash point: <point>:<n> makes

@@ -16,7 +16,7 @@ import (
 )
 
 // sqlFlagHelp is --sql's help, the same for run and verify.
-const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … (FROM names the topic; sinks: mysql://, or redis:// with --strategy idempotent)"
+const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … (FROM names the topic; sinks: mysql://, sqlite:// (integer sums, no MIN/MAX), or redis:// with --strategy idempotent)"
 
 // given reports whether setting name is set anywhere: on the command line,
 // in its MICROBATCH_* variable (even set empty) or in the config file.
@@ -48,43 +48,43 @@ func compileSQL(s *settings, strategy strategies.Strategy, dsn string) (*sqljob.
 	if text == "" {
 		return nil, nil
 	}
-	// Redis adds with HINCRBY, exact on integers only: a SUM argument with
-	// a fraction is dead-lettered there rather than rounded.
-	q, err := sqljob.Compile(text, sqljob.Options{IntegerSums: strategy == strategies.StrategyIdempotent})
+	opts, err := checkSQLSink(strategy, dsn)
+	if err != nil {
+		return nil, err
+	}
+	q, err := sqljob.Compile(text, opts)
 	if err != nil {
 		return nil, configError{err}
 	}
 	if s.given("topic") && s.str("topic") != q.Topic() {
 		return nil, badConfig("topic: --topic %q and the query's FROM %q disagree (FROM names the topic: leave --topic out, or make them the same)", s.str("topic"), q.Topic())
 	}
-	if err := checkSQLSink(strategy, dsn); err != nil {
-		return nil, err
-	}
 	return q, nil
 }
 
-// checkSQLSink refuses a sink a SQL job can't write to exactly.
-func checkSQLSink(strategy strategies.Strategy, dsn string) error {
+// checkSQLSink refuses a sink a SQL job can't write to exactly, and says
+// what the sink keeps exactly: Redis adds with HINCRBY, exact on integers
+// only, and SQLite has no decimal type, so a SUM argument with a fraction
+// is dead-lettered there rather than rounded (and SQLite takes no MIN or
+// MAX).
+func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, error) {
 	switch {
 	case isRedisDSN(dsn):
 		if strategy != strategies.StrategyIdempotent {
-			return badConfig("sql: a redis:// sink takes a SQL job with --strategy idempotent only (strategy %s)", strategy)
+			return sqljob.Options{}, badConfig("sql: a redis:// sink takes a SQL job with --strategy idempotent only (strategy %s)", strategy)
 		}
-		return nil
+		return sqljob.Options{IntegerSums: true}, nil
 	case strings.HasPrefix(dsn, "kafka://") || strings.HasPrefix(dsn, "file://"):
-		return badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal) or redis:// (--strategy idempotent)", redact.DSN(dsn))
+		return sqljob.Options{}, badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal), sqlite:// or redis:// (--strategy idempotent)", redact.DSN(dsn))
 	}
 	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil {
-		return configError{fmt.Errorf("sink: %w", err)}
+		return sqljob.Options{}, configError{fmt.Errorf("sink: %w", err)}
 	}
-	if t.Dialect != offsets.MySQL {
-		return badConfig("sql: sink %s: SQLite has no exact decimal type, so a SQL job can't keep its sums exact there; use a mysql:// sink (or redis:// with --strategy idempotent)", t.Display)
-	}
-	return nil
+	return sqljob.Options{SQLite: t.Dialect == offsets.SQLite}, nil
 }
 
-// ensureSQLTable creates the query's table in the MySQL sink dsn if it is
+// ensureSQLTable creates the query's table in the SQL sink dsn if it is
 // missing and checks an existing one, waiting up to timeout for the sink
 // to answer. A server that does not answer or refuses is classified as
 // every start-up failure is (exit 3, 5); a table that does not fit the

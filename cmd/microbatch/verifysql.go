@@ -291,8 +291,8 @@ func (v sqlVerify) compareMySQL(ctx context.Context, w *sqlsink.Writer, c *compa
 			switch x := vals[i].(type) {
 			case []byte:
 				key[i] = string(x)
-			case time.Time:
-				key[i] = x.UTC()
+			case time.Time: // a window's start, as sqljob's rows give it
+				key[i] = x.UTC().Format(sqljob.WindowLayout)
 			default:
 				key[i] = x
 			}
@@ -467,16 +467,14 @@ func (c *comparison) print(out io.Writer) bool {
 	return false
 }
 
-// showKey is a group's key values for people: a string quoted, a window's
-// start in RFC 3339, several in parentheses.
+// showKey is a group's key values for people: quoted (a window's start
+// too, as sqljob.WindowLayout text), several in parentheses.
 func showKey(keys []any) string {
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		switch x := k.(type) {
 		case string:
 			parts[i] = strconv.Quote(x)
-		case time.Time:
-			parts[i] = x.UTC().Format(time.RFC3339Nano)
 		default:
 			parts[i] = fmt.Sprint(x)
 		}
