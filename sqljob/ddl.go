@@ -101,6 +101,7 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 		DataType string  `db:"DATA_TYPE"`
 		Scale    *int64  `db:"NUMERIC_SCALE"`
 		Prec     *int64  `db:"NUMERIC_PRECISION"`
+		TimePrec *int64  `db:"DATETIME_PRECISION"` // a DATETIME's digits after the second; NUMERIC_SCALE is NULL for it
 		MaxLen   *int64  `db:"CHARACTER_MAXIMUM_LENGTH"`
 		Nullable string  `db:"IS_NULLABLE"`
 		Default  *string `db:"COLUMN_DEFAULT"`
@@ -108,8 +109,8 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 		Extra    string  `db:"EXTRA"`
 	}
 	var cols []colInfo
-	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_SCALE, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
-		IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY, EXTRA
+	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_SCALE, NUMERIC_PRECISION, DATETIME_PRECISION,
+		CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY, EXTRA
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, q.table)
 	if err != nil {
 		return fmt.Errorf("reading the columns of %s: %w", q.table, err)
@@ -134,7 +135,7 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 		dt := strings.ToLower(h.DataType)
 		switch {
 		case c.Key && c.Window > 0:
-			if dt != "datetime" || h.Scale == nil || *h.Scale < 3 {
+			if dt != "datetime" || h.TimePrec == nil || *h.TimePrec < 3 {
 				return bad("window column %s is %s; want DATETIME(3)", c.Name, h.DataType)
 			}
 		case c.Key:
