@@ -12,6 +12,8 @@
 //     and input offsets in one Kafka transaction (KIP-98).
 //   - custom-agg: a user-defined job (strategies.NewTransform) into the
 //     program's own table with `txn`.
+//   - sql-job: a SQL job (sqljob.Compile, strategies.SQLTransform) into
+//     the table the query names, created if missing, on MySQL/MariaDB.
 //
 // This package itself has no code, only the tests.
 //

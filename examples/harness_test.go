@@ -20,7 +20,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 )
 
-var examples = []string{"quickstart", "csv-import", "kafka-enrich", "custom-agg"}
+var examples = []string{"quickstart", "csv-import", "kafka-enrich", "custom-agg", "sql-job"}
 
 var (
 	buildOnce sync.Once
