@@ -154,9 +154,9 @@ func TestSQLJobRunAndVerifyMySQL(t *testing.T) {
 	}
 }
 
-// TestSQLJobRedisVerify: a SQL job on Redis (idempotent) verifies. The
-// query counts only: Redis adds integers, and the other aggregates' merges
-// there come with the sink's per-column merges.
+// TestSQLJobRedisVerify: a SQL job on Redis (idempotent) verifies. Redis
+// sums integers only: the records with a fraction in the SUM are
+// dead-lettered with the ones that are bad anywhere.
 func TestSQLJobRedisVerify(t *testing.T) {
 	t.Parallel()
 	kafka := testutil.NeedServer(t, testutil.EnvKafka)
@@ -165,7 +165,7 @@ func TestSQLJobRedisVerify(t *testing.T) {
 	topic := systemtest.UniqueName(t, "sqlredis")
 	produceSQLInput(t, kafka, topic, sqlTestRecords)
 	dir := t.TempDir()
-	q := fmt.Sprintf("INSERT INTO per_key SELECT `key`, COUNT(*) AS events, COUNT(amount) AS amounts FROM `%s` WHERE `key` <> 'c' GROUP BY `key`", topic)
+	q := fmt.Sprintf("INSERT INTO per_key SELECT `key`, COUNT(*) AS events, COUNT(amount) AS amounts, SUM(amount) AS amount, MAX(amount) AS largest FROM `%s` WHERE `key` <> 'c' GROUP BY `key`", topic)
 	common := []string{"--brokers", kafka, "--job", topic, "--sink", redis, "--sql", q}
 	r := systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"run", "--strategy", "idempotent", "--until-idle", "1s", "-q"}, common...)...)
 	if r.Code != 0 {
@@ -176,7 +176,7 @@ func TestSQLJobRedisVerify(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("verify --sql: exit %d\n%s", r.Code, r)
 	}
-	wantLines(t, r, "(strategy idempotent)", "records read 9", "rejected 1 (dead letters the sink holds for the job: 1)", "OK: all 2 groups match")
+	wantLines(t, r, "(strategy idempotent)", "records read 9", "rejected 4 (dead letters the sink holds for the job: 4)", "OK: all 2 groups match")
 }
 
 // TestSQLJobDryRun: run --dry-run --sql prints the query's plan and DDL
@@ -215,6 +215,7 @@ func TestSQLJobDryRun(t *testing.T) {
 func TestSQLJobConfigErrors(t *testing.T) {
 	systemtest.Binary(t)
 	q := "INSERT INTO t SELECT `key`, COUNT(*) AS n FROM events GROUP BY `key`"
+	qmin := "INSERT INTO t SELECT `key`, MIN(amount) AS lo FROM events GROUP BY `key`"
 	mysql := "mysql://u:p@127.0.0.1:1/db"
 	for _, c := range []struct {
 		name string
@@ -227,15 +228,15 @@ func TestSQLJobConfigErrors(t *testing.T) {
 			[]string{"AVG", "line 1, column 29", "SUM"}},
 		{"topic disagrees", []string{"run", "--sink", mysql, "--topic", "orders", "--sql", q}, []string{`--topic "orders"`, `FROM "events"`}},
 		{"topic disagrees in env", []string{"run", "--sink", mysql, "--sql", q, "--env", "MICROBATCH_TOPIC=orders"}, []string{`"orders"`, `"events"`}},
-		{"sqlite sink", []string{"run", "--sink", "sqlite://x.db", "--sql", q}, []string{"SQLite", "exact decimal"}},
-		{"default sink", []string{"run", "--sql", q}, []string{"SQLite"}},
+		{"sqlite sink with MIN", []string{"run", "--sink", "sqlite://x.db", "--sql", qmin}, []string{"MIN at line 1, column 29", "SQLite", "exact decimal"}},
+		{"default sink with MAX", []string{"run", "--sql", strings.ReplaceAll(qmin, "MIN", "MAX")}, []string{"MAX", "SQLite"}},
 		{"kafka sink", []string{"run", "--strategy", "checkpoint", "--sink", "kafka://127.0.0.1:1/out", "--sql", q}, []string{"kafka://", "built-in job only"}},
 		{"file sink", []string{"run", "--strategy", "checkpoint", "--sink", "file:///tmp/x", "--sql", q}, []string{"file://", "built-in job only"}},
 		{"redis without idempotent", []string{"run", "--sink", "redis://127.0.0.1:1/0", "--sql", q}, []string{"redis://", "idempotent"}},
 		{"verify refused construct", []string{"verify", "--sink", mysql, "--sql", "INSERT INTO t SELECT DISTINCT `key` FROM events"}, []string{"DISTINCT"}},
 		{"verify with expectations", []string{"verify", "--sink", mysql, "--sql", q, "--expect-events", "1"}, []string{"--expect-events"}},
 		{"verify without brokers", []string{"verify", "--sink", mysql, "--sql", q, "--brokers", ""}, []string{"brokers"}},
-		{"verify sqlite sink", []string{"verify", "--sink", "sqlite://x.db", "--sql", q}, []string{"SQLite"}},
+		{"verify sqlite sink with MIN", []string{"verify", "--sink", "sqlite://x.db", "--sql", qmin}, []string{"MIN", "SQLite"}},
 		{"verify topic disagrees", []string{"verify", "--sink", mysql, "--topic", "orders", "--sql", q}, []string{`--topic "orders"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
