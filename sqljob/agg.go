@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/exact"
+	"github.com/microbatch/microbatch/internal/values"
 )
 
 // Aggregate holds a query's groups for one batch (or one partition's
@@ -346,8 +347,8 @@ func compareKey(a, b any) int {
 }
 
 // Canonical text of a stored value, for comparing what a sink holds with a
-// recomputation: a decimal without trailing zeros after the point ("12.50"
-// and "12.5" are one value), "" for NULL.
+// recomputation: a decimal without leading or trailing zeros ("12.50" and
+// "12.5" are one value), "" for NULL, other text as it is.
 func Canonical(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -357,33 +358,12 @@ func Canonical(v any) string {
 	case []byte:
 		return Canonical(string(x))
 	case string:
-		d, err := parseDec([]byte(x))
-		if err == nil {
-			return d.String()
+		if c, ok := values.CanonicalDecimal(x); ok {
+			return c
 		}
-		return normalizeBig(x)
+		return x
 	}
 	return fmt.Sprint(v)
-}
-
-// normalizeBig trims trailing fraction zeros of decimal text beyond int64.
-func normalizeBig(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			t := s
-			for len(t) > 0 && t[len(t)-1] == '0' {
-				t = t[:len(t)-1]
-			}
-			if len(t) > 0 && t[len(t)-1] == '.' {
-				t = t[:len(t)-1]
-			}
-			if t == "-0" {
-				t = "0"
-			}
-			return t
-		}
-	}
-	return s
 }
 
 // Check evaluates one record as Add does, without keeping it: false for a

@@ -8,6 +8,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/reason"
 )
 
@@ -450,11 +451,11 @@ func unescape(dst, lit []byte) ([]byte, error) {
 		case 't':
 			dst = append(dst, '\t')
 		case 'u':
-			r := hex4(lit[i+1 : i+5])
+			r := event.HexRune(lit[i+1 : i+5])
 			i += 4
 			if utf16.IsSurrogate(r) {
 				if i+6 < len(lit) && lit[i+1] == '\\' && lit[i+2] == 'u' && isHex4(lit[i+3:i+7]) {
-					if p := utf16.DecodeRune(r, hex4(lit[i+3:i+7])); p != utf8.RuneError {
+					if p := utf16.DecodeRune(r, event.HexRune(lit[i+3:i+7])); p != utf8.RuneError {
 						dst = utf8.AppendRune(dst, p)
 						i += 6
 						continue
@@ -468,20 +469,4 @@ func unescape(dst, lit []byte) ([]byte, error) {
 		}
 	}
 	return dst, nil
-}
-
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		default:
-			c -= 'A' - 10
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
 }

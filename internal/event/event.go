@@ -178,13 +178,13 @@ func loneSurrogate(lit []byte) (string, bool) {
 		if lit[i] != 'u' || i+4 >= len(lit) {
 			continue
 		}
-		r := hex4(lit[i+1 : i+5])
+		r := HexRune(lit[i+1 : i+5])
 		i += 4
 		if !utf16.IsSurrogate(r) {
 			continue
 		}
 		if i+6 < len(lit) && lit[i+1] == '\\' && lit[i+2] == 'u' &&
-			utf16.DecodeRune(r, hex4(lit[i+3:i+7])) != utf8.RuneError {
+			utf16.DecodeRune(r, HexRune(lit[i+3:i+7])) != utf8.RuneError {
 			i += 6
 			continue
 		}
@@ -193,8 +193,9 @@ func loneSurrogate(lit []byte) (string, bool) {
 	return "", false
 }
 
-// hex4 reads four hex digits (checked by the JSON decoder).
-func hex4(b []byte) rune {
+// HexRune reads the four hex digits of a JSON \u escape (already
+// checked to be hex digits).
+func HexRune(b []byte) rune {
 	var r rune
 	for _, c := range b[:4] {
 		switch {

@@ -114,3 +114,24 @@ func HasFraction(s string) bool {
 	_, _, f, _ := splitDecimal(s)
 	return f != ""
 }
+
+// CanonicalDecimal is decimal s (IsDecimal) in one form per value: no
+// '+', no leading zeros, no trailing fraction zeros, no point without a
+// fraction, zero unsigned ("-012.50" -> "-12.5", "-0.0" -> "0").
+func CanonicalDecimal(s string) (string, bool) {
+	neg, i, f, ok := splitDecimal(s)
+	if !ok {
+		return "", false
+	}
+	if i == "" {
+		i = "0"
+	}
+	out := i
+	if f != "" {
+		out += "." + f
+	}
+	if neg && out != "0" {
+		out = "-" + out
+	}
+	return out, true
+}

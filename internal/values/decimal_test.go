@@ -43,3 +43,19 @@ func TestHasFraction(t *testing.T) {
 		}
 	}
 }
+
+func TestCanonicalDecimal(t *testing.T) {
+	for in, want := range map[string]string{
+		"-012.50": "-12.5", "-0.0": "0", "+7": "7", "0.000000001": "0.000000001", "100": "100",
+		"12.500000000": "12.5", "123456789012345678901234567890.100": "123456789012345678901234567890.1",
+	} {
+		if got, ok := CanonicalDecimal(in); !ok || got != want {
+			t.Errorf("CanonicalDecimal(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "1e3", "abc", "1.", ".5"} {
+		if _, ok := CanonicalDecimal(bad); ok {
+			t.Errorf("CanonicalDecimal(%q) accepted", bad)
+		}
+	}
+}
