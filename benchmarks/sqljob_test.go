@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/internal/event"
-	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers/sqlsink"
@@ -29,20 +28,11 @@ const sqlBenchQuery = "INSERT INTO %s SELECT `key` AS user_id, event_type AS kin
 // evaluated in memory over the same events. Run with -benchtime=1x; see
 // README.md.
 func BenchmarkSQLJob(b *testing.B) {
-	brokers := []string{testutil.NeedServer(b, testutil.EnvKafka)}
-	sink := testutil.NeedServer(b, testutil.EnvMySQL)
-	events := benchEvents(b)
 	f := event.FormatWide
 	if os.Getenv("MICROBATCH_BENCH_FORMAT") != "" {
 		f = benchFormat(b)
 	}
-	topic := benchTopic(events, f)
-	ensureData(b, brokers, topic, events, f)
-	w, err := sqlsink.Open(b.Context(), sink)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Close()
+	brokers, sink, events, topic, w := transformBench(b, f)
 	want := expectedSQLBench(b, events, f, topic)
 
 	var raw, builtin, sql float64

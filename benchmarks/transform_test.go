@@ -8,6 +8,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers"
@@ -25,17 +26,7 @@ import (
 // transform machinery itself). Each transform run must leave its table
 // exact (1M events). Run with -benchtime=1x; see README.md.
 func BenchmarkTransform(b *testing.B) {
-	brokers := []string{testutil.NeedServer(b, testutil.EnvKafka)}
-	sink := testutil.NeedServer(b, testutil.EnvMySQL)
-	events := benchEvents(b)
-	f := benchFormat(b)
-	topic := benchTopic(events, f)
-	ensureData(b, brokers, topic, events, f)
-	w, err := sqlsink.Open(b.Context(), sink)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Close()
+	brokers, sink, events, topic, w := transformBench(b, benchFormat(b))
 
 	var raw, builtin, user, keyed float64
 	b.ResetTimer()
@@ -72,6 +63,23 @@ func BenchmarkTransform(b *testing.B) {
 	b.ReportMetric(keyed/n, "key_transform_events/s")
 	b.ReportMetric(user/builtin, "json/builtin")
 	b.ReportMetric(keyed/builtin, "key/builtin")
+}
+
+// transformBench readies a benchmark of a job into MariaDB on the
+// throughput topic of events in format f: the brokers, the sink, the
+// number of events, the topic and a writer on the sink (closed with b).
+func transformBench(b *testing.B, f event.Format) (brokers []string, sink string, events int64, topic string, w *sqlsink.Writer) {
+	brokers = []string{testutil.NeedServer(b, testutil.EnvKafka)}
+	sink = testutil.NeedServer(b, testutil.EnvMySQL)
+	events = benchEvents(b)
+	topic = benchTopic(events, f)
+	ensureData(b, brokers, topic, events, f)
+	w, err := sqlsink.Open(b.Context(), sink)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { w.Close() })
+	return brokers, sink, events, topic, w
 }
 
 // keyCounts counts records per record key with no payload decoding: what
