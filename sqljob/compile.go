@@ -354,7 +354,7 @@ func firstTokenOf(x sqlparser.SQLNode) string {
 	case *sqlparser.Literal:
 		return n.Val
 	}
-	s := sqlparser.String(x)
+	s := exprText(x)
 	if f := strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '(' || r == '`' }); len(f) > 0 {
 		return f[0]
 	}
@@ -432,7 +432,7 @@ func (c *compiler) selectStmt(sel *sqlparser.Select) error {
 		switch t := f.Expr.(type) {
 		case sqlparser.TableName:
 			if !t.Qualifier.IsEmpty() {
-				return c.errAt("from", 0, "FROM", "want a topic name, not %s", sqlparser.String(t))
+				return c.errAt("from", 0, "FROM", "want a topic name, not %s", exprText(t))
 			}
 			q.topic = t.Name.String()
 			if !record.ValidTopic(q.topic) {
@@ -458,7 +458,7 @@ func (c *compiler) selectStmt(sel *sqlparser.Select) error {
 			return err
 		}
 		q.where = w
-		q.whereS = sqlparser.String(sel.Where.Expr)
+		q.whereS = exprText(sel.Where.Expr)
 	}
 	return c.columns(sel)
 }
@@ -506,7 +506,7 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 			if col, ok := ae.Expr.(*sqlparser.ColName); ok && col.Qualifier.IsEmpty() {
 				name = col.Name.String()
 			} else {
-				return c.errExpr(ae.Expr, sqlparser.String(ae.Expr), "give it a column name with AS")
+				return c.errExpr(ae.Expr, exprText(ae.Expr), "give it a column name with AS")
 			}
 		}
 		if !identRE.MatchString(name) {
@@ -529,16 +529,16 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 			}
 		}
 		if isAggregate(x) {
-			return c.errExpr(g, "GROUP BY "+sqlparser.String(g), "an aggregate can't be a group key")
+			return c.errExpr(g, "GROUP BY "+exprText(g), "an aggregate can't be a group key")
 		}
 		if lit, ok := x.(*sqlparser.Literal); ok && lit.Type == sqlparser.IntVal {
 			return c.errExpr(g, "GROUP BY "+lit.Val, "positions are not supported: name the column")
 		}
-		grouped[sqlparser.String(x)] = true
+		grouped[exprText(x)] = true
 	}
 	used := map[string]bool{}
 	for _, it := range items {
-		col := Column{Name: it.name, Expr: sqlparser.String(it.x)}
+		col := Column{Name: it.name, Expr: exprText(it.x)}
 		if isAggregate(it.x) {
 			if err := c.aggregate(&col, it.x); err != nil {
 				return err
@@ -568,8 +568,8 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 				x = a
 			}
 		}
-		if !used[sqlparser.String(x)] {
-			return c.errExpr(g, "GROUP BY "+sqlparser.String(g), "is not selected: every group key must be a column of the table")
+		if !used[exprText(x)] {
+			return c.errExpr(g, "GROUP BY "+exprText(g), "is not selected: every group key must be a column of the table")
 		}
 	}
 	if len(q.vals) == 0 {
@@ -675,7 +675,7 @@ func (c *compiler) key(col *Column, x sqlparser.Expr) error {
 			return err
 		}
 		col.Window = d
-		col.eval = tumble(ts, d.Milliseconds(), sqlparser.String(f.Exprs[0]))
+		col.eval = tumble(ts, d.Milliseconds(), exprText(f.Exprs[0]))
 		return nil
 	}
 	e, err := c.expr(x)

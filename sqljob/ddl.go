@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -86,7 +87,7 @@ func (q *Query) Plan() string {
 		case "key":
 			rule = "group key"
 			if c.Window > 0 {
-				rule = fmt.Sprintf("group key, tumbling window of %s (UTC start)", c.Window)
+				rule = fmt.Sprintf("group key, tumbling window of %s (its UTC start)", fmtDuration(c.Window))
 			}
 		case "add":
 			rule = "merged by adding"
@@ -95,7 +96,11 @@ func (q *Query) Plan() string {
 		case "greatest":
 			rule = "merged by keeping the greatest"
 		}
-		fmt.Fprintf(&b, "  %-16s %-14s %-28s %s\n", c.Name, q.SQLType(c), c.Expr, rule)
+		typ := q.SQLType(c)
+		if typ == "" {
+			typ = "(no type)" // SQLite: an exact sum past int64 stays decimal text
+		}
+		fmt.Fprintf(&b, "  %-16s %-14s %-28s %s\n", c.Name, typ, c.Expr, rule)
 	}
 	fmt.Fprintf(&b, "DDL:\n%s;\n", q.DDL())
 	return b.String()
@@ -302,4 +307,15 @@ func (q *Query) checkSQLiteTable(ctx context.Context, db *sqlx.DB) error {
 		return bad("its primary key is (%s); want (%s), the GROUP BY columns", strings.Join(pk, ", "), strings.Join(keys, ", "))
 	}
 	return nil
+}
+
+// fmtDuration prints d without zero units: 1h, 1m30s, 250ms.
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	for _, z := range []string{"h0m0s", "m0s"} {
+		if strings.HasSuffix(s, z) {
+			return strings.TrimSuffix(s, z) + z[:1]
+		}
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package sqljob
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -54,14 +55,22 @@ func (c *compiler) expr(x sqlparser.Expr) (expr, error) {
 		return c.funcExpr(n)
 	}
 	if isAggregate(x) {
-		return nil, c.errExpr(x, sqlparser.String(x), "an aggregate inside an expression is not supported: select it as a column of its own")
+		return nil, c.errExpr(x, exprText(x), "an aggregate inside an expression is not supported: select it as a column of its own")
 	}
 	return nil, c.errExpr(x, exprName(x), "not supported in a SQL job (see docs/sql-jobs.md for what is)")
 }
 
+var jsonPathRE = regexp.MustCompile(`json_unquote\(json_extract\(([^()]+?), ('[^']*')\)\)`)
+
+// exprText prints x as the parser does, with the JSON operator as the
+// user wrote it: customer->>'$.id', not json_unquote(json_extract(…)).
+func exprText(x sqlparser.SQLNode) string {
+	return jsonPathRE.ReplaceAllString(sqlparser.String(x), "$1->>$2")
+}
+
 // exprName names an unsupported construct for its error.
 func exprName(x sqlparser.Expr) string {
-	s := sqlparser.String(x)
+	s := exprText(x)
 	if len(s) > 40 {
 		s = s[:40] + "…"
 	}
@@ -185,7 +194,7 @@ func (c *compiler) logic(l, r sqlparser.Expr, and bool) (expr, error) {
 	if err != nil {
 		return nil, err
 	}
-	ls, rs := sqlparser.String(l), sqlparser.String(r)
+	ls, rs := exprText(l), exprText(r)
 	// Three-valued: AND is false if either is false, else null if either
 	// is null; OR the dual.
 	return func(e *env) (val, error) {
@@ -223,7 +232,7 @@ func (c *compiler) not(n *sqlparser.NotExpr) (expr, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := sqlparser.String(n.Expr)
+	s := exprText(n.Expr)
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil {
@@ -278,7 +287,7 @@ func compare(x, y *val, what string) (int, error) {
 }
 
 func (c *compiler) comparison(n *sqlparser.ComparisonExpr) (expr, error) {
-	what := sqlparser.String(n)
+	what := exprText(n)
 	if n.Modifier != sqlparser.Missing {
 		return nil, c.errExpr(n, "ANY/ALL", "not supported")
 	}
@@ -483,8 +492,8 @@ func (c *compiler) arith(n *sqlparser.BinaryExpr) (expr, error) {
 	if err != nil {
 		return nil, err
 	}
-	what := sqlparser.String(n)
-	ls, rs := sqlparser.String(n.Left), sqlparser.String(n.Right)
+	what := exprText(n)
+	ls, rs := exprText(n.Left), exprText(n.Right)
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil || x.k == kNull {
@@ -522,7 +531,7 @@ func (c *compiler) unary(n *sqlparser.UnaryExpr) (expr, error) {
 	default:
 		return nil, c.errExpr(n, "operator "+n.Operator.ToString(), "not supported")
 	}
-	what := sqlparser.String(n.Expr)
+	what := exprText(n.Expr)
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil || x.k == kNull {
@@ -562,7 +571,7 @@ func (c *compiler) caseExpr(n *sqlparser.CaseExpr) (expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		whens = append(whens, when{cond, v, sqlparser.String(w.Cond)})
+		whens = append(whens, when{cond, v, exprText(w.Cond)})
 	}
 	els := expr(func(*env) (val, error) { return val{}, nil })
 	if n.Else != nil {
@@ -570,7 +579,7 @@ func (c *compiler) caseExpr(n *sqlparser.CaseExpr) (expr, error) {
 			return nil, err
 		}
 	}
-	what := sqlparser.String(n)
+	what := exprText(n)
 	return func(e *env) (val, error) {
 		var s val
 		if subject != nil {

@@ -130,14 +130,13 @@ func runJob(ctx context.Context, s *settings) error {
 	if dry, err := s.boolean("dry-run"); err != nil {
 		return err
 	} else if dry {
-		if err := dryRunJob(ctx, s, rp.cfg); err != nil {
-			return err
-		}
 		if rp.query != nil {
-			// Printed only: the dry run creates nothing, the table included.
+			// First, as it needs nothing to connect (a topic not created
+			// yet still shows its plan); printed only: the dry run creates
+			// nothing, the table included.
 			fmt.Printf("SQL job: %s\n%s", rp.query.SQL(), indent(rp.query.Plan(), "  "))
 		}
-		return nil
+		return dryRunJob(ctx, s, rp.cfg)
 	}
 	if rp.query != nil && !isRedisDSN(rp.cfg.Sink) {
 		// Before Run, which checks the table but does not create it; and
