@@ -227,6 +227,9 @@ func (s *scanner) value(n *pathNode) error {
 	if s.i >= len(s.d) {
 		return s.fail("expected a value")
 	}
+	if n == nil || n.field < 0 {
+		return s.skip(n)
+	}
 	start := s.i
 	var v val
 	switch c := s.d[s.i]; {
@@ -285,6 +288,29 @@ func (s *scanner) value(n *pathNode) error {
 		s.f[n.field] = v
 	}
 	return nil
+}
+
+// skip reads a value that is not captured, checking it: the common case,
+// kept apart so that it builds no val.
+func (s *scanner) skip(n *pathNode) error {
+	switch c := s.d[s.i]; {
+	case c == '{':
+		return s.object(n)
+	case c == '[':
+		return s.array()
+	case c == '"':
+		_, err := s.str()
+		return err
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number()
+	case c == 't':
+		return s.lit("true")
+	case c == 'f':
+		return s.lit("false")
+	case c == 'n':
+		return s.lit("null")
+	}
+	return s.fail(fmt.Sprintf("unexpected %s", quoteByte(s.d[s.i])))
 }
 
 // dupError: a member the query reads appears twice in one object. Which
