@@ -25,6 +25,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
+	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/strategies"
 )
@@ -206,6 +207,10 @@ type sqlCrashJob struct {
 	inspect func() (bool, string)
 }
 
+// ckptStartedMarker is the line of a checkpoint-mode run done with start-up
+// and recovery.
+const ckptStartedMarker = `msg="job started"`
+
 // sqlQuery is a job's statement; table and topic fill its %[1]s and %[2]s.
 type sqlQuery struct {
 	name, stmt string
@@ -303,6 +308,38 @@ func (j *sqlCrashJob) randomKill() bool {
 	}
 	t.Logf("kill %2d after %4dms (%s, try %d): inside=%v %s", j.kills, delay.Milliseconds(), how, tries, in, detail)
 	return in
+}
+
+// watchSink sets inspect for a checkpoint-mode job's sink.
+func (j *sqlCrashJob) watchSink(runExtra []string) {
+	if j.strategy != strategies.StrategyCheckpoint {
+		return
+	}
+	w := sinktest.OpenSQL(j.t, j.sink)
+	j.inspect = xaInspect(j.t, w, j.job)
+	if slices.Contains(runExtra, string(strategies.SinkModeWAL)) {
+		j.inspect = walInspect(j.t, w, j.stateDir(), j.job)
+	}
+}
+
+// checkpointCrashAt kills a checkpoint-mode run at point in its first
+// checkpoint, which holds the records added before it. With mustLand the
+// sink must then hold the run's work for recovery to finish; a run whose
+// crash left none is run again, ckptPointTries times at most.
+func (j *sqlCrashJob) checkpointCrashAt(point string, mustLand bool) {
+	for try := 1; ; try++ {
+		j.in.produce(j.t, sqlCkptTopUp)
+		j.crashAt(point, 1)
+		landed, detail := j.inspect()
+		j.t.Logf("killed at %s:1: left work for recovery=%v %s", point, landed, detail)
+		if !mustLand || landed {
+			return
+		}
+		if try == ckptPointTries {
+			j.t.Errorf("no crash at %s left work for recovery in %d runs: the crash missed its window (logs in %s)", point, try, j.logDir)
+			return
+		}
+	}
 }
 
 // topUp adds records before a run: for a micro-batch strategy enough that

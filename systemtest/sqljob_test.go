@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/strategies"
@@ -31,8 +30,6 @@ const (
 	sqlMinCkptLag = 100 * time.Millisecond
 	sqlMaxCkptLag = 700 * time.Millisecond
 )
-
-const ckptStartedMarker = `msg="job started"`
 
 // The queries, on MySQL/MariaDB and on Redis (which sums integers only: a
 // decimal SUM there would dead-letter every record; its MIN/MAX keep
@@ -162,38 +159,6 @@ func TestSQLJobCrashes(t *testing.T) {
 				t.Errorf("at-most-once: want groups missing or with counts too low, none too high\n%s", v.Result)
 			}
 		})
-	}
-}
-
-// watchSink sets inspect for a checkpoint-mode job's sink.
-func (j *sqlCrashJob) watchSink(runExtra []string) {
-	if j.strategy != strategies.StrategyCheckpoint {
-		return
-	}
-	w := sinktest.OpenSQL(j.t, j.sink)
-	j.inspect = xaInspect(j.t, w, j.job)
-	if slices.Contains(runExtra, string(strategies.SinkModeWAL)) {
-		j.inspect = walInspect(j.t, w, j.stateDir(), j.job)
-	}
-}
-
-// checkpointCrashAt kills a checkpoint-mode run at point in its first
-// checkpoint, which holds the records added before it. With mustLand the
-// sink must then hold the run's work for recovery to finish; a run whose
-// crash left none is run again, ckptPointTries times at most.
-func (j *sqlCrashJob) checkpointCrashAt(point string, mustLand bool) {
-	for try := 1; ; try++ {
-		j.in.produce(j.t, sqlCkptTopUp)
-		j.crashAt(point, 1)
-		landed, detail := j.inspect()
-		j.t.Logf("killed at %s:1: left work for recovery=%v %s", point, landed, detail)
-		if !mustLand || landed {
-			return
-		}
-		if try == ckptPointTries {
-			j.t.Errorf("no crash at %s left work for recovery in %d runs: the crash missed its window (logs in %s)", point, try, j.logDir)
-			return
-		}
 	}
 }
 
