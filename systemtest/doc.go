@@ -13,6 +13,9 @@
 //     inside batches, restarted until it drains; exactly once, or the
 //     controls' promise.
 //   - crashpoints_test.go: a kill at each named crash point (MICROBATCH_CRASH_AT).
+//   - sqljob_test.go: SQL jobs (run --sql) of every strategy on another
+//     program's JSON, killed at each crash point and at random, judged by
+//     verify --sql; the controls must fail it.
 //   - graceful_stop_test.go: SIGTERM inside a batch.
 //   - checkpoint_*_test.go: checkpoint mode killed at random, aligned on
 //     checkpoints and at each crash point, for the Kafka, file, XA and
@@ -35,7 +38,8 @@
 // the harness is in the non-scenario test files: stoprun_test.go stops a run
 // where a kill must land (on a log line, a crash point or a random delay),
 // groupproc_test.go and logpipe_test.go run long-lived processes and read
-// their logs, and sinks_test.go, kafka_readers_test.go,
+// their logs, sqljob_harness_test.go writes a SQL job's input and runs,
+// kills and verifies it, and sinks_test.go, kafka_readers_test.go,
 // file_readers_test.go, group_harness_test.go and checkpoint_harness_test.go
 // read and judge what the sinks and topics hold.
 //
