@@ -44,7 +44,7 @@ type acc struct {
 
 // NewAggregate returns an empty Aggregate of q.
 func (q *Query) NewAggregate() *Aggregate {
-	return &Aggregate{q: q, index: map[string]int32{}, e: env{sc: scanner{f: make([]val, q.nField)}}}
+	return &Aggregate{q: q, index: map[string]int32{}, e: env{sc: scanner{f: make([]val, q.nField), seen: make([]bool, q.nNode)}}}
 }
 
 // Rejection is why a record is not part of the result: its text is the

@@ -108,6 +108,7 @@ type Query struct {
 	opts   Options
 	root   *pathNode
 	nField int
+	nNode  int      // nodes of root's tree, below it
 	fields []string // the paths read, for the plan
 	where  expr
 	whereS string

@@ -110,7 +110,7 @@ func (q *Query) Plan() string {
 // (MySQL/MariaDB, or SQLite when compiled with Options.SQLite) if it is
 // missing, and checks an existing one: every column present with a
 // type that keeps its values exactly, the primary key exactly the GROUP BY
-// columns. Extra columns must be nullable or have defaults (the job never
+// columns (whole) and no other unique key that could merge groups. Extra columns must be nullable or have defaults (the job never
 // writes them).
 func (q *Query) EnsureTable(ctx context.Context, db *sqlx.DB) error {
 	if _, err := db.ExecContext(ctx, q.DDL()); err != nil {
@@ -130,6 +130,7 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 	type colInfo struct {
 		Name     string  `db:"COLUMN_NAME"`
 		DataType string  `db:"DATA_TYPE"`
+		ColType  string  `db:"COLUMN_TYPE"`
 		Scale    *int64  `db:"NUMERIC_SCALE"`
 		TimePrec *int64  `db:"DATETIME_PRECISION"`
 		Prec     *int64  `db:"NUMERIC_PRECISION"`
@@ -140,7 +141,7 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 		Extra    string  `db:"EXTRA"`
 	}
 	var cols []colInfo
-	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_SCALE, DATETIME_PRECISION, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
+	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_SCALE, DATETIME_PRECISION, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
 		IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY, EXTRA
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, q.table)
 	if err != nil {
@@ -184,6 +185,9 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 			if dt != "decimal" || h.Scale == nil || *h.Scale < maxScale || h.Prec == nil || *h.Prec-*h.Scale < 29 {
 				return bad("column %s is %s; want DECIMAL(38,9) (sums are exact: up to 29 digits before the point and 9 after)", c.Name, typeText(h.DataType, h.Prec, h.Scale))
 			}
+			if strings.Contains(strings.ToLower(h.ColType), "unsigned") {
+				return bad("column %s is %s; want it signed (a sum, a minimum or a maximum can be negative)", c.Name, h.ColType)
+			}
 			if h.Nullable != "YES" {
 				return bad("column %s is NOT NULL; %s of no value is NULL", c.Name, c.Aggregate())
 			}
@@ -194,20 +198,72 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 			return bad("extra column %s is NOT NULL without a default", c.Name)
 		}
 	}
-	var pk []string
-	err = db.SelectContext(ctx, &pk, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, q.table)
+	// The upsert's ON DUPLICATE KEY UPDATE merges a row into the one it
+	// conflicts with on any unique key: the primary key must be the whole
+	// GROUP BY columns (a prefix of a column merges keys that share it),
+	// and another unique key must hold every GROUP BY column whole (one
+	// that doesn't merges different groups).
+	type part struct {
+		Index  string  `db:"INDEX_NAME"`
+		Column *string `db:"COLUMN_NAME"` // NULL: an expression (MySQL 8)
+		Sub    *int64  `db:"SUB_PART"`
+	}
+	var parts []part
+	err = db.SelectContext(ctx, &parts, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX`, q.table)
 	if err != nil {
-		return fmt.Errorf("reading the primary key of %s: %w", q.table, err)
+		return fmt.Errorf("reading the unique keys of %s: %w", q.table, err)
 	}
 	var keys []string
 	for _, i := range q.keys {
 		keys = append(keys, q.cols[i].Name)
 	}
+	whole := map[string][]string{} // unique key -> its columns kept whole
+	var order []string
+	for _, p := range parts {
+		if _, ok := whole[p.Index]; !ok {
+			order = append(order, p.Index)
+			whole[p.Index] = []string{}
+		}
+		if p.Column != nil && p.Sub == nil {
+			whole[p.Index] = append(whole[p.Index], *p.Column)
+		}
+	}
+	var pk []string
+	for _, p := range parts {
+		if p.Index == "PRIMARY" && p.Column != nil {
+			pk = append(pk, *p.Column)
+		}
+	}
 	if !sameSet(pk, keys) {
 		return bad("its primary key is (%s); want (%s), the GROUP BY columns", strings.Join(pk, ", "), strings.Join(keys, ", "))
 	}
+	for _, idx := range order {
+		if idx == "PRIMARY" {
+			if len(whole[idx]) != len(pk) {
+				return bad("its primary key holds a prefix of a column, which would merge keys that share it; want the GROUP BY columns whole")
+			}
+			continue
+		}
+		if !containsAll(whole[idx], keys) {
+			return bad("unique key %s would merge different groups into one row: drop it, or make it hold every GROUP BY column (%s) whole", idx, strings.Join(keys, ", "))
+		}
+	}
 	return nil
+}
+
+// containsAll reports whether set holds every name of want (ignoring case).
+func containsAll(set, want []string) bool {
+	m := map[string]bool{}
+	for _, x := range set {
+		m[strings.ToLower(x)] = true
+	}
+	for _, x := range want {
+		if !m[strings.ToLower(x)] {
+			return false
+		}
+	}
+	return true
 }
 
 func typeText(dt string, p, s *int64) string {

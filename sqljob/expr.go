@@ -97,7 +97,7 @@ func (c *compiler) colPath(n *sqlparser.ColName) []string {
 func (c *compiler) field(x sqlparser.Expr, path []string) (expr, error) {
 	name := strings.Join(path, ".")
 	before := c.q.nField
-	slot := c.q.root.add(path, &c.q.nField)
+	slot := c.q.root.add(path, &c.q.nField, &c.q.nNode)
 	if c.q.nField > before {
 		c.paths = append(c.paths, name)
 	}

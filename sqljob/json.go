@@ -21,6 +21,7 @@ const maxDepth = 512
 type pathNode struct {
 	name  string
 	field int
+	id    int // the node's index in scanner.seen (the root has none)
 	kids  []*pathNode
 }
 
@@ -34,8 +35,8 @@ func (n *pathNode) kid(name []byte) *pathNode {
 }
 
 // add registers path under n and returns its field slot, reusing one
-// registered before.
-func (n *pathNode) add(path []string, next *int) int {
+// registered before; nodes counts the nodes below the root.
+func (n *pathNode) add(path []string, next, nodes *int) int {
 	if len(path) == 0 {
 		if n.field < 0 {
 			n.field = *next
@@ -45,10 +46,11 @@ func (n *pathNode) add(path []string, next *int) int {
 	}
 	k := n.kid([]byte(path[0]))
 	if k == nil {
-		k = &pathNode{name: path[0], field: -1}
+		k = &pathNode{name: path[0], field: -1, id: *nodes}
+		*nodes++
 		n.kids = append(n.kids, k)
 	}
-	return k.add(path[1:], next)
+	return k.add(path[1:], next, nodes)
 }
 
 // scanner checks that a record is one JSON object and captures the values
@@ -59,6 +61,7 @@ type scanner struct {
 	i     int
 	depth int
 	f     []val  // captured fields, by slot
+	seen  []bool // the path's nodes met in this record, by id
 	buf   []byte // unescaped strings of this record
 }
 
@@ -79,6 +82,7 @@ func (s *scanner) fail(msg string) error { return &syntaxError{at: s.i, msg: msg
 // (which the caller cleared).
 func (s *scanner) scan(d []byte, root *pathNode) error {
 	s.d, s.i, s.depth, s.buf = d, 0, 0, s.buf[:0]
+	clear(s.seen)
 	s.space()
 	if s.i >= len(s.d) || s.d[s.i] != '{' {
 		if s.i < len(s.d) && s.valueStartOK() {
@@ -160,6 +164,15 @@ func (s *scanner) object(n *pathNode) error {
 				s.buf = s.buf[:mark]
 			} else {
 				kid = n.kid(name)
+			}
+			// A member on the query's path met twice is refused even
+			// where the query reads inside it ({"c":{"id":1},"c":5}
+			// for c->>'$.id'): readers differ on which one counts.
+			if kid != nil {
+				if s.seen[kid.id] {
+					return &dupError{name: kid.name}
+				}
+				s.seen[kid.id] = true
 			}
 		}
 		s.space()

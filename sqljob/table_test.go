@@ -104,6 +104,13 @@ func TestEnsureTableMySQL(t *testing.T) {
 		"CREATE TABLE stats (`key` VARBINARY(1024) NOT NULL, minute DATETIME(3) NOT NULL, n BIGINT NOT NULL, amount DECIMAL(38,9), PRIMARY KEY (`key`))",
 		"CREATE TABLE stats (`key` VARBINARY(1024) NOT NULL, minute DATETIME NOT NULL, n BIGINT NOT NULL, amount DECIMAL(38,9), PRIMARY KEY (`key`, minute))",
 		"CREATE TABLE stats (`key` VARBINARY(1024) NOT NULL, minute DATETIME(3) NOT NULL, n BIGINT NOT NULL, amount DECIMAL(38,9), other INT NOT NULL, PRIMARY KEY (`key`, minute))",
+		// The upsert merges a row into whatever it conflicts with on any
+		// unique key: a prefix key merges "abc" and "abd", a narrower
+		// unique key merges two windows of one key.
+		"CREATE TABLE stats (`key` VARBINARY(1024) NOT NULL, minute DATETIME(3) NOT NULL, n BIGINT NOT NULL, amount DECIMAL(38,9), PRIMARY KEY (`key`(2), minute))",
+		"CREATE TABLE stats (`key` VARBINARY(1024) NOT NULL, minute DATETIME(3) NOT NULL, n BIGINT NOT NULL, amount DECIMAL(38,9), PRIMARY KEY (`key`, minute), UNIQUE (`key`))",
+		// A negative sum would fail every batch that writes it.
+		"CREATE TABLE stats (`key` VARBINARY(1024) NOT NULL, minute DATETIME(3) NOT NULL, n BIGINT NOT NULL, amount DECIMAL(38,9) UNSIGNED, PRIMARY KEY (`key`, minute))",
 	})
 }
 

@@ -104,8 +104,12 @@ func parseDec(s []byte) (dec, error) {
 		neg, i = true, 1
 	}
 	var m uint64
-	sc, digits, over := 0, 0, false
+	sc, over := 0, false
 	frac := false
+	// Zeros are held back until a digit other than zero follows, so that
+	// trailing zeros (1.000…0, 1000…0e-30) never overflow m: those after
+	// the point are dropped, those before it scale the number.
+	zeros, intZeros := 0, 0
 	for ; i < len(s); i++ {
 		c := s[i]
 		if c == '.' {
@@ -115,9 +119,21 @@ func parseDec(s []byte) (dec, error) {
 		if c < '0' || c > '9' {
 			break
 		}
-		if digits > 0 || c != '0' {
-			digits++
+		if c == '0' {
+			zeros++
+			if !frac {
+				intZeros++
+			}
+			continue
 		}
+		sc += zeros - intZeros // the held-back zeros after the point
+		for ; zeros > 0; zeros-- {
+			if m > math.MaxUint64/10 {
+				over = true
+			}
+			m *= 10
+		}
+		intZeros = 0
 		if m > (math.MaxUint64-9)/10 {
 			over = true
 		}
@@ -126,8 +142,9 @@ func parseDec(s []byte) (dec, error) {
 			sc++
 		}
 	}
+	sc -= intZeros
 	exp := 0
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') && m != 0 {
 		e, err := strconv.Atoi(string(s[i+1:]))
 		if err != nil || e > 1000 || e < -1000 {
 			return dec{}, fmt.Errorf("number %s is out of range", reason.Clip(string(s), 40))

@@ -292,7 +292,9 @@ func (v sqlVerify) compareMySQL(ctx context.Context, w *sqlsink.Writer, c *compa
 			case []byte:
 				key[i] = string(x)
 			case time.Time: // a window's start, as sqljob's rows give it
-				key[i] = x.UTC().Format(sqljob.WindowLayout)
+				// The job wrote UTC text; the driver reads it as that wall
+				// clock in the DSN's loc: its fields are the text, whatever loc.
+				key[i] = x.Format(sqljob.WindowLayout)
 			default:
 				key[i] = x
 			}
