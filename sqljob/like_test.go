@@ -82,3 +82,30 @@ func TestLikeAgreesWithItsDefinition(t *testing.T) {
 		}
 	}
 }
+
+// A product is exact whenever its exact value fits: zeros after the point
+// are dropped before the fit is judged.
+func TestMulDropsZerosBeforeItJudgesTheFit(t *testing.T) {
+	for _, c := range []struct{ a, b, want string }{
+		{"123456789.123456789", "100", "12345678912.3456789"},
+		{"0.000000002", "500000000", "1"},
+		{"-1.5", "2", "-3"},
+		{"0.1", "0.2", "0.02"},
+		{"0", "123.45", "0"},
+	} {
+		a, _ := parseDec([]byte(c.a))
+		b, _ := parseDec([]byte(c.b))
+		got, err := a.mul(b)
+		if err != nil || got.String() != c.want {
+			t.Errorf("%s * %s = %v, %v; want %s", c.a, c.b, got, err, c.want)
+		}
+	}
+	a, _ := parseDec([]byte("9223372036854775807"))
+	if _, err := a.mul(dec{m: 2}); err == nil {
+		t.Error("MaxInt64 * 2 did not overflow")
+	}
+	x, _ := parseDec([]byte("0.000000001"))
+	if _, err := x.mul(x); err == nil {
+		t.Error("a product with 18 digits after the point was accepted")
+	}
+}
