@@ -402,47 +402,46 @@ func (c *compiler) comparison(n *sqlparser.ComparisonExpr) (expr, error) {
 }
 
 // like matches s against a LIKE pattern: % any run, _ one character, \
-// escapes the next; bytes compared exactly (case matters).
+// escapes the next; bytes compared exactly (case matters). Greedy with
+// one backtrack point, the last %: O(len(s)·len(p)) whatever the pattern,
+// so a record's long field can't make a pattern of many % take n^k steps.
 func like(s, p []byte) bool {
-	for len(p) > 0 {
-		switch p[0] {
-		case '%':
-			for len(p) > 0 && p[0] == '%' {
-				p = p[1:]
-			}
-			if len(p) == 0 {
-				return true
-			}
-			for i := 0; i <= len(s); {
-				if like(s[i:], p) {
-					return true
+	si, pi := 0, 0
+	starP, starS := -1, 0 // the pattern after the last %, and where in s it was tried
+	for si < len(s) {
+		if pi < len(p) {
+			switch c := p[pi]; c {
+			case '%':
+				pi++
+				starP, starS = pi, si
+				continue
+			case '_':
+				_, n := utf8.DecodeRune(s[si:])
+				si, pi = si+n, pi+1
+				continue
+			default:
+				w := 1
+				if c == '\\' && pi+1 < len(p) {
+					c, w = p[pi+1], 2
 				}
-				if i == len(s) {
-					break
+				if s[si] == c {
+					si, pi = si+1, pi+w
+					continue
 				}
-				_, n := utf8.DecodeRune(s[i:])
-				i += n
 			}
-			return false
-		case '_':
-			if len(s) == 0 {
-				return false
-			}
-			_, n := utf8.DecodeRune(s)
-			s, p = s[n:], p[1:]
-		default:
-			c := p[0]
-			if c == '\\' && len(p) > 1 {
-				p = p[1:]
-				c = p[0]
-			}
-			if len(s) == 0 || s[0] != c {
-				return false
-			}
-			s, p = s[1:], p[1:]
 		}
+		if starP < 0 {
+			return false
+		}
+		// The last % takes one more character; match again after it.
+		_, n := utf8.DecodeRune(s[starS:])
+		starS += n
+		si, pi = starS, starP
 	}
-	return len(s) == 0
+	for pi < len(p) && p[pi] == '%' {
+		pi++
+	}
+	return pi == len(p)
 }
 
 func (c *compiler) is(n *sqlparser.IsExpr) (expr, error) {

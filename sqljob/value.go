@@ -224,15 +224,31 @@ func (d dec) neg() (dec, error) {
 }
 
 func (d dec) mul(e dec) (dec, error) {
-	hi, lo := bits.Mul64(uint64(abs(d.m)), uint64(abs(e.m)))
-	if hi != 0 || lo > math.MaxInt64 || d.m == math.MinInt64 || e.m == math.MinInt64 {
+	if d.m == math.MinInt64 || e.m == math.MinInt64 {
 		return dec{}, errOverflow
 	}
-	r := dec{m: int64(lo), sc: d.sc + e.sc}
+	// The exact 128-bit product, with the zeros after the point dropped
+	// before it must fit: 123456789.123456789 * 100 is exact.
+	hi, lo := bits.Mul64(uint64(abs(d.m)), uint64(abs(e.m)))
+	sc := d.sc + e.sc
+	for sc > 0 {
+		qhi := hi / 10
+		qlo, rem := bits.Div64(hi%10, lo, 10)
+		if rem != 0 {
+			break
+		}
+		hi, lo, sc = qhi, qlo, sc-1
+	}
+	if hi != 0 || lo > math.MaxInt64 {
+		return dec{}, errOverflow
+	}
+	r := dec{m: int64(lo), sc: sc}
 	if (d.m < 0) != (e.m < 0) {
 		r.m = -r.m
 	}
-	r = r.trim()
+	if r.m == 0 {
+		r.sc = 0
+	}
 	if r.sc > maxScale {
 		return dec{}, fmt.Errorf("a product has more than %d digits after the point", maxScale)
 	}
