@@ -26,8 +26,17 @@ type pathNode struct {
 }
 
 func (n *pathNode) kid(name []byte) *pathNode {
+	if len(name) == 0 {
+		for _, k := range n.kids {
+			if k.name == "" {
+				return k
+			}
+		}
+		return nil
+	}
 	for _, k := range n.kids {
-		if k.name == string(name) {
+		// Length and first byte reject most names without a comparison.
+		if len(k.name) == len(name) && k.name[0] == name[0] && k.name == string(name) {
 			return k
 		}
 	}
@@ -119,6 +128,9 @@ func quoteByte(c byte) string {
 }
 
 func (s *scanner) space() {
+	if s.i >= len(s.d) || s.d[s.i] > ' ' { // compact JSON: nothing to skip
+		return
+	}
 	i := s.i
 	for i < len(s.d) && s.d[i] <= ' ' && (s.d[i] == ' ' || s.d[i] == '\t' || s.d[i] == '\n' || s.d[i] == '\r') {
 		i++
