@@ -24,7 +24,8 @@ const sqlBenchQuery = "INSERT INTO %s SELECT `key` AS user_id, event_type AS kin
 // ceiling and the built-in job, per round on the same topic (wide events
 // unless MICROBATCH_BENCH_FORMAT says otherwise; 1M unless
 // MICROBATCH_BENCH_EVENTS): a raw consume, `txn` with the built-in job,
-// `txn` with sqlBenchQuery. The SQL job's table must equal the query
+// `txn` with sqlBenchQuery, and `at-least-once` with it (the baseline
+// without the exactly-once commit). Each SQL job's table must equal the query
 // evaluated in memory over the same events. Run with -benchtime=1x; see
 // README.md.
 func BenchmarkSQLJob(b *testing.B) {
@@ -35,37 +36,49 @@ func BenchmarkSQLJob(b *testing.B) {
 	brokers, sink, events, topic, w := transformBench(b, f)
 	want := expectedSQLBench(b, events, f, topic)
 
-	var raw, builtin, sql float64
+	var raw, builtin, sql, alo float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		table := fmt.Sprintf("bench_sql_%d_%d", time.Now().UnixNano(), i)
-		q, err := sqljob.Compile(fmt.Sprintf(sqlBenchQuery, table, "`"+topic+"`"), sqljob.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := q.EnsureTable(b.Context(), w.DB()); err != nil {
-			b.Fatal(err)
+		tables := [2]string{}
+		queries := [2]*sqljob.Query{}
+		for j := range tables {
+			tables[j] = fmt.Sprintf("bench_sql_%d_%d_%d", time.Now().UnixNano(), i, j)
+			q, err := sqljob.Compile(fmt.Sprintf(sqlBenchQuery, tables[j], "`"+topic+"`"), sqljob.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := q.EnsureTable(b.Context(), w.DB()); err != nil {
+				b.Fatal(err)
+			}
+			queries[j] = q
 		}
 		job := func(kind string) string { return fmt.Sprintf("bench-%s-%d-%d", kind, time.Now().UnixNano(), i) }
 		r := rawConsume(b, brokers, topic)
 		bt := runTxn(b, brokers, topic, sink, job("builtin"), events, nil)
-		st := runTxn(b, brokers, topic, sink, job("sql"), events, strategies.SQLTransform(q))
-		checkSQLBench(b, w, table, want)
-		w.DB().Exec("DROP TABLE " + table)
+		st := runTxn(b, brokers, topic, sink, job("sql"), events, strategies.SQLTransform(queries[0]))
+		at := runStrategy(b, strategies.StrategyAtLeastOnce, brokers, topic, sink, job("sql-alo"), events, strategies.SQLTransform(queries[1]))
+		for _, t := range tables {
+			checkSQLBench(b, w, t, want)
+			w.DB().Exec("DROP TABLE " + t)
+		}
 		raw += float64(events) / r.Seconds()
 		builtin += float64(events) / bt.Seconds()
 		sql += float64(events) / st.Seconds()
-		b.Logf("round %d (%s): raw %.0f ev/s, built-in txn %.0f ev/s (× %.2f of raw), SQL job txn %.0f ev/s (× %.2f of raw, × %.2f of built-in)", i, f,
+		alo += float64(events) / at.Seconds()
+		b.Logf("round %d (%s): raw %.0f ev/s; built-in txn %.0f ev/s (× %.2f of raw); SQL job: txn %.0f ev/s (× %.2f of raw, × %.2f of built-in), at-least-once %.0f ev/s (txn × %.2f of it)", i, f,
 			float64(events)/r.Seconds(), float64(events)/bt.Seconds(), r.Seconds()/bt.Seconds(),
-			float64(events)/st.Seconds(), r.Seconds()/st.Seconds(), bt.Seconds()/st.Seconds())
+			float64(events)/st.Seconds(), r.Seconds()/st.Seconds(), bt.Seconds()/st.Seconds(),
+			float64(events)/at.Seconds(), at.Seconds()/st.Seconds())
 	}
 	b.StopTimer()
 	n := float64(b.N)
 	b.ReportMetric(raw/n, "raw_events/s")
 	b.ReportMetric(builtin/n, "builtin_events/s")
 	b.ReportMetric(sql/n, "sql_events/s")
+	b.ReportMetric(alo/n, "sql_alo_events/s")
 	b.ReportMetric(sql/raw, "sql/raw")
 	b.ReportMetric(sql/builtin, "sql/builtin")
+	b.ReportMetric(sql/alo, "sql/alo")
 }
 
 // expectedSQLBench evaluates the query in memory over the events the

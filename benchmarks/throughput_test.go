@@ -142,11 +142,17 @@ func rawConsume(b *testing.B, brokers []string, topic string) time.Duration {
 // wait before exit is not counted).
 func runTxn(b *testing.B, brokers []string, topic, sink, job string, events int64, tr *strategies.Transform) time.Duration {
 	b.Helper()
+	return runStrategy(b, strategies.StrategyTxn, brokers, topic, sink, job, events, tr)
+}
+
+// runStrategy is runTxn with another micro-batch strategy.
+func runStrategy(b *testing.B, strategy strategies.Strategy, brokers []string, topic, sink, job string, events int64, tr *strategies.Transform) time.Duration {
+	b.Helper()
 	var records atomic.Int64
 	var doneAt atomic.Int64
 	start := time.Now()
 	res, err := strategies.Run(context.Background(), strategies.Config{
-		Strategy: strategies.StrategyTxn, Brokers: brokers, Topic: topic, Job: job, Sink: sink,
+		Strategy: strategy, Brokers: brokers, Topic: topic, Job: job, Sink: sink,
 		Interval: 100 * time.Millisecond, UntilIdle: 300 * time.Millisecond, Transform: tr,
 		OnProgress: func(p batch.Progress) {
 			if records.Add(p.Records) >= events && doneAt.Load() == 0 {
@@ -158,7 +164,7 @@ func runTxn(b *testing.B, brokers []string, topic, sink, job string, events int6
 		b.Fatal(err)
 	}
 	if res.Records != events {
-		b.Fatalf("txn processed %d records, want %d", res.Records, events)
+		b.Fatalf("%s processed %d records, want %d", strategy, res.Records, events)
 	}
 	return time.Duration(doneAt.Load() - start.UnixNano())
 }
