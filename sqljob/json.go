@@ -23,20 +23,22 @@ type pathNode struct {
 	field int
 	id    int // the node's index in scanner.seen (the root has none)
 	kids  []*pathNode
+	// byFirst holds the kids by their name's first byte (an empty name
+	// under 0), so that a member name is compared with the few kids
+	// that start like it, mostly none.
+	byFirst *[256][]*pathNode
 }
 
 func (n *pathNode) kid(name []byte) *pathNode {
-	if len(name) == 0 {
-		for _, k := range n.kids {
-			if k.name == "" {
-				return k
-			}
-		}
+	if n.byFirst == nil {
 		return nil
 	}
-	for _, k := range n.kids {
-		// Length and first byte reject most names without a comparison.
-		if len(k.name) == len(name) && k.name[0] == name[0] && k.name == string(name) {
+	var first byte
+	if len(name) > 0 {
+		first = name[0]
+	}
+	for _, k := range n.byFirst[first] {
+		if k.name == string(name) {
 			return k
 		}
 	}
@@ -58,6 +60,14 @@ func (n *pathNode) add(path []string, next, nodes *int) int {
 		k = &pathNode{name: path[0], field: -1, id: *nodes}
 		*nodes++
 		n.kids = append(n.kids, k)
+		if n.byFirst == nil {
+			n.byFirst = new([256][]*pathNode)
+		}
+		var first byte
+		if k.name != "" {
+			first = k.name[0]
+		}
+		n.byFirst[first] = append(n.byFirst[first], k)
 	}
 	return k.add(path[1:], next, nodes)
 }
@@ -67,11 +77,10 @@ func (n *pathNode) add(path []string, next, nodes *int) int {
 // once, nothing is allocated for a record whose strings have no escapes.
 type scanner struct {
 	d     []byte
-	i     int
-	depth int
-	f     []val  // captured fields, by slot
-	seen  []bool // the path's nodes met in this record, by id
-	buf   []byte // unescaped strings of this record
+	f     []val   // captured fields, by slot
+	seen  []bool  // the path's nodes met in this record, by id
+	buf   []byte  // unescaped strings of this record
+	stack []frame // the open objects and arrays, kept for the next record
 }
 
 var errNotObject = errors.New("the record is not a JSON object")
@@ -85,39 +94,185 @@ func (e *syntaxError) Error() string {
 	return fmt.Sprintf("not valid JSON: %s at byte %d", e.msg, e.at)
 }
 
-func (s *scanner) fail(msg string) error { return &syntaxError{at: s.i, msg: msg} }
-
 // scan reads record d with root as the top of the path tree into s.f
-// (which the caller cleared).
+// (which the caller cleared). One loop with an explicit stack, its index
+// in a register: a call per value, not per token, is what makes a
+// validating scan as fast as gjson.Valid while it captures.
 func (s *scanner) scan(d []byte, root *pathNode) error {
-	s.d, s.i, s.depth, s.buf = d, 0, 0, s.buf[:0]
+	s.d, s.buf = d, s.buf[:0]
 	clear(s.seen)
-	s.space()
-	if s.i >= len(s.d) || s.d[s.i] != '{' {
-		if s.i < len(s.d) && s.valueStartOK() {
+	stack := s.stack[:0]
+	defer func() { s.stack = stack[:0] }()
+	var (
+		i    = skipSpace(d, 0)
+		node *pathNode // the path node of the value at i (nil: not wanted)
+		cur  = frame{node: root, start: i}
+		err  error
+	)
+	if i >= len(d) || d[i] != '{' {
+		switch {
+		case i >= len(d):
+			return failAt(i, "empty record")
+		case valueStart(d[i]):
 			return errNotObject
 		}
-		if s.i >= len(s.d) {
-			return s.fail("empty record")
-		}
-		return s.fail(fmt.Sprintf("unexpected %s", quoteByte(s.d[s.i])))
+		return failAt(i, fmt.Sprintf("unexpected %s", quoteByte(d[i])))
 	}
-	if err := s.object(root); err != nil {
+	i++
+
+objOpen:
+	i = skipSpace(d, i)
+	if i < len(d) && d[i] == '}' {
+		i++
+		goto closed
+	}
+member:
+	i = skipSpace(d, i)
+	if i >= len(d) || d[i] != '"' {
+		return failAt(i, "expected a member name")
+	}
+	node = nil
+	if cur.node == nil || len(cur.node.kids) == 0 {
+		if i, _, err = scanString(d, i); err != nil {
+			return err
+		}
+	} else if node, i, err = s.memberName(cur.node, i); err != nil {
 		return err
 	}
-	s.space()
-	if s.i != len(s.d) {
-		return s.fail("data after the object")
+	i = skipSpace(d, i)
+	if i >= len(d) || d[i] != ':' {
+		return failAt(i, "expected ':'")
 	}
-	return nil
+	i = skipSpace(d, i+1)
+	goto value
+
+arrOpen:
+	i = skipSpace(d, i)
+	if i < len(d) && d[i] == ']' {
+		i++
+		goto closed
+	}
+element:
+	i = skipSpace(d, i)
+	node = nil
+
+value:
+	if i >= len(d) {
+		return failAt(i, "expected a value")
+	}
+	switch c := d[i]; {
+	case c == '{' || c == '[':
+		if len(stack) >= maxDepth-1 {
+			return failAt(i, fmt.Sprintf("nested deeper than %d", maxDepth))
+		}
+		stack = append(stack, cur)
+		cur = frame{node: node, start: i, arr: c == '['}
+		i++
+		if c == '{' {
+			goto objOpen
+		}
+		goto arrOpen
+	case c == '"':
+		start := i
+		var esc bool
+		if i, esc, err = scanString(d, i); err != nil {
+			return err
+		}
+		if node != nil && node.field >= 0 {
+			if err = s.captureString(node, d[start+1:i-1], esc); err != nil {
+				return err
+			}
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		start := i
+		if i, err = scanNumber(d, i); err != nil {
+			return err
+		}
+		if node != nil && node.field >= 0 {
+			if err = s.capture(node, val{k: kNum, s: d[start:i]}); err != nil {
+				return err
+			}
+		}
+	default:
+		var v val
+		switch {
+		case c == 't' && hasWord(d, i, "true"):
+			v, i = val{k: kBool, b: true}, i+4
+		case c == 'f' && hasWord(d, i, "false"):
+			v, i = val{k: kBool}, i+5
+		case c == 'n' && hasWord(d, i, "null"):
+			v, i = val{k: kNull}, i+4
+		case c == 't' || c == 'f' || c == 'n':
+			return failAt(i, "invalid literal")
+		default:
+			return failAt(i, fmt.Sprintf("unexpected %s", quoteByte(c)))
+		}
+		if node != nil && node.field >= 0 {
+			if err = s.capture(node, v); err != nil {
+				return err
+			}
+		}
+	}
+
+afterValue:
+	i = skipSpace(d, i)
+	if i >= len(d) {
+		if cur.arr {
+			return failAt(i, "unterminated array")
+		}
+		return failAt(i, "unterminated object")
+	}
+	switch d[i] {
+	case ',':
+		i++
+		if cur.arr {
+			goto element
+		}
+		goto member
+	case '}':
+		if !cur.arr {
+			i++
+			goto closed
+		}
+	case ']':
+		if cur.arr {
+			i++
+			goto closed
+		}
+	}
+	if cur.arr {
+		return failAt(i, "expected ',' or ']'")
+	}
+	return failAt(i, "expected ',' or '}'")
+
+closed:
+	if cur.node != nil && cur.node.field >= 0 {
+		if err = s.capture(cur.node, val{k: kJSON, s: d[cur.start:i]}); err != nil {
+			return err
+		}
+	}
+	if len(stack) == 0 { // the record's object
+		if i = skipSpace(d, i); i != len(d) {
+			return failAt(i, "data after the object")
+		}
+		return nil
+	}
+	cur, stack = stack[len(stack)-1], stack[:len(stack)-1]
+	goto afterValue
 }
 
-func (s *scanner) valueStartOK() bool {
-	switch c := s.d[s.i]; {
-	case c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9'):
-		return true
-	}
-	return false
+// frame is an open object or array: its path node (nil: nothing wanted
+// inside), where it starts, and which of the two it is.
+type frame struct {
+	node  *pathNode
+	start int
+	arr   bool
+}
+
+func failAt(i int, msg string) error { return &syntaxError{at: i, msg: msg} }
+
+func valueStart(c byte) bool {
+	return c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9')
 }
 
 func quoteByte(c byte) string {
@@ -127,215 +282,70 @@ func quoteByte(c byte) string {
 	return fmt.Sprintf("byte 0x%02x", c)
 }
 
-func (s *scanner) space() {
-	if s.i >= len(s.d) || s.d[s.i] > ' ' { // compact JSON: nothing to skip
-		return
-	}
-	i := s.i
-	for i < len(s.d) && s.d[i] <= ' ' && (s.d[i] == ' ' || s.d[i] == '\t' || s.d[i] == '\n' || s.d[i] == '\r') {
+func skipSpace(d []byte, i int) int {
+	for i < len(d) && d[i] <= ' ' && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
 		i++
 	}
-	s.i = i
+	return i
 }
 
-// object reads an object at s.i ('{'); n (nil: nothing wanted inside) says
-// which members to capture.
-func (s *scanner) object(n *pathNode) error {
-	s.depth++
-	if s.depth > maxDepth {
-		return s.fail(fmt.Sprintf("nested deeper than %d", maxDepth))
-	}
-	s.i++ // '{'
-	s.space()
-	if s.i < len(s.d) && s.d[s.i] == '}' {
-		s.i++
-		s.depth--
-		return nil
-	}
-	for {
-		s.space()
-		if s.i >= len(s.d) || s.d[s.i] != '"' {
-			return s.fail("expected a member name")
-		}
-		var kid *pathNode
-		start := s.i
-		esc, err := s.str()
-		if err != nil {
-			return err
-		}
-		if n != nil && len(n.kids) > 0 {
-			name := s.d[start+1 : s.i-1]
-			if esc {
-				mark := len(s.buf)
-				s.buf, err = unescape(s.buf, name)
-				if err != nil {
-					return err
-				}
-				name = s.buf[mark:]
-				kid = n.kid(name)
-				s.buf = s.buf[:mark]
-			} else {
-				kid = n.kid(name)
-			}
-			// A member on the query's path met twice is refused even
-			// where the query reads inside it ({"c":{"id":1},"c":5}
-			// for c->>'$.id'): readers differ on which one counts.
-			if kid != nil {
-				if s.seen[kid.id] {
-					return &dupError{name: kid.name}
-				}
-				s.seen[kid.id] = true
-			}
-		}
-		s.space()
-		if s.i >= len(s.d) || s.d[s.i] != ':' {
-			return s.fail("expected ':'")
-		}
-		s.i++
-		s.space()
-		if err := s.value(kid); err != nil {
-			return err
-		}
-		s.space()
-		if s.i >= len(s.d) {
-			return s.fail("unterminated object")
-		}
-		switch s.d[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			s.depth--
-			return nil
-		default:
-			return s.fail("expected ',' or '}'")
-		}
-	}
+func hasWord(d []byte, i int, word string) bool {
+	return len(d)-i >= len(word) && string(d[i:i+len(word)]) == word
 }
 
-func (s *scanner) array() error {
-	s.depth++
-	if s.depth > maxDepth {
-		return s.fail(fmt.Sprintf("nested deeper than %d", maxDepth))
+// memberName reads the member name at i of an object whose path node n
+// has kids, and returns the kid it names (nil: none) and the index after
+// it. A member on the query's path met twice is refused even where the
+// query reads inside it ({"c":{"id":1},"c":5} for c->>'$.id'): readers
+// differ on which one counts.
+func (s *scanner) memberName(n *pathNode, i int) (*pathNode, int, error) {
+	start := i
+	i, esc, err := scanString(s.d, i)
+	if err != nil {
+		return nil, i, err
 	}
-	s.i++ // '['
-	s.space()
-	if s.i < len(s.d) && s.d[s.i] == ']' {
-		s.i++
-		s.depth--
-		return nil
+	name := s.d[start+1 : i-1]
+	var kid *pathNode
+	if esc {
+		mark := len(s.buf)
+		if s.buf, err = unescape(s.buf, name); err != nil {
+			return nil, i, err
+		}
+		kid = n.kid(s.buf[mark:])
+		s.buf = s.buf[:mark]
+	} else {
+		kid = n.kid(name)
 	}
-	for {
-		s.space()
-		if err := s.value(nil); err != nil {
-			return err
+	if kid != nil {
+		if s.seen[kid.id] {
+			return nil, i, &dupError{name: kid.name}
 		}
-		s.space()
-		if s.i >= len(s.d) {
-			return s.fail("unterminated array")
-		}
-		switch s.d[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			s.depth--
-			return nil
-		default:
-			return s.fail("expected ',' or ']'")
-		}
+		s.seen[kid.id] = true
 	}
+	return kid, i, nil
 }
 
-// value reads one value at s.i; n is its path node (nil: not wanted).
-func (s *scanner) value(n *pathNode) error {
-	if s.i >= len(s.d) {
-		return s.fail("expected a value")
+// captureString keeps string content lit (escapes resolved) as n's value.
+func (s *scanner) captureString(n *pathNode, lit []byte, esc bool) error {
+	if esc {
+		mark := len(s.buf)
+		var err error
+		if s.buf, err = unescape(s.buf, lit); err != nil {
+			return err
+		}
+		lit = s.buf[mark:len(s.buf):len(s.buf)]
 	}
-	if n == nil || n.field < 0 {
-		return s.skip(n)
+	return s.capture(n, val{k: kStr, s: lit})
+}
+
+// capture keeps v as the value of n's field; a second value is refused.
+func (s *scanner) capture(n *pathNode, v val) error {
+	if s.f[n.field].present {
+		return &dupError{name: n.name}
 	}
-	start := s.i
-	var v val
-	switch c := s.d[s.i]; {
-	case c == '{':
-		if err := s.object(n); err != nil {
-			return err
-		}
-		v = val{k: kJSON, s: s.d[start:s.i]}
-	case c == '[':
-		if err := s.array(); err != nil {
-			return err
-		}
-		v = val{k: kJSON, s: s.d[start:s.i]}
-	case c == '"':
-		esc, err := s.str()
-		if err != nil {
-			return err
-		}
-		v = val{k: kStr, s: s.d[start+1 : s.i-1]}
-		if esc && n != nil && n.field >= 0 {
-			mark := len(s.buf)
-			s.buf, err = unescape(s.buf, v.s)
-			if err != nil {
-				return err
-			}
-			v.s = s.buf[mark:len(s.buf):len(s.buf)]
-		}
-	case c == '-' || (c >= '0' && c <= '9'):
-		if err := s.number(); err != nil {
-			return err
-		}
-		v = val{k: kNum, s: s.d[start:s.i]}
-	case c == 't':
-		if err := s.lit("true"); err != nil {
-			return err
-		}
-		v = val{k: kBool, b: true}
-	case c == 'f':
-		if err := s.lit("false"); err != nil {
-			return err
-		}
-		v = val{k: kBool}
-	case c == 'n':
-		if err := s.lit("null"); err != nil {
-			return err
-		}
-		v = val{k: kNull}
-	default:
-		return s.fail(fmt.Sprintf("unexpected %s", quoteByte(c)))
-	}
-	if n != nil && n.field >= 0 {
-		if s.f[n.field].present {
-			return &dupError{name: n.name}
-		}
-		v.present = true
-		s.f[n.field] = v
-	}
+	v.present = true
+	s.f[n.field] = v
 	return nil
-}
-
-// skip reads a value that is not captured, checking it: the common case,
-// kept apart so that it builds no val.
-func (s *scanner) skip(n *pathNode) error {
-	switch c := s.d[s.i]; {
-	case c == '{':
-		return s.object(n)
-	case c == '[':
-		return s.array()
-	case c == '"':
-		_, err := s.str()
-		return err
-	case c == '-' || (c >= '0' && c <= '9'):
-		return s.number()
-	case c == 't':
-		return s.lit("true")
-	case c == 'f':
-		return s.lit("false")
-	case c == 'n':
-		return s.lit("null")
-	}
-	return s.fail(fmt.Sprintf("unexpected %s", quoteByte(s.d[s.i])))
 }
 
 // dupError: a member the query reads appears twice in one object. Which
@@ -347,23 +357,8 @@ func (e *dupError) Error() string {
 	return fmt.Sprintf("field %q appears twice in one object", reason.Clip(e.name, 64))
 }
 
-func (s *scanner) lit(word string) error {
-	if len(s.d)-s.i < len(word) || string(s.d[s.i:s.i+len(word)]) != word {
-		return s.fail("invalid literal")
-	}
-	s.i += len(word)
-	return nil
-}
-
-func (s *scanner) number() error {
-	d, i := s.d, s.i
-	digits := func() bool {
-		start := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		return i > start
-	}
+// scanNumber checks the JSON number at i and returns the index after it.
+func scanNumber(d []byte, i int) (int, error) {
 	if d[i] == '-' {
 		i++
 	}
@@ -371,16 +366,20 @@ func (s *scanner) number() error {
 	case i < len(d) && d[i] == '0':
 		i++
 	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		digits()
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
 	default:
-		s.i = i
-		return s.fail("invalid number")
+		return i, failAt(i, "invalid number")
 	}
 	if i < len(d) && d[i] == '.' {
 		i++
-		if !digits() {
-			s.i = i
-			return s.fail("invalid number")
+		start := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return i, failAt(i, "invalid number")
 		}
 	}
 	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
@@ -388,19 +387,22 @@ func (s *scanner) number() error {
 		if i < len(d) && (d[i] == '+' || d[i] == '-') {
 			i++
 		}
-		if !digits() {
-			s.i = i
-			return s.fail("invalid number")
+		start := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return i, failAt(i, "invalid number")
 		}
 	}
-	s.i = i
-	return nil
+	return i, nil
 }
 
-// str reads a string literal at s.i ('"'), checking escapes and UTF-8, and
-// says whether it holds escapes.
-func (s *scanner) str() (esc bool, err error) {
-	d, i := s.d, s.i+1 // a local index: the loops stay in registers
+// scanString checks the string literal at i ('"'): escapes and UTF-8. It
+// returns the index after its closing quote and whether it holds escapes.
+func scanString(d []byte, i int) (int, bool, error) {
+	esc := false
+	i++
 	for {
 		// Skip plain bytes eight at a time; stop at the first byte that
 		// needs a look.
@@ -416,41 +418,34 @@ func (s *scanner) str() (esc bool, err error) {
 				i++
 			}
 			if i >= len(d) {
-				s.i = i
-				return esc, s.fail("unterminated string")
+				return i, esc, failAt(i, "unterminated string")
 			}
 		}
 		switch c := d[i]; {
 		case c == '"':
-			s.i = i + 1
-			return esc, nil
+			return i + 1, esc, nil
 		case c == '\\':
 			esc = true
 			if i+1 >= len(d) {
-				s.i = i
-				return esc, s.fail("unterminated string")
+				return i, esc, failAt(i, "unterminated string")
 			}
 			switch d[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
 				if i+6 > len(d) || !isHex4(d[i+2:i+6]) {
-					s.i = i
-					return esc, s.fail("invalid \\u escape")
+					return i, esc, failAt(i, "invalid \\u escape")
 				}
 				i += 6
 			default:
-				s.i = i
-				return esc, s.fail("invalid escape")
+				return i, esc, failAt(i, "invalid escape")
 			}
 		case c < 0x20:
-			s.i = i
-			return esc, s.fail("control character in a string")
+			return i, esc, failAt(i, "control character in a string")
 		default:
 			r, size := utf8.DecodeRune(d[i:])
 			if r == utf8.RuneError && size == 1 {
-				s.i = i
-				return esc, &syntaxError{at: i, msg: fmt.Sprintf("byte 0x%02x is not UTF-8", c)}
+				return i, esc, failAt(i, fmt.Sprintf("byte 0x%02x is not UTF-8", c))
 			}
 			i += size
 		}
@@ -458,15 +453,16 @@ func (s *scanner) str() (esc bool, err error) {
 }
 
 // special8 marks (with its high bit) each byte of the eight in x that
-// needs a look: '"', '\\', below 0x20, from 0x80 (the zero-byte test of
-// "Bit Twiddling Hacks": a byte of x^y is zero exactly where x has y).
-// Borrows can mark a byte above a marked one, never below: the lowest
-// mark is exact.
+// needs a look: '"', '\\', below 0x20, from 0x80. For an ASCII byte b,
+// b-1 (of b^'"', b^'\\') and b-0x20 only reach the high bit when b is
+// the byte looked for; every non-ASCII byte is marked by x itself. A
+// borrow can mark a byte above a marked one, never below: the lowest
+// mark is exact, and without a mark there is no borrow.
 func special8(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q := x ^ (ones * '"')
+	q := x ^ (ones * '"') // zero bytes where x has '"'
 	b := x ^ (ones * '\\')
-	return ((q-ones)&^q | (b-ones)&^b | (x-ones*0x20)&^x | x) & highs
+	return ((q - ones) | (b - ones) | (x - ones*0x20) | x) & highs
 }
 
 func isHex4(b []byte) bool {

@@ -2,6 +2,8 @@ package sqljob
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
@@ -100,6 +102,39 @@ func TestFieldsAgreeWithEncodingJSON(t *testing.T) {
 		for i, w := range want {
 			if rows[0][i] != w {
 				t.Errorf("%s: key %d = %q, want %q", rec, i, rows[0][i], w)
+			}
+		}
+	}
+}
+
+// special8's lowest mark is the first byte a string scan must look at,
+// for every byte value in every position (and nothing is marked in plain
+// text).
+func TestSpecial8(t *testing.T) {
+	isSpecial := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
+	for pos := range 8 {
+		for c := range 256 {
+			for _, fill := range []byte{'a', ' ', '~', '!', '#', '[', ']'} {
+				var b [8]byte
+				for i := range b {
+					b[i] = fill
+				}
+				b[pos] = byte(c)
+				m := special8(binary.LittleEndian.Uint64(b[:]))
+				want := -1
+				for i := range b {
+					if isSpecial(b[i]) {
+						want = i
+						break
+					}
+				}
+				got := -1
+				if m != 0 {
+					got = bits.TrailingZeros64(m) >> 3
+				}
+				if got != want {
+					t.Fatalf("special8(%q): first mark at %d, want %d", b, got, want)
+				}
 			}
 		}
 	}
