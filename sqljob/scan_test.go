@@ -3,8 +3,8 @@ package sqljob
 import (
 	"bytes"
 	"encoding/binary"
-	"math/bits"
 	"encoding/json"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 	"unicode/utf8"
