@@ -366,19 +366,14 @@ func scanNumber(d []byte, i int) (int, error) {
 	case i < len(d) && d[i] == '0':
 		i++
 	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
+		i = skipDigits(d, i)
 	default:
 		return i, failAt(i, "invalid number")
 	}
 	if i < len(d) && d[i] == '.' {
 		i++
 		start := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == start {
+		if i = skipDigits(d, i); i == start {
 			return i, failAt(i, "invalid number")
 		}
 	}
@@ -388,14 +383,36 @@ func scanNumber(d []byte, i int) (int, error) {
 			i++
 		}
 		start := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == start {
+		if i = skipDigits(d, i); i == start {
 			return i, failAt(i, "invalid number")
 		}
 	}
 	return i, nil
+}
+
+// skipDigits returns the index of the first byte from i that is not a
+// decimal digit, looking at eight bytes at a time (epoch milliseconds
+// have thirteen).
+func skipDigits(d []byte, i int) int {
+	for i+8 <= len(d) {
+		if m := nonDigit8(binary.LittleEndian.Uint64(d[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// nonDigit8 marks (with its high bit) each byte of the eight in x that is
+// not '0'–'9': below '0', b-'0' borrows; above '9', b+0x46 reaches 0x80;
+// from 0x80, b is marked itself. A borrow or carry can mark a byte above
+// a marked one, never below: the lowest mark is exact.
+func nonDigit8(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	return ((x - ones*'0') | (x + ones*0x46) | x) & highs
 }
 
 // scanString checks the string literal at i ('"'): escapes and UTF-8. It
