@@ -148,25 +148,38 @@ func (a *Aggregate) apply() error {
 	q := a.q
 	gi, ok := a.index[string(a.keyBuf)]
 	if !ok {
-		g := group{id: string(a.keyBuf), keys: make([]any, len(q.keys)), accs: make([]acc, len(q.vals))}
-		for j := range q.keys {
-			v := &a.vals[j]
-			if v.k == kTime {
-				g.keys[j] = time.UnixMilli(v.n.m).UTC().Format(WindowLayout)
-			} else {
-				g.keys[j] = string(v.keyText(nil))
-			}
-		}
-		gi = int32(len(a.groups))
-		a.groups = append(a.groups, g)
-		a.index[g.id] = gi
+		gi = a.newGroup(string(a.keyBuf), a.keyValues())
 	}
-	g := &a.groups[gi]
-	args := a.vals[len(q.keys):]
-	for j, i := range q.vals {
-		g.accs[j].add(q.cols[i].agg, &args[j], q.opts.IntegerSums)
-	}
+	a.addArgs(&a.groups[gi], a.vals[len(q.keys):])
 	return nil
+}
+
+// keyValues are the evaluated record's key values as a row holds them.
+func (a *Aggregate) keyValues() []any {
+	keys := make([]any, len(a.q.keys))
+	for j := range keys {
+		v := &a.vals[j]
+		if v.k == kTime {
+			keys[j] = time.UnixMilli(v.n.m).UTC().Format(WindowLayout)
+		} else {
+			keys[j] = string(v.keyText(nil))
+		}
+	}
+	return keys
+}
+
+func (a *Aggregate) newGroup(id string, keys []any) int32 {
+	gi := int32(len(a.groups))
+	a.groups = append(a.groups, group{id: id, keys: keys, accs: make([]acc, len(a.q.vals))})
+	a.index[id] = gi
+	return gi
+}
+
+// addArgs adds one record's aggregate arguments to g.
+func (a *Aggregate) addArgs(g *group, args []val) {
+	for j, i := range a.q.vals {
+		g.accs[j].add(a.q.cols[i].agg, &args[j], a.q.opts.IntegerSums)
+	}
 }
 
 func (ac *acc) add(k aggKind, v *val, intSums bool) {
@@ -366,14 +379,41 @@ func Canonical(v any) string {
 	return fmt.Sprint(v)
 }
 
-// Check evaluates one record as Add does, without keeping it: false for a
-// record the WHERE filters out, a *Rejection for bad input. Safe for
-// concurrent use.
-func (q *Query) Check(record []byte) (bool, error) {
+// Evaluated is one record evaluated by a query, ready to be added to an
+// Aggregate later: its group and its aggregates' arguments, copied out of
+// the record (which need not be kept).
+type Evaluated struct {
+	id   string
+	keys []any
+	args []val
+}
+
+// Evaluate evaluates one record as Add does, without adding it: nil for
+// a record the WHERE filters out, a *Rejection for bad input. Safe for
+// concurrent use. Checkpoint mode evaluates where it reads and adds at
+// the barrier (AddEvaluated), so each record is scanned once.
+func (q *Query) Evaluate(record []byte) (*Evaluated, error) {
 	a, _ := q.pool.Get().(*Aggregate)
 	if a == nil {
 		a = q.NewAggregate()
 	}
 	defer q.pool.Put(a)
-	return a.eval(record)
+	ok, err := a.eval(record)
+	if err != nil || !ok {
+		return nil, err
+	}
+	ev := &Evaluated{id: string(a.keyBuf), keys: a.keyValues(), args: make([]val, len(q.vals))}
+	for j, v := range a.vals[len(q.keys):] {
+		ev.args[j] = val{k: v.k, n: v.n, nOK: v.nOK} // acc.add reads no text
+	}
+	return ev, nil
+}
+
+// AddEvaluated adds a record Evaluate returned (by the same query).
+func (a *Aggregate) AddEvaluated(ev *Evaluated) {
+	gi, ok := a.index[ev.id]
+	if !ok {
+		gi = a.newGroup(ev.id, ev.keys)
+	}
+	a.addArgs(&a.groups[gi], ev.args)
 }

@@ -3,6 +3,8 @@ package sqljob
 import (
 	"testing"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/microbatch/microbatch/internal/event"
 )
 
@@ -48,6 +50,29 @@ func BenchmarkBuiltinDecodeWide(b *testing.B) {
 	for i := range b.N {
 		if err := event.Decode(recs[i%len(recs)], &ev); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The scan alone, capturing nothing, against gjson's validator.
+func BenchmarkScanWide(b *testing.B) {
+	recs := wideRecords(4096)
+	s := scanner{}
+	root := &pathNode{field: -1}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := s.scan(recs[i%len(recs)], root); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGjsonValidWide(b *testing.B) {
+	recs := wideRecords(4096)
+	b.ResetTimer()
+	for i := range b.N {
+		if !gjson.ValidBytes(recs[i%len(recs)]) {
+			b.Fatal("invalid")
 		}
 	}
 }

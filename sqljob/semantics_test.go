@@ -110,16 +110,39 @@ func TestMergeEqualsOneAggregate(t *testing.T) {
 	}
 }
 
-func TestCheckDoesNotKeep(t *testing.T) {
+// Evaluate keeps nothing of the record, and adding what it returned later
+// gives what Add gives.
+func TestEvaluateThenAdd(t *testing.T) {
 	q := mustCompile(t, issueQuery, Options{})
-	keep, err := q.Check([]byte(`{"customer":{"id":"u"},"kind":"buy","qty":1}`))
-	if !keep || err != nil {
-		t.Fatalf("Check = %v, %v", keep, err)
+	recs := []string{
+		`{"customer":{"id":"u"},"kind":"buy","qty":1,"price":1.5,"ts":3}`,
+		`{"customer":{"id":"\u00fc"},"kind":"view","qty":2,"ts":7}`,
+		`{"customer":{"id":"u"},"kind":"buy","qty":4,"price":0.25,"ts":1}`,
 	}
-	if keep, err := q.Check([]byte(`{"customer":{"id":"u"},"kind":"other","qty":1}`)); keep || err != nil {
-		t.Fatalf("filtered: Check = %v, %v", keep, err)
+	direct, later := q.NewAggregate(), q.NewAggregate()
+	var evs []*Evaluated
+	for _, r := range recs {
+		buf := []byte(r)
+		ev, err := q.Evaluate(buf)
+		if ev == nil || err != nil {
+			t.Fatalf("Evaluate(%s) = %v, %v", r, ev, err)
+		}
+		for i := range buf { // the record's buffer is reused: nothing may alias it
+			buf[i] = 'x'
+		}
+		evs = append(evs, ev)
+		addAll(t, direct, r)
 	}
-	if _, err := q.Check([]byte(`{`)); !IsRejection(err) {
+	for _, ev := range evs {
+		later.AddEvaluated(ev)
+	}
+	if a, b := rowsText(direct.Rows()), rowsText(later.Rows()); a != b {
+		t.Fatalf("evaluated then added:\n%s\nadded:\n%s", b, a)
+	}
+	if ev, err := q.Evaluate([]byte(`{"customer":{"id":"u"},"kind":"other","qty":1}`)); ev != nil || err != nil {
+		t.Fatalf("filtered: Evaluate = %v, %v", ev, err)
+	}
+	if _, err := q.Evaluate([]byte(`{`)); !IsRejection(err) {
 		t.Fatalf("bad: %v", err)
 	}
 }

@@ -34,27 +34,24 @@ func (p *queryPart) rows() ([][]any, error)      { return p.a.Rows(), nil }
 func (p *queryPart) merge(o part)                { p.a.Merge(o.(*queryPart).a) }
 func (p *queryPart) reset()                      { p.a.Reset() }
 
-// Checkpoint mode: the sources check each record (so that bad input is
-// dead-lettered where it is read) and pass the kept ones on as bytes; the
-// sink's subtask aggregates an interval's records at the barrier.
+// Checkpoint mode: the sources evaluate each record (so that bad input is
+// dead-lettered where it is read) and pass on its group and arguments; the
+// sink's subtask adds an interval's at the barrier. A record is scanned
+// once, and only what the query needs of it is held until the barrier.
 
 func (w *queryWork) decodeAny(rec *batch.Record) (any, error) {
-	keep, err := w.q.Check(rec.Value)
-	if err != nil || !keep {
+	ev, err := w.q.Evaluate(rec.Value)
+	if err != nil || ev == nil {
 		return nil, err
 	}
-	return append([]byte(nil), rec.Value...), nil
+	return ev, nil
 }
 
 func (w *queryWork) rowsOf(items []any) ([][]any, error) {
 	a := w.q.NewAggregate()
 	for _, it := range items {
-		b, ok := it.([]byte)
-		if !ok {
-			continue // filtered out by the WHERE
-		}
-		if err := a.Add(b); err != nil {
-			return nil, err // not reached: the source checked the record
+		if ev, ok := it.(*sqljob.Evaluated); ok { // nil: filtered out by the WHERE
+			a.AddEvaluated(ev)
 		}
 	}
 	if a.Len() == 0 {
