@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"vitess.io/vitess/go/vt/sqlparser"
-
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/writers"
 )
@@ -157,404 +155,142 @@ func (q *Query) Upsert() writers.Upsert {
 type compiler struct {
 	q     *Query
 	sql   string
-	toks  []token
 	alias string   // FROM's alias, a qualifier that names the record
 	paths []string // the fields read, in first-use order
-}
-
-// token is a word of the query and its byte offset, for positions.
-type token struct {
-	word string
-	pos  int
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
 // Compile parses and compiles one statement
-// INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY ….
+// INSERT INTO <table> SELECT … FROM <topic> [WHERE …] [GROUP BY …].
 func Compile(sql string, opts Options) (*Query, error) {
 	if opts.SQLite {
 		opts.IntegerSums = true
 	}
+	st, err := parse(sql)
+	if err != nil {
+		return nil, err
+	}
 	c := &compiler{q: &Query{sql: sql, opts: opts, root: &pathNode{field: -1}}, sql: sql}
-	parser, err := sqlparser.New(sqlparser.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("sql: starting the parser: %w", err)
-	}
-	c.tokenize(parser)
-	st, err := parser.Parse(sql)
-	if err != nil {
-		return nil, c.syntax(err)
-	}
-	ins, ok := st.(*sqlparser.Insert)
-	if !ok || ins.Action != sqlparser.InsertAct {
-		return nil, c.errAt(firstWord(sql), 0, "statement", "want one INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY …")
-	}
-	if err := c.insert(ins); err != nil {
+	if err := c.statement(st); err != nil {
 		return nil, err
 	}
 	return c.q, nil
 }
 
-func firstWord(s string) string {
-	f := strings.Fields(s)
-	if len(f) == 0 {
-		return ""
-	}
-	return strings.ToLower(f[0])
+// errAt makes an Error placed at byte offset pos of the query.
+func (c *compiler) errAt(pos int, construct, format string, args ...any) error {
+	return errAtPos(c.sql, pos, construct, format, args...)
 }
 
-var syntaxRE = regexp.MustCompile(`at position (\d+)(?: near '(.*)')?`)
-
-// syntax turns the parser's error into one placed at the word it stopped
-// on ("at position N" counts bytes up to the end of that word).
-func (c *compiler) syntax(err error) error {
-	msg := err.Error()
-	e := &Error{Construct: "syntax error", Msg: msg}
-	m := syntaxRE.FindStringSubmatch(msg)
-	if m == nil {
-		return e
-	}
-	var p int
-	fmt.Sscan(m[1], &p)
-	near := m[2]
-	e.Line, e.Col = lineCol(c.sql, max(p-len(near)-1, 0))
-	switch {
-	case near == "":
-		e.Msg = "the statement ends too early"
-	case reserved(near):
-		e.Msg = fmt.Sprintf("near %q, a reserved word: quote it with backticks (`%s`)", near, near)
-	default:
-		e.Msg = fmt.Sprintf("near %q", near)
-	}
-	return e
-}
-
-// reserved reports whether word is a keyword the parser won't take as a
-// column name unquoted.
-func reserved(word string) bool {
-	_, err := sqlparser.NewTestParser().Parse("select " + word + " from t")
-	return err != nil
-}
-
-// tokenize records where each word of the query starts, so that an error
-// can point at the construct it refuses (the parser's tree has no
-// positions).
-func (c *compiler) tokenize(p *sqlparser.Parser) {
-	tk := p.NewStringTokenizer(c.sql)
-	lower := strings.ToLower(c.sql)
-	at := 0 // where the previous word ended
-	for len(c.toks) < 100000 {
-		before := tk.Pos
-		typ, word := tk.Scan()
-		if typ == 0 {
-			return
-		}
-		word = strings.ToLower(word)
-		if word == "" { // an operator or punctuation: its text
-			word = strings.TrimSpace(lower[min(before, len(lower)):min(max(tk.Pos, before), len(lower))])
-			if word == "" && typ < 256 {
-				word = string(rune(typ))
-			}
-		}
-		// The tokenizer reads a character ahead; find the word itself.
-		pos := at
-		if i := strings.Index(lower[at:], word); i >= 0 && word != "" {
-			pos = at + i
-			at = pos + len(word)
-		}
-		c.toks = append(c.toks, token{word: word, pos: pos})
-	}
-}
-
-func lineCol(s string, pos int) (int, int) {
-	pos = min(pos, len(s))
-	line := 1 + strings.Count(s[:pos], "\n")
-	col := pos - strings.LastIndex(s[:pos], "\n")
-	return line, col
-}
-
-// errAt makes an Error placed at the nth (0-based) token spelling word,
-// or without a place when there is none.
-func (c *compiler) errAt(word string, nth int, construct, format string, args ...any) error {
-	e := &Error{Construct: construct, Msg: fmt.Sprintf(format, args...)}
-	word = strings.ToLower(word)
-	for _, t := range c.toks {
-		if t.word == word {
-			if nth == 0 {
-				e.Line, e.Col = lineCol(c.sql, t.pos)
-				break
-			}
-			nth--
-		}
-	}
-	return e
-}
-
-// errAfter is errAt placed at the first word after the first anchor.
-func (c *compiler) errAfter(anchor, word, construct, format string, args ...any) error {
-	e := &Error{Construct: construct, Msg: fmt.Sprintf(format, args...)}
-	seen := false
-	for _, t := range c.toks {
-		if seen && t.word == word {
-			e.Line, e.Col = lineCol(c.sql, t.pos)
-			break
-		}
-		seen = seen || t.word == anchor
-	}
-	return e
-}
-
-// errExpr places an error at the first word of expression x.
-func (c *compiler) errExpr(x sqlparser.SQLNode, construct, format string, args ...any) error {
-	return c.errAt(firstTokenOf(x), 0, construct, format, args...)
-}
-
-// firstTokenOf is the word an expression starts with, as the tokenizer
-// gives it.
-func firstTokenOf(x sqlparser.SQLNode) string {
-	switch n := x.(type) {
-	case *sqlparser.ColName:
-		if !n.Qualifier.IsEmpty() {
-			if !n.Qualifier.Qualifier.IsEmpty() {
-				return n.Qualifier.Qualifier.String()
-			}
-			return n.Qualifier.Name.String()
-		}
-		return n.Name.String()
-	case *sqlparser.FuncExpr:
-		return n.Name.String()
-	case *sqlparser.Avg:
-		return "avg"
-	case *sqlparser.Count, *sqlparser.CountStar:
-		return "count"
-	case *sqlparser.Sum:
-		return "sum"
-	case *sqlparser.Min:
-		return "min"
-	case *sqlparser.Max:
-		return "max"
-	case *sqlparser.CaseExpr:
-		return "case"
-	case *sqlparser.Subquery:
-		return "select"
-	case *sqlparser.JSONUnquoteExpr:
-		return firstTokenOf(n.JSONValue)
-	case *sqlparser.JSONExtractExpr:
-		return firstTokenOf(n.JSONDoc)
-	case *sqlparser.ComparisonExpr:
-		return firstTokenOf(n.Left)
-	case *sqlparser.BinaryExpr:
-		return firstTokenOf(n.Left)
-	case *sqlparser.AndExpr:
-		return firstTokenOf(n.Left)
-	case *sqlparser.OrExpr:
-		return firstTokenOf(n.Left)
-	case *sqlparser.IsExpr:
-		return firstTokenOf(n.Left)
-	case *sqlparser.Literal:
-		return n.Val
-	}
-	s := exprText(x)
-	if f := strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '(' || r == '`' }); len(f) > 0 {
-		return f[0]
-	}
-	return s
-}
-
-func (c *compiler) insert(ins *sqlparser.Insert) error {
+func (c *compiler) statement(st *statement) error {
 	q := c.q
-	switch {
-	case bool(ins.Ignore):
-		return c.errAt("ignore", 0, "INSERT IGNORE", "not supported: write INSERT INTO")
-	case len(ins.Columns) > 0:
-		return c.errAt("(", 0, "INSERT column list", "not supported: the SELECT's names (AS) are the table's columns")
-	case len(ins.OnDup) > 0:
-		return c.errAt("on", 0, "ON DUPLICATE KEY UPDATE", "not supported: each column's aggregate says how it merges")
-	case len(ins.Partitions) > 0:
-		return c.errAt("partition", 0, "PARTITION", "not supported")
-	case ins.RowAlias != nil:
-		return c.errAt("as", 0, "row alias", "not supported")
+	if st.verb != "insert" {
+		return c.errAt(st.verbPos, "REPLACE INTO", "not supported: a SQL job aggregates with INSERT INTO <table> SELECT … GROUP BY …")
 	}
-	tn, ok := ins.Table.Expr.(sqlparser.TableName)
-	if !ok || !tn.Qualifier.IsEmpty() {
-		return c.errAt("into", 0, "INSERT INTO", "want a table name without a database (the sink's DSN names the database)")
-	}
-	q.table = tn.Name.String()
+	q.table = st.table
 	if !identRE.MatchString(q.table) {
-		return c.errAt("into", 0, "table name", "%q: want letters, digits and _ (up to 64, not starting with a digit)", q.table)
+		return c.errAt(st.tablePos, "table name", "%q: want letters, digits and _ (up to 64, not starting with a digit)", q.table)
 	}
 	if strings.HasPrefix(strings.ToLower(q.table), "mb_") {
-		return c.errAt("into", 0, "table name", "%q: mb_ tables are microbatch's own", q.table)
+		return c.errAt(st.tablePos, "table name", "%q: mb_ tables are microbatch's own", q.table)
 	}
-	sel, ok := ins.Rows.(*sqlparser.Select)
-	if !ok {
-		switch ins.Rows.(type) {
-		case *sqlparser.Union:
-			return c.errAt("union", 0, "UNION", "not supported: one SELECT")
-		case sqlparser.Values:
-			return c.errAt("values", 0, "VALUES", "not supported: INSERT INTO <table> SELECT … FROM <topic> … GROUP BY …")
+	sel := &st.sel
+	q.topic = sel.topic
+	if !record.ValidTopic(q.topic) {
+		return c.errAt(sel.topicPos, "FROM", "%q is not a valid topic name", q.topic)
+	}
+	c.alias = sel.alias
+	if sel.where != nil {
+		if a := findAggregate(sel.where); a != nil {
+			return c.errAt(a.at(), strings.ToUpper(a.name), "an aggregate can't be in WHERE (HAVING is not supported either: the table keeps every group; filter when you read it)")
 		}
-		return c.errAt("select", 0, "INSERT", "want INSERT INTO <table> SELECT …")
-	}
-	return c.selectStmt(sel)
-}
-
-func (c *compiler) selectStmt(sel *sqlparser.Select) error {
-	q := c.q
-	switch {
-	case sel.With != nil:
-		return c.errAt("with", 0, "WITH", "not supported")
-	case sel.Distinct:
-		return c.errAt("distinct", 0, "DISTINCT", "not supported: GROUP BY the columns instead")
-	case sel.Having != nil:
-		return c.errAt("having", 0, "HAVING", "not supported: the table keeps every group; filter when you read it")
-	case len(sel.OrderBy) > 0:
-		return c.errAt("order", 0, "ORDER BY", "not supported: a table's rows have no order; sort when you read it")
-	case sel.Limit != nil:
-		return c.errAt("limit", 0, "LIMIT", "not supported: every group is kept")
-	case len(sel.Windows) > 0:
-		return c.errAt("window", 0, "WINDOW", "not supported: use TUMBLE(ts, '1m') in GROUP BY")
-	case sel.Into != nil:
-		return c.errAt("into", 1, "SELECT … INTO", "not supported")
-	case sel.Lock != sqlparser.NoLock:
-		return c.errAt("for", 0, "locking clause", "not supported")
-	}
-	if len(sel.From) != 1 {
-		if len(sel.From) == 0 {
-			return c.errAt("select", 0, "FROM", "missing: FROM <topic>")
-		}
-		return c.errAfter("from", ",", "join", "not supported: FROM one topic")
-	}
-	switch f := sel.From[0].(type) {
-	case *sqlparser.JoinTableExpr:
-		return c.errAt("join", 0, "JOIN", "not supported: FROM one topic")
-	case *sqlparser.AliasedTableExpr:
-		switch t := f.Expr.(type) {
-		case sqlparser.TableName:
-			if !t.Qualifier.IsEmpty() {
-				return c.errAt("from", 0, "FROM", "want a topic name, not %s", exprText(t))
-			}
-			q.topic = t.Name.String()
-			if !record.ValidTopic(q.topic) {
-				return c.errAt("from", 0, "FROM", "%q is not a valid topic name", q.topic)
-			}
-			if !f.As.IsEmpty() {
-				c.alias = f.As.String()
-			}
-		case *sqlparser.DerivedTable:
-			return c.errAt("select", 1, "subquery", "not supported: FROM one topic")
-		default:
-			return c.errAt("from", 0, "FROM", "want a topic name")
-		}
-	default:
-		return c.errAt("from", 0, "FROM", "want one topic")
-	}
-	if err := c.noSubqueries(sel); err != nil {
-		return err
-	}
-	if sel.Where != nil {
-		w, err := c.expr(sel.Where.Expr)
+		w, err := c.expr(sel.where)
 		if err != nil {
 			return err
 		}
 		q.where = w
-		q.whereS = exprText(sel.Where.Expr)
+		q.whereS = exprText(sel.where)
 	}
 	return c.columns(sel)
 }
 
-// noSubqueries refuses a subquery anywhere.
-func (c *compiler) noSubqueries(sel *sqlparser.Select) error {
-	var found bool
-	_ = sqlparser.Walk(func(n sqlparser.SQLNode) (bool, error) {
-		if _, ok := n.(*sqlparser.Subquery); ok {
-			found = true
-			return false, nil
-		}
-		return true, nil
-	}, sel.SelectExprs, sel.Where, sel.GroupBy)
-	if found {
-		return c.errAt("select", 1, "subquery", "not supported")
-	}
-	return nil
-}
-
 // columns compiles the SELECT list against the GROUP BY.
-func (c *compiler) columns(sel *sqlparser.Select) error {
+func (c *compiler) columns(sel *selectStmt) error {
 	q := c.q
-	if sel.GroupBy == nil || len(sel.GroupBy.Exprs) == 0 {
-		return c.errAt("select", 0, "GROUP BY", "missing: a SQL job keeps one row per group; add GROUP BY")
-	}
-	if sel.GroupBy.WithRollup {
-		return c.errAt("rollup", 0, "WITH ROLLUP", "not supported")
-	}
-	// The GROUP BY's expressions, by printed form; an alias resolves to
-	// its select expression.
 	type item struct {
 		name string
-		x    sqlparser.Expr
+		x    node
 	}
 	var items []item
-	aliases := map[string]sqlparser.Expr{}
-	for _, se := range sel.SelectExprs.Exprs {
-		ae, ok := se.(*sqlparser.AliasedExpr)
-		if !ok {
-			return c.errAt("*", 0, "SELECT *", "not supported: name each column")
-		}
-		name := ae.As.String()
+	aliases := map[string]node{}
+	for _, it := range sel.items {
+		name := it.alias
 		if name == "" {
-			if col, ok := ae.Expr.(*sqlparser.ColName); ok && col.Qualifier.IsEmpty() {
-				name = col.Name.String()
-			} else {
-				return c.errExpr(ae.Expr, exprText(ae.Expr), "give it a column name with AS")
+			// A field is named by its last part, as MySQL names it:
+			// customer.id -> id, `audit-clicks`.kind -> kind.
+			col, ok := it.x.(*colRef)
+			if !ok {
+				return c.errAt(it.x.at(), exprName(it.x), "give it a column name with AS")
 			}
+			name = col.parts[len(col.parts)-1]
 		}
 		if !identRE.MatchString(name) {
-			return c.errExpr(ae.Expr, "column "+name, "want letters, digits and _ (up to 64, not starting with a digit)")
+			return c.errAt(it.x.at(), "column "+name, "want letters, digits and _ (up to 64, not starting with a digit): name it with AS")
 		}
-		for _, it := range items {
-			if strings.EqualFold(it.name, name) {
-				return c.errExpr(ae.Expr, "column "+name, "named twice")
+		for _, prev := range items {
+			if strings.EqualFold(prev.name, name) {
+				return c.errAt(it.x.at(), "column "+name, "named twice: give one a column name of its own with AS")
 			}
 		}
-		items = append(items, item{name, ae.Expr})
-		aliases[strings.ToLower(name)] = ae.Expr
+		items = append(items, item{name, it.x})
+		aliases[strings.ToLower(name)] = it.x
+	}
+	// A GROUP BY expression is matched with a SELECT expression by its
+	// canonical form, in which a field is its path: c.kind, kind and
+	// `clicks`.kind are one key; a bare name that is a column's name (AS)
+	// is that column.
+	resolve := func(g node) node {
+		if col, ok := g.(*colRef); ok && len(col.parts) == 1 {
+			if a, ok := aliases[strings.ToLower(col.parts[0])]; ok {
+				return a
+			}
+		}
+		return g
 	}
 	grouped := map[string]bool{}
-	for _, g := range sel.GroupBy.Exprs {
-		x := g
-		if col, ok := g.(*sqlparser.ColName); ok && col.Qualifier.IsEmpty() {
-			if a, ok := aliases[col.Name.Lowered()]; ok {
-				x = a
-			}
+	for _, g := range sel.groupBy {
+		x := resolve(g)
+		if a := findAggregate(x); a != nil {
+			return c.errAt(g.at(), "GROUP BY "+exprText(g), "an aggregate can't be a group key")
 		}
-		if isAggregate(x) {
-			return c.errExpr(g, "GROUP BY "+exprText(g), "an aggregate can't be a group key")
+		if lit, ok := x.(*litNode); ok && lit.k == litNum {
+			return c.errAt(g.at(), "GROUP BY "+lit.s, "positions are not supported: name the column")
 		}
-		if lit, ok := x.(*sqlparser.Literal); ok && lit.Type == sqlparser.IntVal {
-			return c.errExpr(g, "GROUP BY "+lit.Val, "positions are not supported: name the column")
-		}
-		grouped[exprText(x)] = true
+		grouped[c.canonical(x)] = true
 	}
 	used := map[string]bool{}
+	if sel.groupPos == 0 {
+		return c.errAt(sel.p, "GROUP BY", "missing: a SQL job keeps one row per group; add GROUP BY")
+	}
 	for _, it := range items {
 		col := Column{Name: it.name, Expr: exprText(it.x)}
-		if isAggregate(it.x) {
-			if err := c.aggregate(&col, it.x); err != nil {
+		if call, ok := it.x.(*callNode); ok && isAggregateName(call.name) {
+			if err := c.aggregate(&col, call); err != nil {
 				return err
 			}
 			q.vals = append(q.vals, len(q.cols))
 			q.cols = append(q.cols, col)
 			continue
 		}
-		if !grouped[col.Expr] {
-			if containsAggregate(it.x) {
-				return c.errExpr(it.x, col.Expr, "an aggregate inside an expression is not supported: select the aggregate as a column of its own")
-			}
-			return c.errExpr(it.x, col.Expr, "is neither aggregated nor in GROUP BY")
+		if a := findAggregate(it.x); a != nil {
+			return c.errAt(a.at(), exprText(it.x), "an aggregate inside an expression is not supported: select the aggregate as a column of its own")
 		}
-		used[col.Expr] = true
+		canon := c.canonical(it.x)
+		if !grouped[canon] {
+			return c.errAt(it.x.at(), col.Expr, "is neither aggregated nor in GROUP BY")
+		}
+		used[canon] = true
 		col.Key = true
 		if err := c.key(&col, it.x); err != nil {
 			return err
@@ -562,19 +298,13 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 		q.keys = append(q.keys, len(q.cols))
 		q.cols = append(q.cols, col)
 	}
-	for _, g := range sel.GroupBy.Exprs {
-		x := g
-		if col, ok := g.(*sqlparser.ColName); ok && col.Qualifier.IsEmpty() {
-			if a, ok := aliases[col.Name.Lowered()]; ok {
-				x = a
-			}
-		}
-		if !used[exprText(x)] {
-			return c.errExpr(g, "GROUP BY "+exprText(g), "is not selected: every group key must be a column of the table")
+	for _, g := range sel.groupBy {
+		if !used[c.canonical(resolve(g))] {
+			return c.errAt(g.at(), "GROUP BY "+exprText(g), "is not selected: every group key must be a column of the table")
 		}
 	}
 	if len(q.vals) == 0 {
-		return c.errAt("select", 0, "SELECT", "no aggregate: select COUNT(*), SUM, MIN or MAX of something")
+		return c.errAt(sel.p, "SELECT", "no aggregate: select COUNT(*), SUM, MIN or MAX of something")
 	}
 	text := 0
 	for _, i := range q.keys {
@@ -590,64 +320,114 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 	return nil
 }
 
-func isAggregate(x sqlparser.Expr) bool {
-	switch x.(type) {
-	case *sqlparser.CountStar, *sqlparser.Count, *sqlparser.Sum, *sqlparser.Min, *sqlparser.Max, *sqlparser.Avg:
-		return true
-	case sqlparser.AggrFunc:
-		return true
-	}
-	return false
+// canonical prints x with each field as its path, so that two spellings
+// of one expression compare equal.
+func (c *compiler) canonical(x node) string {
+	var b strings.Builder
+	printNode(&b, x, func(n *colRef) string { return "\x00" + strings.Join(c.colPath(n), "\x00") })
+	return b.String()
 }
 
-func containsAggregate(x sqlparser.Expr) bool {
-	found := false
-	_ = sqlparser.Walk(func(n sqlparser.SQLNode) (bool, error) {
-		if e, ok := n.(sqlparser.Expr); ok && isAggregate(e) {
-			found = true
-			return false, nil
+// aggregates are MySQL's aggregate functions: the supported ones and
+// those refused by name.
+var aggregates = map[string]bool{"count": true, "sum": true, "min": true, "max": true, "avg": true,
+	"group_concat": true, "std": true, "stddev": true, "stddev_pop": true, "stddev_samp": true, "variance": true,
+	"var_pop": true, "var_samp": true, "bit_and": true, "bit_or": true, "bit_xor": true, "json_arrayagg": true,
+	"json_objectagg": true, "any_value": true}
+
+func isAggregateName(name string) bool { return aggregates[name] }
+
+// findAggregate returns the first aggregate call in x, or nil.
+func findAggregate(x node) *callNode {
+	var found *callNode
+	walk(x, func(n node) bool {
+		if call, ok := n.(*callNode); ok && isAggregateName(call.name) {
+			found = call
+			return false
 		}
-		return true, nil
-	}, x)
+		return found == nil
+	})
 	return found
 }
 
-func (c *compiler) aggregate(col *Column, x sqlparser.Expr) error {
-	var arg sqlparser.Expr
-	switch a := x.(type) {
-	case *sqlparser.CountStar:
-		col.agg = aggCountStar
-		if a.OverClause != nil {
-			return c.errAt("over", 0, "OVER", "window functions are not supported")
+// walk calls f on x and its descendants until f returns false.
+func walk(x node, f func(node) bool) bool {
+	if x == nil {
+		return true
+	}
+	if !f(x) {
+		return false
+	}
+	var kids []node
+	switch n := x.(type) {
+	case *unaryNode:
+		kids = []node{n.x}
+	case *binaryNode:
+		kids = []node{n.l, n.r}
+	case *likeNode:
+		kids = []node{n.x, n.pat}
+	case *inNode:
+		kids = append([]node{n.x}, n.list...)
+	case *betweenNode:
+		kids = []node{n.x, n.lo, n.hi}
+	case *isNode:
+		kids = []node{n.x}
+	case *callNode:
+		kids = n.args
+	case *caseNode:
+		kids = []node{n.subject, n.els}
+		for _, w := range n.whens {
+			kids = append(kids, w.cond, w.val)
 		}
-		return nil
-	case *sqlparser.Count:
-		if a.Distinct {
-			return c.errAt("distinct", 0, "COUNT(DISTINCT …)", "not supported: an exact distinct count can't be merged across batches")
+	case *castNode:
+		kids = []node{n.x}
+	}
+	for _, k := range kids {
+		if !walk(k, f) {
+			return false
 		}
-		if len(a.Args) != 1 {
-			return c.errExpr(x, col.Expr, "COUNT takes one argument")
+	}
+	return true
+}
+
+func (c *compiler) aggregate(col *Column, a *callNode) error {
+	name := strings.ToUpper(a.name)
+	switch a.name {
+	case "count":
+		if a.star {
+			col.agg = aggCountStar
+			return nil
 		}
-		col.agg, arg = aggCount, a.Args[0]
-	case *sqlparser.Sum:
-		if a.Distinct {
-			return c.errAt("distinct", 0, "SUM(DISTINCT …)", "not supported")
+		if a.distinct {
+			return c.errAt(a.distinctPos, "COUNT(DISTINCT …)", "not supported: an exact distinct count can't be merged across batches")
 		}
-		col.agg, arg = aggSum, a.Arg
-	case *sqlparser.Min:
-		col.agg, arg = aggMin, a.Arg
-	case *sqlparser.Max:
-		col.agg, arg = aggMax, a.Arg
-	case *sqlparser.Avg:
-		return c.errAt("avg", 0, "AVG", "not supported: an average can't be merged across batches; select SUM(x) and COUNT(x) and divide when you read")
+		col.agg = aggCount
+	case "sum":
+		if a.distinct {
+			return c.errAt(a.distinctPos, "SUM(DISTINCT …)", "not supported")
+		}
+		col.agg = aggSum
+	case "min":
+		col.agg = aggMin
+	case "max":
+		col.agg = aggMax
+	case "avg":
+		return c.errAt(a.p, "AVG", "not supported: an average can't be merged across batches; select SUM(x) and COUNT(x) and divide when you read")
 	default:
-		return c.errExpr(x, col.Expr, "this aggregate is not supported: COUNT, SUM, MIN and MAX are")
+		return c.errAt(a.p, name, "this aggregate is not supported: COUNT, SUM, MIN and MAX are")
+	}
+	if a.distinct && (col.agg == aggMin || col.agg == aggMax) {
+		a.distinct = false // MIN(DISTINCT x) is MIN(x)
+	}
+	if len(a.args) != 1 {
+		return c.errAt(a.p, col.Expr, "%s takes one argument", name)
 	}
 	if c.q.opts.SQLite && (col.agg == aggMin || col.agg == aggMax) {
-		return c.errExpr(x, col.Aggregate(), "not supported on a SQLite sink: it has no exact decimal type to compare in; use mysql:// (or redis:// with --strategy idempotent)")
+		return c.errAt(a.p, col.Aggregate(), "not supported on a SQLite sink: it has no exact decimal type to compare in; use mysql:// (or redis:// with --strategy idempotent)")
 	}
-	if containsAggregate(arg) {
-		return c.errExpr(arg, col.Expr, "an aggregate inside an aggregate is not supported")
+	arg := a.args[0]
+	if in := findAggregate(arg); in != nil {
+		return c.errAt(in.at(), col.Expr, "an aggregate inside an aggregate is not supported")
 	}
 	e, err := c.expr(arg)
 	if err != nil {
@@ -658,25 +438,25 @@ func (c *compiler) aggregate(col *Column, x sqlparser.Expr) error {
 }
 
 // key compiles a group key column; TUMBLE makes it a window.
-func (c *compiler) key(col *Column, x sqlparser.Expr) error {
-	if f, ok := x.(*sqlparser.FuncExpr); ok && f.Name.Lowered() == "tumble" {
-		if len(f.Exprs) != 2 {
-			return c.errExpr(x, "TUMBLE", "takes a time field and a duration: TUMBLE(ts, '1m')")
+func (c *compiler) key(col *Column, x node) error {
+	if f, ok := x.(*callNode); ok && f.name == "tumble" {
+		if len(f.args) != 2 {
+			return c.errAt(f.p, "TUMBLE", "takes a time field and a duration: TUMBLE(ts, '1m')")
 		}
-		lit, ok := f.Exprs[1].(*sqlparser.Literal)
-		if !ok || lit.Type != sqlparser.StrVal {
-			return c.errExpr(x, "TUMBLE", "the window's size is a duration string such as '1m' or '15s'")
+		lit, ok := f.args[1].(*litNode)
+		if !ok || lit.k != litStr {
+			return c.errAt(f.args[1].at(), "TUMBLE", "the window's size is a duration string such as '1m' or '15s'")
 		}
-		d, err := time.ParseDuration(lit.Val)
+		d, err := time.ParseDuration(lit.s)
 		if err != nil || d < time.Millisecond || d%time.Millisecond != 0 {
-			return c.errExpr(x, "TUMBLE", "window size %q: want a Go duration of whole milliseconds, at least 1ms ('1m', '15s', '1h')", lit.Val)
+			return c.errAt(lit.p, "TUMBLE", "window size %q: want a Go duration of whole milliseconds, at least 1ms ('1m', '15s', '1h')", lit.s)
 		}
-		ts, err := c.expr(f.Exprs[0])
+		ts, err := c.expr(f.args[0])
 		if err != nil {
 			return err
 		}
 		col.Window = d
-		col.eval = tumble(ts, d.Milliseconds(), exprText(f.Exprs[0]))
+		col.eval = tumble(ts, d.Milliseconds(), exprText(f.args[0]))
 		return nil
 	}
 	e, err := c.expr(x)

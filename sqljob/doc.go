@@ -3,9 +3,10 @@
 // closures that aggregate JSON records exactly, and describes the table
 // it writes.
 //
-// Compile parses the statement with Vitess's MySQL parser and checks it
+// Compile parses the statement with a parser written for this subset of
+// MySQL (parse.go: MySQL's tokens, quoting and precedence) and checks it
 // once: what it can't run is an *Error (ErrQuery) naming the construct and
-// its line and column. Nothing of the parser's tree is walked per record.
+// its line and column, and where there is one, the form to write instead. Nothing of the parser's tree is walked per record.
 // A record is read by a scanner that checks it is one valid JSON object
 // and captures the fields the query names in the same pass, with no
 // allocation for records without escapes; numbers stay decimal text until

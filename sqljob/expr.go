@@ -3,73 +3,62 @@ package sqljob
 import (
 	"bytes"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"vitess.io/vitess/go/vt/sqlparser"
 )
 
 // expr compiles x into a closure. Every check that depends only on the
 // query happens here, once; what depends on a record's values (a field's
 // type) is checked by the closure and becomes the record's dead-letter
 // reason.
-func (c *compiler) expr(x sqlparser.Expr) (expr, error) {
+func (c *compiler) expr(x node) (expr, error) {
 	switch n := x.(type) {
-	case *sqlparser.ColName:
-		return c.field(n, c.colPath(n))
-	case *sqlparser.JSONUnquoteExpr:
-		ex, ok := n.JSONValue.(*sqlparser.JSONExtractExpr)
-		if !ok {
-			return nil, c.errExpr(x, "JSON_UNQUOTE", "takes JSON_EXTRACT(field, '$.path') (written field->>'$.path')")
-		}
-		return c.jsonPath(ex)
-	case *sqlparser.JSONExtractExpr:
-		return nil, c.errAt("->", 0, "->", "not supported: use ->> (the value, unquoted)")
-	case *sqlparser.Literal:
+	case *colRef:
+		return c.field(c.colPath(n))
+	case *pathRef:
+		return c.jsonPath(n)
+	case *litNode:
 		return c.literal(n)
-	case sqlparser.BoolVal:
-		v := val{k: kBool, b: bool(n)}
-		return func(*env) (val, error) { return v, nil }, nil
-	case *sqlparser.NullVal:
-		return func(*env) (val, error) { return val{}, nil }, nil
-	case *sqlparser.AndExpr:
-		return c.logic(n.Left, n.Right, true)
-	case *sqlparser.OrExpr:
-		return c.logic(n.Left, n.Right, false)
-	case *sqlparser.NotExpr:
-		return c.not(n)
-	case *sqlparser.ComparisonExpr:
-		return c.comparison(n)
-	case *sqlparser.IsExpr:
-		return c.is(n)
-	case *sqlparser.BinaryExpr:
-		return c.arith(n)
-	case *sqlparser.UnaryExpr:
+	case *unaryNode:
+		if n.op == "not" {
+			return c.not(n)
+		}
 		return c.unary(n)
-	case *sqlparser.CaseExpr:
+	case *binaryNode:
+		switch n.op {
+		case "and", "or":
+			return c.logic(n.l, n.r, n.op == "and")
+		case "&&":
+			return nil, c.errAt(n.opPos, "&&", "not supported: write AND")
+		case "||":
+			return nil, c.errAt(n.opPos, "||", "not supported: write OR (or CONCAT(a, b) to join strings)")
+		case "=", "<>", "!=", "<", "<=", ">", ">=":
+			return c.comparison(n)
+		case "<=>":
+			return nil, c.errAt(n.opPos, "operator <=>", "not supported: write a = b OR (a IS NULL AND b IS NULL)")
+		}
+		return c.arith(n)
+	case *likeNode:
+		return c.like(n)
+	case *inNode:
+		return c.in(n)
+	case *isNode:
+		return c.is(n)
+	case *caseNode:
 		return c.caseExpr(n)
-	case *sqlparser.FuncExpr:
+	case *callNode:
+		if isAggregateName(n.name) {
+			return nil, c.errAt(n.p, exprText(n), "an aggregate inside an expression is not supported: select it as a column of its own")
+		}
 		return c.funcExpr(n)
 	}
-	if isAggregate(x) {
-		return nil, c.errExpr(x, exprText(x), "an aggregate inside an expression is not supported: select it as a column of its own")
-	}
-	return nil, c.errExpr(x, exprName(x), "not supported in a SQL job (see docs/sql-jobs.md for what is)")
-}
-
-var jsonPathRE = regexp.MustCompile(`json_unquote\(json_extract\(([^()]+?), ('[^']*')\)\)`)
-
-// exprText prints x as the parser does, with the JSON operator as the
-// user wrote it: customer->>'$.id', not json_unquote(json_extract(…)).
-func exprText(x sqlparser.SQLNode) string {
-	return jsonPathRE.ReplaceAllString(sqlparser.String(x), "$1->>$2")
+	return nil, c.errAt(x.at(), exprName(x), "not supported in a SQL job (see docs/sql-jobs.md for what is)")
 }
 
 // exprName names an unsupported construct for its error.
-func exprName(x sqlparser.Expr) string {
+func exprName(x node) string {
 	s := exprText(x)
 	if len(s) > 40 {
 		s = s[:40] + "…"
@@ -78,23 +67,18 @@ func exprName(x sqlparser.Expr) string {
 }
 
 // colPath is a column's field path: kind -> [kind]; customer.id ->
-// [customer id]; a.b.c -> [a b c]. A qualifier naming the topic (or its
-// alias) names the record itself: clicks.kind -> [kind].
-func (c *compiler) colPath(n *sqlparser.ColName) []string {
-	var path []string
-	if !n.Qualifier.Qualifier.IsEmpty() {
-		path = append(path, n.Qualifier.Qualifier.String())
+// [customer id]; a.b.c -> [a b c]. A first part naming the topic (or its
+// alias) names the record itself: clicks.kind -> [kind], c.customer.id
+// -> [customer id].
+func (c *compiler) colPath(n *colRef) []string {
+	path := n.parts
+	if len(path) > 1 && (path[0] == c.q.topic || (c.alias != "" && path[0] == c.alias)) {
+		path = path[1:]
 	}
-	if !n.Qualifier.Name.IsEmpty() {
-		path = append(path, n.Qualifier.Name.String())
-	}
-	if len(path) == 1 && (path[0] == c.q.topic || path[0] == c.alias) {
-		path = nil
-	}
-	return append(path, n.Name.String())
+	return append([]string(nil), path...)
 }
 
-func (c *compiler) field(x sqlparser.Expr, path []string) (expr, error) {
+func (c *compiler) field(path []string) (expr, error) {
 	name := strings.Join(path, ".")
 	before := c.q.nField
 	slot := c.q.root.add(path, &c.q.nField, &c.q.nNode)
@@ -116,20 +100,15 @@ func (c *compiler) field(x sqlparser.Expr, path []string) (expr, error) {
 // jsonPath compiles field->>'$.a.b' (JSON_UNQUOTE(JSON_EXTRACT(…))): the
 // member path under the field. Member names may be quoted ('$."odd
 // name"'); array steps and wildcards are refused.
-func (c *compiler) jsonPath(ex *sqlparser.JSONExtractExpr) (expr, error) {
-	col, ok := ex.JSONDoc.(*sqlparser.ColName)
-	if !ok || len(ex.PathList) != 1 {
-		return nil, c.errExpr(ex, "->>", "takes a field and one path: customer->>'$.id'")
+func (c *compiler) jsonPath(n *pathRef) (expr, error) {
+	if n.op == "->" {
+		return nil, c.errAt(n.opPos, "->", "not supported: use ->> (the value, unquoted)")
 	}
-	lit, ok := ex.PathList[0].(*sqlparser.Literal)
-	if !ok || lit.Type != sqlparser.StrVal {
-		return nil, c.errExpr(ex, "->>", "the path is a string: customer->>'$.id'")
-	}
-	steps, err := parsePath(lit.Val)
+	steps, err := parsePath(n.path)
 	if err != nil {
-		return nil, c.errExpr(ex, "->> path "+strconv.Quote(lit.Val), "%v", err)
+		return nil, c.errAt(n.opPos, "->> path "+strconv.Quote(n.path), "%v", err)
 	}
-	return c.field(ex, append(c.colPath(col), steps...))
+	return c.field(append(c.colPath(n.col), steps...))
 }
 
 func parsePath(p string) ([]string, error) {
@@ -168,24 +147,25 @@ func parsePath(p string) ([]string, error) {
 	return steps, nil
 }
 
-func (c *compiler) literal(n *sqlparser.Literal) (expr, error) {
+func (c *compiler) literal(n *litNode) (expr, error) {
 	var v val
-	switch n.Type {
-	case sqlparser.StrVal:
-		v = val{k: kStr, s: []byte(n.Val)}
-	case sqlparser.IntVal, sqlparser.DecimalVal, sqlparser.FloatVal:
-		d, err := parseDec([]byte(n.Val))
+	switch n.k {
+	case litStr:
+		v = val{k: kStr, s: []byte(n.s)}
+	case litNum:
+		d, err := parseDec([]byte(n.s))
 		if err != nil {
-			return nil, c.errExpr(n, n.Val, "%v", err)
+			return nil, c.errAt(n.p, n.s, "%v", err)
 		}
 		v = numVal(d)
-	default:
-		return nil, c.errExpr(n, n.Val, "this kind of literal is not supported")
+	case litTrue, litFalse:
+		v = val{k: kBool, b: n.k == litTrue}
+	case litNull:
 	}
 	return func(*env) (val, error) { return v, nil }, nil
 }
 
-func (c *compiler) logic(l, r sqlparser.Expr, and bool) (expr, error) {
+func (c *compiler) logic(l, r node, and bool) (expr, error) {
 	a, err := c.expr(l)
 	if err != nil {
 		return nil, err
@@ -227,12 +207,12 @@ func (c *compiler) logic(l, r sqlparser.Expr, and bool) (expr, error) {
 	}, nil
 }
 
-func (c *compiler) not(n *sqlparser.NotExpr) (expr, error) {
-	a, err := c.expr(n.Expr)
+func (c *compiler) not(n *unaryNode) (expr, error) {
+	a, err := c.expr(n.x)
 	if err != nil {
 		return nil, err
 	}
-	s := exprText(n.Expr)
+	s := exprText(n.x)
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil {
@@ -286,89 +266,31 @@ func compare(x, y *val, what string) (int, error) {
 	return 0, nil
 }
 
-func (c *compiler) comparison(n *sqlparser.ComparisonExpr) (expr, error) {
+func (c *compiler) comparison(n *binaryNode) (expr, error) {
 	what := exprText(n)
-	if n.Modifier != sqlparser.Missing {
-		return nil, c.errExpr(n, "ANY/ALL", "not supported")
-	}
-	a, err := c.expr(n.Left)
+	a, err := c.expr(n.l)
 	if err != nil {
 		return nil, err
 	}
-	switch n.Operator {
-	case sqlparser.InOp, sqlparser.NotInOp:
-		tup, ok := n.Right.(sqlparser.ValTuple)
-		if !ok {
-			return nil, c.errExpr(n, "IN", "takes a list of values: IN ('a', 'b')")
-		}
-		var list []expr
-		for _, t := range tup {
-			e, err := c.expr(t)
-			if err != nil {
-				return nil, err
-			}
-			list = append(list, e)
-		}
-		neg := n.Operator == sqlparser.NotInOp
-		return func(e *env) (val, error) {
-			x, err := a(e)
-			if err != nil || x.k == kNull {
-				return val{}, err
-			}
-			sawNull := false
-			for _, l := range list {
-				y, err := l(e)
-				if err != nil {
-					return val{}, err
-				}
-				if y.k == kNull {
-					sawNull = true
-					continue
-				}
-				r, err := compare(&x, &y, what)
-				if err != nil {
-					return val{}, err
-				}
-				if r == 0 {
-					return val{k: kBool, b: !neg}, nil
-				}
-			}
-			if sawNull {
-				return val{}, nil
-			}
-			return val{k: kBool, b: neg}, nil
-		}, nil
-	case sqlparser.LikeOp, sqlparser.NotLikeOp:
-		if n.Escape != nil {
-			return nil, c.errAt("escape", 0, "LIKE … ESCAPE", "not supported: \\ escapes %% and _")
-		}
-		b, err := c.expr(n.Right)
-		if err != nil {
-			return nil, err
-		}
-		neg := n.Operator == sqlparser.NotLikeOp
-		return func(e *env) (val, error) {
-			x, err := a(e)
-			if err != nil || x.k == kNull {
-				return val{}, err
-			}
-			p, err := b(e)
-			if err != nil || p.k == kNull {
-				return val{}, err
-			}
-			if x.k != kStr || p.k != kStr {
-				return val{}, fmt.Errorf("%s: LIKE takes strings, got a %s (%s) and a %s", what, x.k, x.show(), p.k)
-			}
-			return val{k: kBool, b: like(x.s, p.s) != neg}, nil
-		}, nil
-	case sqlparser.RegexpOp, sqlparser.NotRegexpOp, sqlparser.NullSafeEqualOp:
-		return nil, c.errExpr(n, n.Operator.ToString(), "not supported")
-	}
-	b, err := c.expr(n.Right)
+	b, err := c.expr(n.r)
 	if err != nil {
 		return nil, err
 	}
-	op := n.Operator
+	var test func(int) bool
+	switch n.op {
+	case "=":
+		test = func(r int) bool { return r == 0 }
+	case "<>", "!=":
+		test = func(r int) bool { return r != 0 }
+	case "<":
+		test = func(r int) bool { return r < 0 }
+	case "<=":
+		test = func(r int) bool { return r <= 0 }
+	case ">":
+		test = func(r int) bool { return r > 0 }
+	case ">=":
+		test = func(r int) bool { return r >= 0 }
+	}
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil || x.k == kNull {
@@ -382,22 +304,82 @@ func (c *compiler) comparison(n *sqlparser.ComparisonExpr) (expr, error) {
 		if err != nil {
 			return val{}, err
 		}
-		var t bool
-		switch op {
-		case sqlparser.EqualOp:
-			t = r == 0
-		case sqlparser.NotEqualOp:
-			t = r != 0
-		case sqlparser.LessThanOp:
-			t = r < 0
-		case sqlparser.LessEqualOp:
-			t = r <= 0
-		case sqlparser.GreaterThanOp:
-			t = r > 0
-		case sqlparser.GreaterEqualOp:
-			t = r >= 0
+		return val{k: kBool, b: test(r)}, nil
+	}, nil
+}
+
+func (c *compiler) in(n *inNode) (expr, error) {
+	what := exprText(n)
+	a, err := c.expr(n.x)
+	if err != nil {
+		return nil, err
+	}
+	var list []expr
+	for _, t := range n.list {
+		e, err := c.expr(t)
+		if err != nil {
+			return nil, err
 		}
-		return val{k: kBool, b: t}, nil
+		list = append(list, e)
+	}
+	neg := n.not
+	return func(e *env) (val, error) {
+		x, err := a(e)
+		if err != nil || x.k == kNull {
+			return val{}, err
+		}
+		sawNull := false
+		for _, l := range list {
+			y, err := l(e)
+			if err != nil {
+				return val{}, err
+			}
+			if y.k == kNull {
+				sawNull = true
+				continue
+			}
+			r, err := compare(&x, &y, what)
+			if err != nil {
+				return val{}, err
+			}
+			if r == 0 {
+				return val{k: kBool, b: !neg}, nil
+			}
+		}
+		if sawNull {
+			return val{}, nil
+		}
+		return val{k: kBool, b: neg}, nil
+	}, nil
+}
+
+func (c *compiler) like(n *likeNode) (expr, error) {
+	what := exprText(n)
+	if n.escPos > 0 {
+		return nil, c.errAt(n.escPos, "LIKE … ESCAPE", "not supported: \\ escapes %% and _")
+	}
+	a, err := c.expr(n.x)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.expr(n.pat)
+	if err != nil {
+		return nil, err
+	}
+	neg := n.not
+	return func(e *env) (val, error) {
+		x, err := a(e)
+		if err != nil || x.k == kNull {
+			return val{}, err
+		}
+		p, err := b(e)
+		if err != nil || p.k == kNull {
+			return val{}, err
+		}
+		if x.k != kStr || p.k != kStr {
+			return val{}, fmt.Errorf("%s: LIKE takes strings, got a %s (%s) and a %s", what, x.k, x.show(), p.k)
+		}
+		return val{k: kBool, b: like(x.s, p.s) != neg}, nil
 	}, nil
 }
 
@@ -444,31 +426,30 @@ func like(s, p []byte) bool {
 	return pi == len(p)
 }
 
-func (c *compiler) is(n *sqlparser.IsExpr) (expr, error) {
-	a, err := c.expr(n.Left)
+func (c *compiler) is(n *isNode) (expr, error) {
+	if n.what != "null" {
+		return nil, c.errAt(n.isPos, "IS "+strings.ToUpper(n.what), "not supported: IS NULL and IS NOT NULL are")
+	}
+	a, err := c.expr(n.x)
 	if err != nil {
 		return nil, err
 	}
-	switch n.Right {
-	case sqlparser.IsNullOp, sqlparser.IsNotNullOp:
-		want := n.Right == sqlparser.IsNullOp
-		return func(e *env) (val, error) {
-			x, err := a(e)
-			if err != nil {
-				return val{}, err
-			}
-			return val{k: kBool, b: (x.k == kNull) == want}, nil
-		}, nil
-	}
-	return nil, c.errExpr(n, "IS TRUE/FALSE", "not supported: IS NULL and IS NOT NULL are")
+	want := !n.not
+	return func(e *env) (val, error) {
+		x, err := a(e)
+		if err != nil {
+			return val{}, err
+		}
+		return val{k: kBool, b: (x.k == kNull) == want}, nil
+	}, nil
 }
 
-func (c *compiler) arith(n *sqlparser.BinaryExpr) (expr, error) {
+func (c *compiler) arith(n *binaryNode) (expr, error) {
 	var op func(dec, dec) (dec, error)
-	switch n.Operator {
-	case sqlparser.PlusOp:
+	switch n.op {
+	case "+":
 		op = dec.add
-	case sqlparser.MinusOp:
+	case "-":
 		op = func(a, b dec) (dec, error) {
 			nb, err := b.neg()
 			if err != nil {
@@ -476,23 +457,23 @@ func (c *compiler) arith(n *sqlparser.BinaryExpr) (expr, error) {
 			}
 			return a.add(nb)
 		}
-	case sqlparser.MultOp:
+	case "*":
 		op = dec.mul
-	case sqlparser.DivOp, sqlparser.IntDivOp, sqlparser.ModOp:
-		return nil, c.errExpr(n, "operator "+n.Operator.ToString(), "not supported: a quotient is not exact; store SUMs and divide when you read")
+	case "/", "div", "%", "mod":
+		return nil, c.errAt(n.opPos, "operator "+n.op, "not supported: a quotient is not exact; store SUMs and divide when you read")
 	default:
-		return nil, c.errExpr(n, "operator "+n.Operator.ToString(), "not supported")
+		return nil, c.errAt(n.opPos, "operator "+n.op, "not supported")
 	}
-	a, err := c.expr(n.Left)
+	a, err := c.expr(n.l)
 	if err != nil {
 		return nil, err
 	}
-	b, err := c.expr(n.Right)
+	b, err := c.expr(n.r)
 	if err != nil {
 		return nil, err
 	}
 	what := exprText(n)
-	ls, rs := exprText(n.Left), exprText(n.Right)
+	ls, rs := exprText(n.l), exprText(n.r)
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil || x.k == kNull {
@@ -518,19 +499,21 @@ func (c *compiler) arith(n *sqlparser.BinaryExpr) (expr, error) {
 	}, nil
 }
 
-func (c *compiler) unary(n *sqlparser.UnaryExpr) (expr, error) {
-	a, err := c.expr(n.Expr)
+func (c *compiler) unary(n *unaryNode) (expr, error) {
+	switch n.op {
+	case "+":
+		return c.expr(n.x)
+	case "-":
+	case "!":
+		return nil, c.errAt(n.p, "operator !", "not supported: write NOT")
+	default:
+		return nil, c.errAt(n.p, "operator "+n.op, "not supported")
+	}
+	a, err := c.expr(n.x)
 	if err != nil {
 		return nil, err
 	}
-	switch n.Operator {
-	case sqlparser.UPlusOp:
-		return a, nil
-	case sqlparser.UMinusOp:
-	default:
-		return nil, c.errExpr(n, "operator "+n.Operator.ToString(), "not supported")
-	}
-	what := exprText(n.Expr)
+	what := exprText(n.x)
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil || x.k == kNull {
@@ -548,11 +531,11 @@ func (c *compiler) unary(n *sqlparser.UnaryExpr) (expr, error) {
 	}, nil
 }
 
-func (c *compiler) caseExpr(n *sqlparser.CaseExpr) (expr, error) {
+func (c *compiler) caseExpr(n *caseNode) (expr, error) {
 	var subject expr
 	var err error
-	if n.Expr != nil {
-		if subject, err = c.expr(n.Expr); err != nil {
+	if n.subject != nil {
+		if subject, err = c.expr(n.subject); err != nil {
 			return nil, err
 		}
 	}
@@ -561,20 +544,20 @@ func (c *compiler) caseExpr(n *sqlparser.CaseExpr) (expr, error) {
 		s         string
 	}
 	var whens []when
-	for _, w := range n.Whens {
-		cond, err := c.expr(w.Cond)
+	for _, w := range n.whens {
+		cond, err := c.expr(w.cond)
 		if err != nil {
 			return nil, err
 		}
-		v, err := c.expr(w.Val)
+		v, err := c.expr(w.val)
 		if err != nil {
 			return nil, err
 		}
-		whens = append(whens, when{cond, v, exprText(w.Cond)})
+		whens = append(whens, when{cond, v, exprText(w.cond)})
 	}
 	els := expr(func(*env) (val, error) { return val{}, nil })
-	if n.Else != nil {
-		if els, err = c.expr(n.Else); err != nil {
+	if n.els != nil {
+		if els, err = c.expr(n.els); err != nil {
 			return nil, err
 		}
 	}
@@ -616,14 +599,15 @@ func (c *compiler) caseExpr(n *sqlparser.CaseExpr) (expr, error) {
 	}, nil
 }
 
-func (c *compiler) funcExpr(n *sqlparser.FuncExpr) (expr, error) {
-	switch n.Name.Lowered() {
+func (c *compiler) funcExpr(n *callNode) (expr, error) {
+	name := strings.ToUpper(n.name)
+	switch n.name {
 	case "coalesce", "ifnull":
-		if len(n.Exprs) == 0 || (n.Name.Lowered() == "ifnull" && len(n.Exprs) != 2) {
-			return nil, c.errExpr(n, strings.ToUpper(n.Name.String()), "needs arguments")
+		if len(n.args) == 0 || (n.name == "ifnull" && len(n.args) != 2) {
+			return nil, c.errAt(n.p, name, "needs arguments")
 		}
 		var args []expr
-		for _, a := range n.Exprs {
+		for _, a := range n.args {
 			e, err := c.expr(a)
 			if err != nil {
 				return nil, err
@@ -640,9 +624,13 @@ func (c *compiler) funcExpr(n *sqlparser.FuncExpr) (expr, error) {
 			return val{}, nil
 		}, nil
 	case "tumble":
-		return nil, c.errExpr(n, "TUMBLE", "is a group key: GROUP BY TUMBLE(ts, '1m') (and select it, AS a name)")
+		return nil, c.errAt(n.p, "TUMBLE", "is a group key: GROUP BY TUMBLE(ts, '1m') (and select it, AS a name)")
+	case "regexp_like":
+		return nil, c.errAt(n.p, "function "+name, "not supported: match with LIKE ('%%' any run, '_' one character)")
+	case "json_extract", "json_unquote", "json_value":
+		return nil, c.errAt(n.p, "function "+name, "not supported: write field->>'$.path'")
 	}
-	return nil, c.errExpr(n, "function "+strings.ToUpper(n.Name.String()), "not supported: COALESCE, IFNULL and TUMBLE are (and the aggregates COUNT, SUM, MIN, MAX)")
+	return nil, c.errAt(n.p, "function "+name, "not supported: COALESCE, IFNULL and TUMBLE are (and the aggregates COUNT, SUM, MIN, MAX)")
 }
 
 // tumble computes the start of a's window of size ms: a is epoch
