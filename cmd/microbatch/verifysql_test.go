@@ -104,7 +104,9 @@ func TestVerifySQLNotOKMySQL(t *testing.T) {
 	produceSQLInput(t, kafka, allBad, []string{`{"key":"a","amount":"x"}`, `{"key":"b","amount":"y"}`, `{"key":"a","amount":"z"}`})
 	bad := []string{"--brokers", kafka, "--sink", sink, "--job", "all-bad", "--sql", perKeyQuery("vsql_all_bad", allBad)}
 	r = systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"run", "--until-idle", "1s", "-q"}, bad...)...)
-	t.Logf("run of the all-rejected job: exit %d", r.Code)
+	if r.Code != 6 { // TestRunAllDeadLetters
+		t.Errorf("run of a job that rejects every record: exit %d, want 6\n%s", r.Code, r)
+	}
 	r = systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"verify"}, bad...)...)
 	wantVerifyFail(t, r, "rejected 3 (dead letters the sink holds for the job: 3)", "every one of the 3 records read was rejected")
 }
