@@ -46,8 +46,12 @@ type Info struct {
 type TaskResult struct {
 	Records     int64 // records processed into results
 	DeadLetters int64 // records sent to the dead-letter table
-	Commit      time.Duration
-	Attempts    int
+	// DeadLetterReason is the reason of the task's first dead letter
+	// ("" without any): what a batch that is mostly dead letters is
+	// reported with.
+	DeadLetterReason string
+	Commit           time.Duration
+	Attempts         int
 }
 
 // Task processes one partition's range and makes its results and the new
@@ -85,16 +89,19 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 
 // Progress describes one committed batch, like Spark's lastProgress.
 type Progress struct {
-	BatchID       int64
-	Partitions    int
-	Records       int64
-	DeadLetters   int64
-	Offsets       int64 // offsets spanned, records plus markers
-	Duration      time.Duration
-	MaxCommit     time.Duration
-	RecordsPerSec float64
-	Lag           int64 // offsets left to read after this batch
-	Retries       int
+	BatchID     int64
+	Partitions  int
+	Records     int64
+	DeadLetters int64
+	// DeadLetterReason is the reason of one of the batch's dead letters
+	// (its first committed task's first), "" without any.
+	DeadLetterReason string
+	Offsets          int64 // offsets spanned, records plus markers
+	Duration         time.Duration
+	MaxCommit        time.Duration
+	RecordsPerSec    float64
+	Lag              int64 // offsets left to read after this batch
+	Retries          int
 	// Fenced counts partitions whose commit the sink refused because
 	// another instance owns them now (see Driver.Drop); they were dropped.
 	Fenced int
@@ -105,6 +112,12 @@ type Progress struct {
 	// planned. For status pages and lag metrics; fenced partitions are gone.
 	Positions map[int32]PartitionPosition
 }
+
+// MostlyDeadLetters reports whether more than half of the batch's records
+// were dead-lettered: a sign that the job is wrong for its input (a query
+// comparing a number with a string, a field of another type) rather than
+// that some records are bad.
+func (p Progress) MostlyDeadLetters() bool { return p.DeadLetters > p.Records }
 
 // PartitionPosition is one partition's place in its log.
 type PartitionPosition struct {
@@ -484,6 +497,9 @@ func (d *Driver) account(t tasks, ranges []record.Range, next map[int32]int64, p
 		res := t.results[i]
 		p.Records += res.Records
 		p.DeadLetters += res.DeadLetters
+		if p.DeadLetterReason == "" {
+			p.DeadLetterReason = res.DeadLetterReason
+		}
 		p.Offsets += r.Len()
 		p.MaxCommit = max(p.MaxCommit, res.Commit)
 		if res.Attempts > 1 {

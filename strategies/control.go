@@ -104,7 +104,7 @@ func (c *control) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 			return err
 		}
 		n, err := process(ctx, c.src, c.job, r, pt, dead.add)
-		res.Records, res.DeadLetters = n.records, n.deadLetters
+		res.Records, res.DeadLetters, res.DeadLetterReason = n.records, n.deadLetters, n.reason
 		return err
 	})
 	res.Attempts = attempts

@@ -179,7 +179,7 @@ func (s *idempotent) contribute(ctx context.Context, r record.Range) (batch.Task
 	pt := &totalsPart{job: s.job, agg: event.NewAggregator()}
 	agg := pt.agg
 	c, err := process(ctx, s.src, s.job, r, pt, dead.add)
-	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
+	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters, DeadLetterReason: c.reason}
 	if err != nil {
 		return res, err
 	}
@@ -194,7 +194,7 @@ func (s *idempotent) contribute(ctx context.Context, r record.Range) (batch.Task
 func (s *idempotent) contributeRows(ctx context.Context, r record.Range, work workload, contrib *redissink.Contribution, dead *dlBuffer) (batch.TaskResult, error) {
 	p := work.newPart(s.job)
 	c, err := process(ctx, s.src, s.job, r, p, dead.add)
-	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters}
+	res := batch.TaskResult{Records: c.records, DeadLetters: c.deadLetters, DeadLetterReason: c.reason}
 	if err != nil {
 		return res, err
 	}

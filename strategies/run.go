@@ -18,7 +18,14 @@ type Result struct {
 	Started bool   // the job got past start-up (claimed its offsets)
 	Epoch   int64  // the epoch it committed with (exactly-once SQL strategies)
 	Sink    string // sink address without password
+	// DeadLetterReason is the reason of the run's first dead letter, ""
+	// without any.
+	DeadLetterReason string
 }
+
+// AllDeadLetters reports whether the run read records and every one of
+// them was dead-lettered: nothing of its input reached the results.
+func (r Result) AllDeadLetters() bool { return r.Records == 0 && r.DeadLetters > 0 }
 
 // Run runs the configured job until ctx is cancelled (graceful: the batch
 // in flight commits or rolls back first), until it has been idle for
@@ -28,6 +35,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	w := &deadLetterWatch{log: cfg.Logger, job: cfg.Job, next: cfg.OnProgress}
+	cfg.OnProgress = w.progress
+	res, err := run(ctx, cfg)
+	res.DeadLetterReason = w.firstReason()
+	return res, err
+}
+
+// run is Run with cfg ready.
+func run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Strategy == StrategyCheckpoint {
 		return runCheckpointMode(ctx, cfg)
 	}

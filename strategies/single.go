@@ -71,7 +71,7 @@ func (s *single) compute(ctx context.Context, b batch.Info, r record.Range) (bat
 			return err
 		}
 		c, err := process(ctx, s.src, s.job, r, p.results, p.dead.add)
-		res.Records, res.DeadLetters = c.records, c.deadLetters
+		res.Records, res.DeadLetters, res.DeadLetterReason = c.records, c.deadLetters, c.reason
 		return err
 	})
 	res.Attempts = attempts

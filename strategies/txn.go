@@ -80,7 +80,7 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r record.Range)
 		return tx.DeadLetters(ctx, dls)
 	}}
 	counts, err := process(ctx, t.src, t.job, r, pt, dead.add)
-	res.Records, res.DeadLetters = counts.records, counts.deadLetters
+	res.Records, res.DeadLetters, res.DeadLetterReason = counts.records, counts.deadLetters, counts.reason
 	if err != nil {
 		return res, err
 	}

@@ -33,6 +33,10 @@ func run(args []string) int {
 	return exitCode(err)
 }
 
+// exitAllDeadLetters: run --until-idle read records and dead-lettered every
+// one of them.
+const exitAllDeadLetters = 6
+
 // exitCode maps what a command returned to the exit codes docs/operations.md
 // lists. It is the only such mapping: every subcommand's errors come
 // here, those from talking to servers classified by strategies.Classify
@@ -51,6 +55,8 @@ func exitCode(err error) int {
 		return exitNoTopic
 	case errors.Is(err, strategies.ErrDenied):
 		return exitDenied
+	case errors.As(err, new(allDeadLettersError)):
+		return exitAllDeadLetters
 	default:
 		return exitFailure
 	}

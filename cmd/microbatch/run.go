@@ -74,7 +74,7 @@ works on a machine with nothing installed.`,
 	fs.Duration("interval", strategies.DefaultInterval, "batch interval")
 	fs.Int("parallelism", 0, "partition tasks run at once (0: one per partition)")
 	fs.Int64("max-batch-records", strategies.DefaultMaxBatchRecords, "most offsets per partition in one batch")
-	fs.Duration("until-idle", 0, "exit 0 once all partitions are consumed and stay so this long (0: run forever)")
+	fs.Duration("until-idle", 0, "exit 0 once all partitions are consumed and stay so this long (0: run forever); exit 6 if every record the run read was dead-lettered")
 	fs.Int64("demo-events", 100000, "events the embedded demo broker's topic is filled with (without --brokers)")
 	fs.Float64("demo-rate", 25000, "events per second of the demo generator (0: as fast as possible)")
 	fs.String("group", "", "Kafka consumer group the job's processes join to share its partitions (empty: the job name)")
@@ -326,11 +326,34 @@ func (rp runPlan) run(ctx context.Context, s *settings, out *output) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if rp.query != nil {
-			return demo.reportSQL(rctx, cfg, rp.query)
+			err = demo.reportSQL(rctx, cfg, rp.query)
+		} else {
+			err = demo.report(rctx, cfg, ctx.Err() != nil)
 		}
-		return demo.report(rctx, cfg, ctx.Err() != nil)
+		if err != nil {
+			return err
+		}
+	}
+	// A run to idle that dead-lettered everything it read did nothing
+	// right: say so with its own exit code, not 0. (Ended by a signal, the
+	// stop is graceful whatever it read.)
+	if cfg.UntilIdle > 0 && ctx.Err() == nil && res.AllDeadLetters() {
+		return allDeadLettersError{res: res, job: cfg.Job}
 	}
 	return nil
+}
+
+// allDeadLettersError is a run to idle that read records and dead-lettered
+// every one of them (exit 6).
+type allDeadLettersError struct {
+	res strategies.Result
+	job string
+}
+
+func (e allDeadLettersError) Error() string {
+	return fmt.Sprintf("every one of the %d records the run read was dead-lettered (the first because: %s): nothing reached the results; "+
+		"the job %s's dead letters hold each record with its reason — fix the query or the input, then reset the job's offsets to read them again",
+		e.res.DeadLetters, e.res.DeadLetterReason, e.job)
 }
 
 // logFinished logs a started run's outcome.

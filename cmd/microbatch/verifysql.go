@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -33,6 +34,13 @@ import (
 // by the strategy's promise). Memory is one accumulator per group, never a
 // record: the records are aggregated as they are read, the sink's rows
 // compared as they are read (Redis: its hashes, one per value column).
+//
+// OK means all of: the job has positions (a job name that never ran, or a
+// --strategy whose store is not where the job kept them, has none: nothing
+// could be checked); the records the recomputation rejects are exactly
+// those the sink holds dead letters for (count and partition/offset set);
+// not every record read was rejected (a job that wrote only dead letters
+// is not right, whatever its 0 groups match); and every group matches.
 
 // sqlVerify is what verify --sql is about.
 type sqlVerify struct {
@@ -113,50 +121,93 @@ func verifySQL(ctx context.Context, out io.Writer, v sqlVerify) (bool, error) {
 		return false, err
 	}
 	defer k.close()
-	next, err := v.positions(ctx, k)
+	next, where, err := v.positions(ctx, k)
 	if err != nil {
 		return false, err
+	}
+	nparts := len(k.src.Partitions())
+	if len(next) == 0 {
+		// Nothing to recompute: whatever the sink holds, it can't be
+		// judged. Most often a --job or --strategy other than the run's.
+		fmt.Fprintf(out, "job %s, table %s (strategy %s)\n", v.oj.job, v.q.Table(), v.oj.strategy)
+		fmt.Fprintf(out, "FAIL: no positions found for job %q with strategy %s (%s): 0 of %d partitions, nothing was checked; check --job and --strategy%s (as given to run)\n",
+			v.oj.job, v.oj.strategy, where, nparts, v.whereFlags())
+		return false, nil
 	}
 	exp, err := v.recompute(ctx, k, next)
 	if err != nil {
 		return false, err
 	}
 	c := newComparison(v.q, exp.agg.Rows(), v.show)
-	sink, dead, err := v.compareSink(ctx, c)
+	dl := newDeadLetterMerge(&exp.rejects, v.q.Topic(), exp.start)
+	sink, err := v.compareSink(ctx, c, dl, k.src.Partitions())
 	if err != nil {
 		return false, err
 	}
+	dl.finish()
 	fmt.Fprintf(out, "job %s, table %s in %s (strategy %s)\n", v.oj.job, v.q.Table(), sink, v.oj.strategy)
 	fmt.Fprintf(out, "  %-18s %10d  (topic %s, from the log start up to the job's positions in %d of %d partitions)\n",
-		"records read", exp.records, v.q.Topic(), len(next), len(k.src.Partitions()))
-	fmt.Fprintf(out, "  %-18s %10d  (dead letters the sink holds for the job: %d)\n", "rejected", exp.rejected, dead)
+		"records read", exp.records, v.q.Topic(), len(next), nparts)
+	fmt.Fprintf(out, "  %-18s %10d  (dead letters the sink holds for the job: %d)\n", "rejected", exp.rejects.n, dl.held)
 	for _, n := range exp.notes {
 		fmt.Fprintf(out, "  note: %s\n", n)
 	}
-	return c.print(out), nil
+	if dl.beforeStart > 0 {
+		fmt.Fprintf(out, "  note: %d dead letters are of offsets deleted from the log: not compared\n", dl.beforeStart)
+	}
+	ok := c.print(out)
+	if p := dl.problem(); p != "" {
+		ok = false
+		fmt.Fprintf(out, "FAIL: %s\n", p)
+	}
+	if exp.records > 0 && exp.rejects.n == exp.records {
+		ok = false
+		fmt.Fprintf(out, "FAIL: every one of the %d records read was rejected (the first: %s): the job wrote nothing but dead letters; fix the query or the input\n",
+			exp.records, exp.rejects.first)
+	}
+	switch {
+	case !ok:
+	case exp.records == 0:
+		fmt.Fprintf(out, "OK: 0 records up to the job's positions, and the sink holds no group and no dead letter\n")
+	default:
+		fmt.Fprintf(out, "OK: all %d groups match\n", c.matching)
+	}
+	return ok, nil
 }
 
-// positions returns the job's committed next offset per partition; a
-// partition the job holds no position for is left out (nothing of it is
-// in the sink).
-func (v sqlVerify) positions(ctx context.Context, k *topicConn) (map[int32]int64, error) {
+// whereFlags names the other flags that say where the positions are.
+func (v sqlVerify) whereFlags() string {
+	switch v.oj.strategy {
+	case strategies.StrategyCheckpoint:
+		return " and --state-dir"
+	case strategies.StrategyAtLeastOnce, strategies.StrategyAtMostOnce:
+		return " and --group"
+	}
+	return ""
+}
+
+// positions returns the job's committed next offset per partition, and
+// where they were read; a partition the job holds no position for is left
+// out (nothing of it is in the sink).
+func (v sqlVerify) positions(ctx context.Context, k *topicConn) (map[int32]int64, string, error) {
 	if v.oj.strategy == strategies.StrategyCheckpoint {
-		return v.checkpointPositions(ctx)
+		next, err := v.checkpointPositions(ctx)
+		return next, "checkpoints in " + v.stateDir, err
 	}
 	store, err := openOffsetStore(ctx, v.oj, k.client)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer store.Close()
 	stored, err := store.load(ctx, k.src.Partitions())
 	if err != nil {
-		return nil, fmt.Errorf("reading the positions of job %s: %w", v.oj.job, err)
+		return nil, "", fmt.Errorf("reading the positions of job %s: %w", v.oj.job, err)
 	}
 	next := make(map[int32]int64, len(stored))
 	for p, sp := range stored {
 		next[p] = sp.next
 	}
-	return next, nil
+	return next, store.String(), nil
 }
 
 // checkpointPositions reads the newest complete checkpoint: once its sink
@@ -186,18 +237,23 @@ func (v sqlVerify) checkpointPositions(ctx context.Context) (map[int32]int64, er
 
 // expectation is the query recomputed from Kafka.
 type expectation struct {
-	agg               *sqljob.Aggregate
-	records, rejected int64
-	notes             []string
+	agg     *sqljob.Aggregate
+	records int64
+	rejects rejections
+	start   map[int32]int64 // each partition's log start
+	notes   []string
 }
 
 // recompute reads each partition from its log start up to next and
 // aggregates the records as the job does.
 func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]int64) (expectation, error) {
-	exp := expectation{agg: v.q.NewAggregate()}
+	exp := expectation{agg: v.q.NewAggregate(), start: map[int32]int64{}}
 	bounds, err := k.src.Bounds(ctx)
 	if err != nil {
 		return exp, fmt.Errorf("reading offsets of topic %q: %w", v.q.Topic(), err)
+	}
+	for p, b := range bounds {
+		exp.start[p] = b.Start
 	}
 	for _, p := range k.src.Partitions() {
 		to, ok := next[p]
@@ -218,7 +274,7 @@ func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]i
 				if !sqljob.IsRejection(err) {
 					return fmt.Errorf("partition %d offset %d: %w", p, rec.Offset, err)
 				}
-				exp.rejected++
+				exp.rejects.add(p, rec.Offset, err.Error())
 			}
 			return nil
 		})
@@ -229,31 +285,50 @@ func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]i
 	return exp, nil
 }
 
-// compareSink reads the sink's rows into c; it returns the sink's name and
-// the dead letters it holds for the job.
-func (v sqlVerify) compareSink(ctx context.Context, c *comparison) (sink string, dead int64, err error) {
+// compareSink reads the sink's rows into c and its dead letters for the
+// job into dl; it returns the sink's name.
+func (v sqlVerify) compareSink(ctx context.Context, c *comparison, dl *deadLetterMerge, parts []int32) (string, error) {
 	if isRedisDSN(v.oj.sink) {
-		return v.compareRedis(ctx, c)
+		return v.compareRedis(ctx, c, dl, parts)
 	}
 	var w *sqlsink.Writer
 	if err := strategies.Connect(ctx, v.oj.connectTimeout, func(actx context.Context) (err error) {
 		w, err = sqlsink.Open(actx, v.oj.sink)
 		return err
 	}); err != nil {
-		return "", 0, err
+		return "", err
 	}
 	defer w.Close()
 	if err := v.compareMySQL(ctx, w, c); err != nil {
-		return w.String(), 0, err
+		return w.String(), err
 	}
-	err = w.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM mb_dead_letters WHERE job = ?`, v.oj.job).Scan(&dead)
-	if err != nil && strings.Contains(err.Error(), "doesn't exist") {
-		err = nil // no job ever ran here: no dead letters
-	}
+	return w.String(), v.sqlDeadLetters(ctx, w, dl)
+}
+
+// sqlDeadLetters streams the job's rows of mb_dead_letters into dl, in
+// (topic, partition, offset) order.
+func (v sqlVerify) sqlDeadLetters(ctx context.Context, w *sqlsink.Writer, dl *deadLetterMerge) error {
+	rows, err := w.DB().QueryContext(ctx, `SELECT topic, part, off FROM mb_dead_letters WHERE job = ? ORDER BY topic, part, off`, v.oj.job)
 	if err != nil {
-		err = fmt.Errorf("counting the dead letters of job %s: %w", v.oj.job, err)
+		if msg := err.Error(); strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
+			return nil // no job ever ran here: no dead letters
+		}
+		return fmt.Errorf("reading the dead letters of job %s: %w", v.oj.job, err)
 	}
-	return w.String(), dead, err
+	defer rows.Close()
+	for rows.Next() {
+		var topic string
+		var part int32
+		var off int64
+		if err := rows.Scan(&topic, &part, &off); err != nil {
+			return fmt.Errorf("reading the dead letters of job %s: %w", v.oj.job, err)
+		}
+		dl.sink(topic, part, off)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading the dead letters of job %s: %w", v.oj.job, err)
+	}
+	return nil
 }
 
 // compareMySQL reads the query's table row by row.
@@ -315,18 +390,18 @@ func (v sqlVerify) compareMySQL(ctx context.Context, w *sqlsink.Writer, c *compa
 // compareRedis reads the job's hashes, one per value column: a group's
 // value of a column is its field in that column's hash, NULL where it has
 // none. A group whose values are all NULL has no field anywhere.
-func (v sqlVerify) compareRedis(ctx context.Context, c *comparison) (string, int64, error) {
+func (v sqlVerify) compareRedis(ctx context.Context, c *comparison, dl *deadLetterMerge, parts []int32) (string, error) {
 	var r *redissink.Sink
 	if err := strategies.Connect(ctx, v.oj.connectTimeout, func(actx context.Context) (err error) {
 		r, err = redissink.Open(actx, v.oj.sink)
 		return err
 	}); err != nil {
-		return "", 0, err
+		return "", err
 	}
 	defer r.Close()
 	j, err := r.Job(v.oj.job)
 	if err != nil {
-		return r.String(), 0, err
+		return r.String(), err
 	}
 	u := v.q.Upsert()
 	// field -> the group's values; memory: the sink's groups.
@@ -334,7 +409,7 @@ func (v sqlVerify) compareRedis(ctx context.Context, c *comparison) (string, int
 	for ci, col := range u.Values {
 		hash, err := j.Rows(ctx, u.Table, col)
 		if err != nil {
-			return r.String(), 0, err
+			return r.String(), err
 		}
 		for f, val := range hash {
 			vals := got[f]
@@ -349,8 +424,18 @@ func (v sqlVerify) compareRedis(ctx context.Context, c *comparison) (string, int
 		c.sinkRow(f, strconv.Quote(f), vals)
 	}
 	c.finish(true)
-	dead, err := j.DeadLetterCount(ctx)
-	return r.String(), dead, err
+	// The dead letters of the topic's partitions (mb:{job}:dead:…).
+	parts = slices.Sorted(slices.Values(parts))
+	for _, p := range parts {
+		offs, err := j.DeadLetterOffsets(ctx, v.q.Topic(), p)
+		if err != nil {
+			return r.String(), err
+		}
+		for _, off := range offs {
+			dl.sink(v.q.Topic(), p, off)
+		}
+	}
+	return r.String(), nil
 }
 
 // comparison holds the expected groups and what the sink's rows made of
@@ -440,8 +525,9 @@ func (c *comparison) finish(absentIsNull bool) {
 	}
 }
 
-// print writes the counts and the listing; it reports whether every group
-// matches.
+// print writes the counts and, if any group differs, a FAIL line and the
+// listing; it reports whether every group matches (the OK line is the
+// caller's, who judges more than the groups).
 func (c *comparison) print(out io.Writer) bool {
 	fmt.Fprintf(out, "  %-18s %10d\n", "groups recomputed", len(c.want))
 	fmt.Fprintf(out, "  %-18s %10d\n", "groups in the sink", c.sinkRows)
@@ -451,7 +537,6 @@ func (c *comparison) print(out io.Writer) bool {
 	fmt.Fprintf(out, "  %-18s %10d\n", "different", c.different)
 	bad := c.missing + c.extra + c.different
 	if bad == 0 {
-		fmt.Fprintf(out, "OK: all %d groups match\n", c.matching)
 		return true
 	}
 	fmt.Fprintf(out, "FAIL: %d of %d groups differ (%d missing, %d extra, %d different)\n", bad, len(c.want)+c.extra, c.missing, c.extra, c.different)

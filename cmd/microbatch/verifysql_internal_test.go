@@ -46,3 +46,58 @@ func TestComparisonAbsentGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterMerge: the sink's dead letters are compared with the
+// rejected offsets as sets: the same count with another offset, a missing
+// run, one before the log start (not judged), another topic's and a whole
+// partition without dead letters are each found.
+func TestDeadLetterMerge(t *testing.T) {
+	var exp rejections
+	for _, o := range []struct {
+		p   int32
+		off int64
+	}{{0, 2}, {0, 3}, {0, 4}, {0, 9}, {1, 0}, {2, 5}, {2, 6}} {
+		exp.add(o.p, o.off, "bad")
+	}
+	if got := len(exp.runs[0]); got != 2 {
+		t.Errorf("partition 0 has %d runs, want 2 ([2,5) and [9,10))", got)
+	}
+	type dl struct {
+		topic string
+		p     int32
+		off   int64
+	}
+	for _, c := range []struct {
+		name                string
+		sink                []dl
+		missing, unexpected int64
+		missingAt           []string
+		unexpectedAt        []string
+	}{
+		{name: "same", sink: []dl{{"t", 0, 2}, {"t", 0, 3}, {"t", 0, 4}, {"t", 0, 9}, {"t", 1, 0}, {"t", 2, 5}, {"t", 2, 6}}},
+		{name: "one moved", sink: []dl{{"t", 0, 2}, {"t", 0, 3}, {"t", 0, 5}, {"t", 0, 9}, {"t", 1, 0}, {"t", 2, 5}, {"t", 2, 6}},
+			missing: 1, unexpected: 1, missingAt: []string{"0/4"}, unexpectedAt: []string{"0/5"}},
+		{name: "partition gone, one before the log start", sink: []dl{{"t", 0, 2}, {"t", 0, 3}, {"t", 0, 4}, {"t", 0, 9}, {"t", 2, 1}, {"t", 2, 5}, {"t", 2, 6}},
+			missing: 1, missingAt: []string{"1/0"}},
+		{name: "another topic, the end missing", sink: []dl{{"t", 0, 2}, {"t", 0, 3}, {"other", 0, 4}, {"t", 1, 0}},
+			missing: 4, unexpected: 1, missingAt: []string{"0/4", "0/9", "2/5", "2/6"}, unexpectedAt: []string{"other/0/4"}},
+		{name: "none", missing: 7, missingAt: []string{"0/2", "0/3", "0/4", "0/9", "1/0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newDeadLetterMerge(&exp, "t", map[int32]int64{0: 0, 1: 0, 2: 2})
+			for _, d := range c.sink {
+				m.sink(d.topic, d.p, d.off)
+			}
+			m.finish()
+			if m.missing != c.missing || m.unexpected != c.unexpected ||
+				strings.Join(m.missingAt, " ") != strings.Join(c.missingAt, " ") ||
+				strings.Join(m.unexpectedAt, " ") != strings.Join(c.unexpectedAt, " ") {
+				t.Errorf("missing %d %v, unexpected %d %v; want %d %v, %d %v", m.missing, m.missingAt, m.unexpected, m.unexpectedAt,
+					c.missing, c.missingAt, c.unexpected, c.unexpectedAt)
+			}
+			if p := m.problem(); (p == "") != (c.missing+c.unexpected == 0) {
+				t.Errorf("problem() = %q", p)
+			}
+		})
+	}
+}

@@ -102,6 +102,7 @@ type Recorder struct {
 
 type metrics struct {
 	batches, records, deadLetters, retries, fenced prometheus.Counter
+	deadBatches                                    prometheus.Counter
 	ckptFailures, recoveries                       prometheus.Counter
 	batchDur, commitDur, ckptDur                   prometheus.Histogram
 	lag                                            *prometheus.GaugeVec
@@ -135,6 +136,7 @@ func NewRecorder(info Info, keep int) *Recorder {
 		batches:      counter("microbatch_batches_total", "Committed batches (checkpoint mode: completed checkpoints)."),
 		records:      counter("microbatch_records_total", "Records committed into results."),
 		deadLetters:  counter("microbatch_dead_letters_total", "Records committed as dead letters."),
+		deadBatches:  counter("microbatch_dead_letter_batches_total", "Batches (checkpoint mode: checkpoints) more than half of whose records were dead letters."),
 		retries:      counter("microbatch_retries_total", "Commit attempts repeated after a retryable error."),
 		fenced:       counter("microbatch_fenced_commits_total", "Partition commits refused because another instance owns the partition now."),
 		ckptFailures: counter("microbatch_checkpoint_failures_total", "Checkpoint attempts that failed; the job restarts from the latest complete checkpoint."),
@@ -165,6 +167,9 @@ func (r *Recorder) Progress(p batch.Progress) {
 	r.m.batches.Inc()
 	r.m.records.Add(float64(p.Records))
 	r.m.deadLetters.Add(float64(p.DeadLetters))
+	if p.MostlyDeadLetters() {
+		r.m.deadBatches.Inc()
+	}
 	r.m.retries.Add(float64(p.Retries))
 	r.m.fenced.Add(float64(p.Fenced))
 	r.m.commitDur.Observe(p.MaxCommit.Seconds())

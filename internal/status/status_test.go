@@ -58,7 +58,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("GET /metrics: %s", res.Status)
 	}
 	for _, name := range []string{
-		"microbatch_batches_total", "microbatch_records_total", "microbatch_dead_letters_total",
+		"microbatch_batches_total", "microbatch_records_total", "microbatch_dead_letters_total", "microbatch_dead_letter_batches_total",
 		"microbatch_retries_total", "microbatch_fenced_commits_total", "microbatch_checkpoint_failures_total",
 		"microbatch_recoveries_total", "microbatch_batch_duration_seconds_bucket", "microbatch_commit_duration_seconds_count",
 		"microbatch_checkpoint_duration_seconds_count", "microbatch_info", "go_goroutines", "process_start_time_seconds",
@@ -76,21 +76,29 @@ func TestMetrics(t *testing.T) {
 
 	r.Progress(progress(1, map[int32]batch.PartitionPosition{0: {Next: 50, End: 80}, 1: {Next: 10, End: 10}}))
 	r.Progress(progress(2, map[int32]batch.PartitionPosition{0: {Next: 70, End: 80}, 2: {Next: 5, End: 9}}))
+	// More than half dead letters: counted as such; exactly half is not.
+	mostlyDead := progress(3, nil)
+	mostlyDead.Records, mostlyDead.DeadLetters = 1, 2
+	r.Progress(mostlyDead)
+	half := progress(4, nil)
+	half.Records, half.DeadLetters = 2, 2
+	r.Progress(half)
 	r.CheckpointFailed(errors.New("boom"))
 	r.Recovered()
 	_, body = get(t, h, "/metrics")
 	l := `{job="j1",strategy="txn"}`
 	for series, want := range map[string]string{
-		"microbatch_batches_total" + l:                 "2",
-		"microbatch_records_total" + l:                 "200",
-		"microbatch_dead_letters_total" + l:            "4",
-		"microbatch_retries_total" + l:                 "2",
+		"microbatch_batches_total" + l:                 "4",
+		"microbatch_records_total" + l:                 "203",
+		"microbatch_dead_letters_total" + l:            "8",
+		"microbatch_dead_letter_batches_total" + l:     "1",
+		"microbatch_retries_total" + l:                 "4",
 		"microbatch_fenced_commits_total" + l:          "0",
 		"microbatch_checkpoint_failures_total" + l:     "1",
 		"microbatch_recoveries_total" + l:              "1",
-		"microbatch_batch_duration_seconds_count" + l:  "2",
-		"microbatch_batch_duration_seconds_sum" + l:    "0.5",
-		"microbatch_commit_duration_seconds_count" + l: "2",
+		"microbatch_batch_duration_seconds_count" + l:  "4",
+		"microbatch_batch_duration_seconds_sum" + l:    "1",
+		"microbatch_commit_duration_seconds_count" + l: "4",
 		// Not checkpoint mode: no checkpoints timed.
 		"microbatch_checkpoint_duration_seconds_count" + l:               "0",
 		`microbatch_consumer_lag{job="j1",partition="0",strategy="txn"}`: "10",

@@ -55,6 +55,7 @@ type ack struct {
 	next    int64             // source: offset to resume at
 	records int64             // source: records read since the previous barrier
 	dead    int64             // source: of which dead letters
+	reason  string            // source: the first dead letter's reason
 	state   keyedState        // operator: snapshot
 	pending []writers.Pending // sink: transactions not known committed
 }
@@ -296,6 +297,9 @@ func (p *pipeline) collect(ctx context.Context, chk *offsets.Checkpoint, prog *b
 				chk.Offsets[a.part] = a.next
 				prog.Records += a.records - a.dead
 				prog.DeadLetters += a.dead
+				if prog.DeadLetterReason == "" {
+					prog.DeadLetterReason = a.reason
+				}
 			case ackOperator:
 				states = append(states, a.state)
 			case ackSink:

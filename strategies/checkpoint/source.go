@@ -50,7 +50,8 @@ type sourceTask struct {
 	// next is the offset to read next. Only the reader writes it (under
 	// mu), so the reader may read it without mu.
 	next          int64
-	records, dead int64 // since the previous barrier; dead is a part of records
+	records, dead int64  // since the previous barrier; dead is a part of records
+	reason        string // the first dead letter's since the previous barrier
 	bufs          [][]output
 	deadBytes     []int // of the dead letters in bufs[o]
 	ev            event.Event
@@ -159,6 +160,9 @@ func (s *sourceTask) emit(ctx context.Context, rec *batch.Record) error {
 	s.records++
 	if o.Dead != nil {
 		s.dead++
+		if s.reason == "" {
+			s.reason = o.Dead.Reason
+		}
 	}
 	s.next = rec.Offset + 1
 	s.bufs[target] = append(s.bufs[target], o)
@@ -222,10 +226,10 @@ func (s *sourceTask) barrier(ctx context.Context, n int64) error {
 	if err := s.flush(ctx); err != nil {
 		return err
 	}
-	if err := s.p.ack(ctx, ack{n: n, kind: ackSource, part: s.part, next: s.next, records: s.records, dead: s.dead}); err != nil {
+	if err := s.p.ack(ctx, ack{n: n, kind: ackSource, part: s.part, next: s.next, records: s.records, dead: s.dead, reason: s.reason}); err != nil {
 		return err
 	}
-	s.records, s.dead = 0, 0
+	s.records, s.dead, s.reason = 0, 0, ""
 	for o := range s.p.toOp {
 		select {
 		case s.p.toOp[o][s.idx] <- item{barrier: n}:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -135,4 +137,24 @@ func (j *Job) DeadLetterCount(ctx context.Context) (int64, error) {
 		n += c.Val()
 	}
 	return n, nil
+}
+
+// DeadLetterOffsets returns the offsets of the job's folded dead letters
+// of one partition of topic, ascending (the fields of
+// mb:{job}:dead:{topic}:{partition}). verify compares them with the
+// records a recomputation rejects.
+func (j *Job) DeadLetterOffsets(ctx context.Context, topic string, partition int32) ([]int64, error) {
+	key := j.keys.dead(topic, strconv.FormatInt(int64(partition), 10))
+	fields, err := j.s.c.HKeys(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading dead letters of job %s: %w", j.name, err)
+	}
+	offs := make([]int64, len(fields))
+	for i, f := range fields {
+		if offs[i], err = strconv.ParseInt(f, 10, 64); err != nil {
+			return nil, fmt.Errorf("reading %s: field %q is not an offset", key, f)
+		}
+	}
+	slices.Sort(offs)
+	return offs, nil
 }
