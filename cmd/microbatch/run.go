@@ -132,13 +132,7 @@ func runJob(ctx context.Context, s *settings) error {
 	if dry, err := s.boolean("dry-run"); err != nil {
 		return err
 	} else if dry {
-		if rp.query != nil {
-			// First, as it needs nothing to connect (a topic not created
-			// yet still shows its plan); printed only: the dry run creates
-			// nothing, the table included.
-			fmt.Printf("SQL job: %s\n%s", rp.query.SQL(), indent(rp.query.Plan(), "  "))
-		}
-		return explainNoTopic(dryRunJob(ctx, s, rp.cfg), rp.query)
+		return explainNoTopic(dryRunJob(ctx, s, rp.cfg, rp.query), rp.query)
 	}
 	if rp.query != nil && !isRedisDSN(rp.cfg.Sink) {
 		// Before Run, which checks the table but does not create it; and
@@ -272,19 +266,6 @@ func jobSettings(s *settings) (cfg strategies.Config, given bool, err error) {
 		return cfg, given, badConfig("%s: must be positive", s.label("max-batch-records"))
 	}
 	return cfg, given, nil
-}
-
-// dryRunJob is `run --dry-run`: --metrics-addr is checked by binding it for
-// a moment, then the library's dry run reports.
-func dryRunJob(ctx context.Context, s *settings, cfg strategies.Config) error {
-	check := cfg
-	check.Logger = nil
-	stop, err := startStatus(s, &check)
-	if err != nil {
-		return err
-	}
-	stop()
-	return dryRun(ctx, cfg)
 }
 
 // run runs the job: with its status page, on the embedded demo broker when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -189,20 +190,62 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 // every start-up failure is (exit 3, 5); a table that does not fit the
 // query is a configuration error (exit 2) with the reason.
 func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) error {
+	_, err := sqlTable(ctx, q, dsn, timeout, true)
+	return err
+}
+
+// checkSQLTable is ensureSQLTable for the dry run: it creates nothing (no
+// table, no SQLite file) and says what it found, refusing an existing
+// table the run would refuse, with the run's message and exit code.
+func checkSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) (string, error) {
+	if t, err := sqlsink.ParseDSN(dsn); err == nil && t.File != "" {
+		if _, err := os.Stat(t.File); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Sprintf("%s: the SQLite file does not exist yet: run creates it with the table", q.Table()), nil
+		}
+	}
+	return sqlTable(ctx, q, dsn, timeout, false)
+}
+
+// sqlTable checks the query's table in the SQL sink dsn, creating it if
+// missing when create is set; without create, a missing table is a note
+// (the run creates it).
+func sqlTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration, create bool) (note string, err error) {
 	var w *sqlsink.Writer
 	if err := strategies.Connect(ctx, timeout, func(actx context.Context) (err error) {
 		w, err = sqlsink.Open(actx, dsn)
 		return err
 	}); err != nil {
-		return err
+		return "", err
 	}
 	defer w.Close()
-	err := q.EnsureTable(ctx, w.DB())
+	if create {
+		err = q.EnsureTable(ctx, w.DB())
+	} else {
+		var exists bool
+		if exists, err = tableExists(ctx, w, q.Table()); err == nil && !exists {
+			return fmt.Sprintf("%s does not exist yet: run creates it", q.Table()), nil
+		} else if err == nil {
+			err = q.CheckTable(ctx, w.DB())
+		}
+	}
 	if err == nil {
-		return nil
+		return fmt.Sprintf("%s exists and fits the query", q.Table()), nil
 	}
 	if c := strategies.Classify(err); errors.Is(c, strategies.ErrDenied) || errors.Is(c, strategies.ErrUnreachable) || ctx.Err() != nil {
-		return c
+		return "", c
 	}
-	return badConfig("sql: sink %s: %v", w, err)
+	return "", badConfig("sql: sink %s: %v", w, err)
+}
+
+// tableExists reports whether the sink's database has table.
+func tableExists(ctx context.Context, w *sqlsink.Writer, table string) (bool, error) {
+	query := "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"
+	if w.Dialect() == offsets.SQLite {
+		query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+	}
+	var n int
+	if err := w.DB().GetContext(ctx, &n, query, table); err != nil {
+		return false, fmt.Errorf("looking for table %s: %w", table, err)
+	}
+	return n > 0, nil
 }
