@@ -12,6 +12,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
@@ -35,6 +37,13 @@ type Plan struct {
 	Members    []string // client ids of the group's live members
 	Partitions []PartitionPlan
 	Note       string // what the dry run could not check
+	// Checkpoint is, in checkpoint mode, the newest complete checkpoint a
+	// run resumes from (its positions are the partitions' Stored); nil:
+	// none, a new job.
+	Checkpoint *offsets.Checkpoint
+	// StateDir is, in checkpoint mode, where the checkpoints are read
+	// ("" with the memory state backend, which keeps none across runs).
+	StateDir string
 }
 
 // DryRun validates cfg, connects to Kafka and the sink (waiting up to the
@@ -61,8 +70,12 @@ func DryRun(ctx context.Context, cfg Config) (Plan, error) {
 	}
 	stored := map[int32]int64{}
 	if cfg.Strategy == StrategyCheckpoint {
-		p.Sink = SinkDisplay(cfg.Sink)
-		p.Note = "checkpoint mode: the sink is not opened (of a kafka:// sink only the brokers' transaction.max.timeout.ms is read) and positions come from the latest checkpoint in --state-dir at start"
+		if err := dryRunCheckpointSink(ctx, cfg, &p); err != nil {
+			return Plan{}, err
+		}
+		if err := dryRunCheckpoint(cfg, bounds, &p, stored); err != nil {
+			return Plan{}, err
+		}
 	} else {
 		env := newRunEnv(cfg)
 		env.client, env.src = client, src
@@ -120,6 +133,86 @@ func dryRunSink(ctx context.Context, cfg Config, st batchStrategy, p *Plan, stor
 	return closeSink, nil
 }
 
+// dryRunCheckpointSink reaches checkpoint mode's sink as a run's start-up
+// does, writing nothing: a SQL sink is connected to (no table created, no
+// transaction of an earlier run committed or aborted: a run's restore
+// does that), a file sink's directory looked at; of a kafka:// sink the
+// brokers' transaction.max.timeout.ms was read (checkBrokerLimits), its
+// topics are left for the run to create.
+func dryRunCheckpointSink(ctx context.Context, cfg Config, p *Plan) error {
+	p.Sink = SinkDisplay(cfg.Sink)
+	spec, err := parseCheckpointSink(cfg.Sink, cfg.Checkpoint.SinkMode)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	switch spec.Kind {
+	case checkpoint.SinkXA, checkpoint.SinkWAL:
+		newFile, err := newSQLiteFile(spec.DSN)
+		if err != nil {
+			return err
+		}
+		if newFile {
+			p.Note = "the SQLite file does not exist yet: run creates it"
+			return nil
+		}
+		var w *sqlsink.Writer
+		if err := connect(ctx, cfg.ConnectTimeout, func(actx context.Context) (err error) {
+			w, err = sqlsink.Open(actx, spec.DSN)
+			return err
+		}); err != nil {
+			return err
+		}
+		p.Sink = fmt.Sprintf("%s (%s)", w, spec.Kind)
+		return w.Close()
+	case checkpoint.SinkFile:
+		if _, err := os.Stat(spec.Dir); errors.Is(err, fs.ErrNotExist) {
+			p.Note = fmt.Sprintf("directory %s does not exist yet: run creates it", spec.Dir)
+		} else if err != nil {
+			return fmt.Errorf("file sink: %w", err)
+		}
+	case checkpoint.SinkKafka:
+		p.Note = "kafka sink: its topics are created by the run if missing"
+	}
+	return nil
+}
+
+// dryRunCheckpoint reads the newest complete checkpoint of the job, as a
+// run's restore does, into stored: where each partition resumes (a
+// partition added since starts at its log start). Without one, stored
+// stays empty and the plan is a new job's. Nothing is created: a missing
+// state dir holds no checkpoint.
+func dryRunCheckpoint(cfg Config, bounds map[int32]batch.Bounds, p *Plan, stored map[int32]int64) error {
+	if cfg.Checkpoint.StateBackend == StateBackendMemory {
+		return nil // no checkpoint survives a run
+	}
+	p.StateDir = cfg.Checkpoint.StateDir
+	if _, err := os.Stat(cfg.Checkpoint.StateDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	store, err := offsets.NewFileCheckpoints(cfg.Checkpoint.StateDir, 0)
+	if err != nil {
+		return err
+	}
+	chk, err := store.Latest(context.Background(), cfg.Job)
+	if err != nil || chk == nil {
+		return err
+	}
+	if chk.Topic != cfg.Topic {
+		return fmt.Errorf("%w: job %q's checkpoint %d is of topic %q, not %q: use another --job or --state-dir", ErrConfig, cfg.Job, chk.ID, chk.Topic, cfg.Topic)
+	}
+	p.Checkpoint = chk
+	for part, b := range bounds {
+		next, ok := chk.Offsets[part]
+		if !ok {
+			next = b.Start
+		}
+		stored[part] = next
+	}
+	return nil
+}
+
 // dryRunGroup lists the group's members, and refuses a group another job
 // holds: a run would be the newcomer there, and be refused.
 func dryRunGroup(cfg Config, client sarama.Client, p *Plan) error {
@@ -158,6 +251,9 @@ func firstBatch(cfg Config, parts []int32, bounds map[int32]batch.Bounds, stored
 		pp.From, pp.To = from, from
 		if from >= b.Start && from < b.End {
 			pp.To = min(b.End, from+cfg.MaxBatchRecords)
+			if cfg.Strategy == StrategyCheckpoint {
+				pp.To = b.End // a stream: no batch bounds its first read
+			}
 		}
 		out = append(out, pp)
 	}

@@ -91,6 +91,24 @@ func (s *settings) str(name string) string {
 	return strings.TrimSpace(s.v.GetString(name))
 }
 
+// label is setting name as a message about its value names it: with the
+// MICROBATCH_* variable or the config file the value came from (viper's
+// precedence: flag, variable, file), so that a bad value is found where it
+// was written, as an unknown key in the file is.
+func (s *settings) label(name string) string {
+	f := s.fs.Lookup(name)
+	switch {
+	case s.fs.Changed(name) || f != nil && isCommandLineOnly(f):
+		return name
+	case os.Getenv(envName(name)) != "": // viper skips an empty variable
+		return name + " (" + envName(name) + ")"
+	}
+	if _, ok := s.fromFile[name]; ok {
+		return "config file " + s.file + ": " + name
+	}
+	return name
+}
+
 // brokers reads the Kafka bootstrap brokers. given says whether brokers
 // was set anywhere: on the command line, in MICROBATCH_BROKERS (even set
 // empty) or in the config file. Set but naming no broker is a
@@ -121,10 +139,10 @@ func (s *settings) duration(name string) (time.Duration, error) {
 	raw := s.str(name)
 	d, err := time.ParseDuration(raw)
 	if err != nil {
-		return 0, badConfig("%s: %q is not a duration (e.g. 500ms, 2s, 1m)", name, raw)
+		return 0, badConfig("%s: %q is not a duration (e.g. 500ms, 2s, 1m)", s.label(name), raw)
 	}
 	if d < 0 {
-		return 0, badConfig("%s: %s is negative", name, raw)
+		return 0, badConfig("%s: %s is negative", s.label(name), raw)
 	}
 	return d, nil
 }
@@ -133,7 +151,7 @@ func (s *settings) boolean(name string) (bool, error) {
 	raw := s.str(name)
 	b, err := strconv.ParseBool(raw)
 	if err != nil {
-		return false, badConfig("%s: %q is not true or false", name, raw)
+		return false, badConfig("%s: %q is not true or false", s.label(name), raw)
 	}
 	return b, nil
 }
@@ -142,10 +160,10 @@ func (s *settings) int64(name string) (int64, error) {
 	raw := s.str(name)
 	n, err := strconv.ParseInt(strings.ReplaceAll(raw, "_", ""), 10, 64)
 	if err != nil {
-		return 0, badConfig("%s: %q is not a whole number", name, raw)
+		return 0, badConfig("%s: %q is not a whole number", s.label(name), raw)
 	}
 	if n < 0 {
-		return 0, badConfig("%s: %d is negative", name, n)
+		return 0, badConfig("%s: %d is negative", s.label(name), n)
 	}
 	return n, nil
 }
@@ -155,7 +173,7 @@ func (s *settings) bigInt(name string) (*big.Int, error) {
 	raw := s.str(name)
 	n, ok := new(big.Int).SetString(strings.ReplaceAll(raw, "_", ""), 10)
 	if !ok {
-		return nil, badConfig("%s: %q is not a whole number", name, raw)
+		return nil, badConfig("%s: %q is not a whole number", s.label(name), raw)
 	}
 	return n, nil
 }
@@ -164,7 +182,7 @@ func (s *settings) uint64(name string) (uint64, error) {
 	raw := s.str(name)
 	n, err := strconv.ParseUint(strings.ReplaceAll(raw, "_", ""), 10, 64)
 	if err != nil {
-		return 0, badConfig("%s: %q is not a non-negative whole number", name, raw)
+		return 0, badConfig("%s: %q is not a non-negative whole number", s.label(name), raw)
 	}
 	return n, nil
 }
@@ -197,7 +215,7 @@ func (s *settings) partitions(name string) (int32, error) {
 		return 0, err
 	}
 	if n < 1 || n > 10000 {
-		return 0, badConfig("%s: %d is outside 1..10000", name, n)
+		return 0, badConfig("%s: %d is outside 1..10000", s.label(name), n)
 	}
 	return int32(n), nil
 }
@@ -206,7 +224,7 @@ func (s *settings) float(name string) (float64, error) {
 	raw := s.str(name)
 	f, err := strconv.ParseFloat(raw, 64)
 	if err != nil || f < 0 {
-		return 0, badConfig("%s: %q is not a non-negative number", name, raw)
+		return 0, badConfig("%s: %q is not a non-negative number", s.label(name), raw)
 	}
 	return f, nil
 }
@@ -214,7 +232,7 @@ func (s *settings) float(name string) (float64, error) {
 func (s *settings) oneOf(name string, allowed ...string) (string, error) {
 	v := s.str(name)
 	if !slices.Contains(allowed, v) {
-		return "", badConfig("%s: %q is not one of %s", name, v, strings.Join(allowed, ", "))
+		return "", badConfig("%s: %q is not one of %s", s.label(name), v, strings.Join(allowed, ", "))
 	}
 	return v, nil
 }

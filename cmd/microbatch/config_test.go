@@ -108,7 +108,16 @@ func TestCLIConfigValues(t *testing.T) {
 		{name: "bench with empty MICROBATCH_BROKERS", args: []string{"bench", "--strategies", "txn"}, env: []string{"MICROBATCH_BROKERS="}, want: []string{"MICROBATCH_BROKERS", "names no broker"}},
 		{name: "map in broker's topic list", args: []string{"broker", "--listen", "127.0.0.1:0"}, config: "topic: [a, {b: c}]\n", want: []string{"topic is a list holding a map"}, inFile: true},
 		{name: "list for verify's expect-events", args: []string{"verify"}, config: "expect-events: [1]\n", want: []string{"expect-events is a list"}, inFile: true},
-		{name: "offsets show json: yes", args: []string{"offsets", "show", "--brokers", unreachable}, config: "json: yes\n", want: []string{`json: "yes" is not true or false`}},
+		{name: "offsets show json: yes", args: []string{"offsets", "show", "--brokers", unreachable}, config: "json: yes\n", want: []string{`json: "yes" is not true or false`}, inFile: true},
+		// A value that does not parse names where it was written, as an
+		// unknown key does.
+		{name: "interval: abc", args: []string{"run"}, config: "interval: abc\n", want: []string{`interval: "abc" is not a duration`}, inFile: true},
+		{name: "interval: 0s", args: []string{"run"}, config: "interval: 0s\n", want: []string{"interval: must be positive"}, inFile: true},
+		{name: "log-level: loud", args: []string{"run"}, config: "log-level: loud\n", want: []string{`log-level: "loud" is not one of`}, inFile: true},
+		{name: "MICROBATCH_INTERVAL=abc", args: []string{"run"}, env: []string{"MICROBATCH_INTERVAL=abc"}, want: []string{`interval (MICROBATCH_INTERVAL): "abc" is not a duration`}},
+		{name: "MICROBATCH_INTERVAL=abc over the file", args: []string{"run"}, config: "interval: 1s\n", env: []string{"MICROBATCH_INTERVAL=abc"}, want: []string{`interval (MICROBATCH_INTERVAL): "abc" is not a duration`}},
+		{name: "MICROBATCH_MAX_BATCH_RECORDS=0", args: []string{"run"}, env: []string{"MICROBATCH_MAX_BATCH_RECORDS=0"}, want: []string{"max-batch-records (MICROBATCH_MAX_BATCH_RECORDS): must be positive"}},
+		{name: "MICROBATCH_JSON=yes", args: []string{"offsets", "show", "--brokers", unreachable}, env: []string{"MICROBATCH_JSON=yes"}, want: []string{`json (MICROBATCH_JSON): "yes" is not true or false`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

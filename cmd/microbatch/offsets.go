@@ -19,6 +19,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers/redissink"
 	"github.com/microbatch/microbatch/writers/sqlsink"
@@ -48,7 +49,8 @@ func offsetsCmd() *cobra.Command {
 func addOffsetsFlags(fs *pflag.FlagSet) {
 	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (required)")
 	markList(fs, "brokers")
-	fs.String("topic", strategies.DefaultTopic, "the job's topic")
+	fs.String("topic", strategies.DefaultTopic, "the job's topic (with --sql or --sql-file: the query's FROM; if given, it must agree)")
+	addSQLFlags(fs, "the SQL job (as given to run --sql): its FROM names the topic")
 	fs.String("job", strategies.DefaultJob, "job name")
 	fs.String("sink", defaultSink, "the job's sink DSN (mysql://…, sqlite://path, redis://host:port/db)")
 	fs.String("strategy", "", "strategy the job runs with: txn, single, idempotent, at-least-once, at-most-once (empty: idempotent for redis://, else txn)")
@@ -209,6 +211,7 @@ run reads from the new offsets. A rewind counts the records again.`,
 type offsetsJob struct {
 	job, topic, group, sink string
 	strategy                strategies.Strategy
+	query                   *sqljob.Query // the SQL job whose FROM named topic; nil: --topic did
 	brokers                 []string
 	kafka                   kafkautil.Security
 	connectTimeout          time.Duration
@@ -233,9 +236,6 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 	}
 	if oj.sink, err = sinkDSN(s, oj.sink); err != nil {
 		return oj, err
-	}
-	if oj.job == "" || oj.topic == "" {
-		return oj, badConfig("job and topic must not be empty")
 	}
 	if oj.group == "" {
 		oj.group = oj.job
@@ -264,6 +264,12 @@ func offsetsJobFrom(s *settings) (offsetsJob, error) {
 	if _, err := sqlsink.ParseDSN(oj.sink); err != nil && !redisSink {
 		return oj, configError{fmt.Errorf("sink: %w", err)}
 	}
+	if oj.query, err = compileSQL(s, oj.strategy, oj.sink); err != nil {
+		return oj, err
+	}
+	if oj.topic = commandTopic(s, oj.query); oj.job == "" || oj.topic == "" {
+		return oj, badConfig("job and topic must not be empty")
+	}
 	return oj, nil
 }
 
@@ -291,7 +297,7 @@ func openTopic(ctx context.Context, oj offsetsJob) (*topicConn, error) {
 	src, err := batch.NewKafkaSource(client, oj.topic)
 	if err != nil {
 		client.Close()
-		return nil, err
+		return nil, explainNoTopic(err, oj.query)
 	}
 	return &topicConn{client: client, src: src, topic: oj.topic}, nil
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/big"
 	"os"
@@ -67,7 +69,7 @@ works on a machine with nothing installed.`,
 	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (set nowhere: embedded demo broker)")
 	markList(fs, "brokers")
 	fs.String("topic", strategies.DefaultTopic, "topic to read (with --sql: the query's FROM; if given, it must agree)")
-	fs.String("sql", "", sqlFlagHelp)
+	addSQLFlags(fs, sqlFlagHelp)
 	fs.String("job", strategies.DefaultJob, "job name: keys the offset rows and totals")
 	fs.String("start-from", string(strategies.StartEarliest), "where partitions without a stored offset start: earliest or latest")
 	fs.String("sink", "", "sink DSN: "+strategies.SinkFormsHelp()+" (empty: "+defaultSink+"; checkpoint: "+defaultCheckpointSink+")")
@@ -130,13 +132,7 @@ func runJob(ctx context.Context, s *settings) error {
 	if dry, err := s.boolean("dry-run"); err != nil {
 		return err
 	} else if dry {
-		if rp.query != nil {
-			// First, as it needs nothing to connect (a topic not created
-			// yet still shows its plan); printed only: the dry run creates
-			// nothing, the table included.
-			fmt.Printf("SQL job: %s\n%s", rp.query.SQL(), indent(rp.query.Plan(), "  "))
-		}
-		return dryRunJob(ctx, s, rp.cfg)
+		return explainNoTopic(dryRunJob(ctx, s, rp.cfg, rp.query), rp.query)
 	}
 	if rp.query != nil && !isRedisDSN(rp.cfg.Sink) {
 		// Before Run, which checks the table but does not create it; and
@@ -152,7 +148,7 @@ func runJob(ctx context.Context, s *settings) error {
 			return err
 		}
 	}
-	return rp.run(ctx, s, out)
+	return explainNoTopic(rp.run(ctx, s, out), rp.query)
 }
 
 // runPlan is a run as its settings describe it: the library's Config and
@@ -206,8 +202,8 @@ func runSettings(s *settings) (runPlan, error) {
 	if rp.query, err = compileSQL(s, cfg.Strategy, cfg.Sink); err != nil {
 		return rp, err
 	}
+	cfg.Topic = commandTopic(s, rp.query)
 	if rp.query != nil {
-		cfg.Topic = rp.query.Topic()
 		cfg.Transform = strategies.SQLTransform(rp.query)
 	}
 	if err := secureSettings(s, &cfg); err != nil {
@@ -264,25 +260,12 @@ func jobSettings(s *settings) (cfg strategies.Config, given bool, err error) {
 	}
 	// Zero would silently mean "the default" to the library: refuse it.
 	if cfg.Interval == 0 {
-		return cfg, given, badConfig("interval: must be positive (e.g. 1s)")
+		return cfg, given, badConfig("%s: must be positive (e.g. 1s)", s.label("interval"))
 	}
 	if cfg.MaxBatchRecords == 0 {
-		return cfg, given, badConfig("max-batch-records: must be positive")
+		return cfg, given, badConfig("%s: must be positive", s.label("max-batch-records"))
 	}
 	return cfg, given, nil
-}
-
-// dryRunJob is `run --dry-run`: --metrics-addr is checked by binding it for
-// a moment, then the library's dry run reports.
-func dryRunJob(ctx context.Context, s *settings, cfg strategies.Config) error {
-	check := cfg
-	check.Logger = nil
-	stop, err := startStatus(s, &check)
-	if err != nil {
-		return err
-	}
-	stop()
-	return dryRun(ctx, cfg)
 }
 
 // run runs the job: with its status page, on the embedded demo broker when
@@ -325,10 +308,21 @@ func (rp runPlan) run(ctx context.Context, s *settings, out *output) error {
 		// Also after Ctrl-C: the stop was graceful, the report still due.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		// -q: no summary; the report is still made, and shown when the
+		// sink fails it.
+		var w io.Writer = os.Stdout
+		var held bytes.Buffer
+		if rp.quiet {
+			w = &held
+		}
+		ok, err := true, error(nil)
 		if rp.query != nil {
-			err = demo.reportSQL(rctx, cfg, rp.query)
+			err = demo.reportSQL(rctx, w, cfg, rp.query)
 		} else {
-			err = demo.report(rctx, cfg, ctx.Err() != nil)
+			ok, err = demo.report(rctx, w, cfg, ctx.Err() != nil)
+		}
+		if rp.quiet && (!ok || err != nil) {
+			_, _ = os.Stdout.Write(held.Bytes())
 		}
 		if err != nil {
 			return err
@@ -392,7 +386,7 @@ func checkpointSettings(s *settings, cfg *strategies.Config) error {
 	}
 	cfg.Checkpoint.OperatorParallelism = int(ops)
 	if ops < 1 {
-		return badConfig("operator-parallelism: must be at least 1")
+		return badConfig("%s: must be at least 1", s.label("operator-parallelism"))
 	}
 	for name, dst := range map[string]*time.Duration{
 		"checkpoint-interval": &cfg.Checkpoint.Interval, "checkpoint-timeout": &cfg.Checkpoint.Timeout,
@@ -402,7 +396,7 @@ func checkpointSettings(s *settings, cfg *strategies.Config) error {
 			return err
 		}
 		if *dst <= 0 {
-			return badConfig("%s: must be positive", name)
+			return badConfig("%s: must be positive", s.label(name))
 		}
 	}
 	if cfg.Checkpoint.StateBackend, err = choice(s, "state-backend", strategies.StateBackendFile, strategies.StateBackendMemory); err != nil {
@@ -470,26 +464,26 @@ func (d *demoRun) stop() {
 	d.broker.Close()
 }
 
-// report prints what the sink holds next to what the demo produced. A run
-// that was interrupted before catching up only says where it stands.
-func (d *demoRun) report(ctx context.Context, cfg strategies.Config, interrupted bool) error {
+// report prints what the sink holds next to what the demo produced to w,
+// and whether the sink keeps the strategy's promise. A run that was
+// interrupted before catching up only says where it stands.
+func (d *demoRun) report(ctx context.Context, w io.Writer, cfg strategies.Config, interrupted bool) (bool, error) {
 	got, sink, err := strategies.ReadTotalsSecure(ctx, cfg.Sink, cfg.Job, cfg.Kafka)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if interrupted && got.Events < d.expected.Events {
-		fmt.Printf("stopped: job %s in %s holds %d of the demo's %d events, each exactly once; run again to continue\n",
+		fmt.Fprintf(w, "stopped: job %s in %s holds %d of the demo's %d events, each exactly once; run again to continue\n",
 			cfg.Job, sink, got.Events, d.expected.Events)
-		return nil
+		return true, nil
 	}
-	printComparison(os.Stdout, sink, cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, big.NewInt(d.expected.Amount))
-	return nil
+	return printComparison(w, sink, cfg.Job, strategies.GuaranteeOf(cfg.Strategy), got, d.expected.Events, big.NewInt(d.expected.Amount)), nil
 }
 
 // reportSQL is verify --sql on the demo: the query recomputed from the
 // embedded broker's topic up to the job's positions, compared with the
 // sink group by group. A difference fails the run (errDiffers).
-func (d *demoRun) reportSQL(ctx context.Context, cfg strategies.Config, q *sqljob.Query) error {
+func (d *demoRun) reportSQL(ctx context.Context, w io.Writer, cfg strategies.Config, q *sqljob.Query) error {
 	v := sqlVerify{q: q, show: 10, oj: offsetsJob{job: cfg.Job, topic: q.Topic(), group: cfg.Group.ID, sink: cfg.Sink,
 		strategy: cfg.Strategy, brokers: d.broker.Addrs(), kafka: cfg.Kafka, connectTimeout: cfg.ConnectTimeout}}
 	if v.oj.group == "" {
@@ -498,7 +492,7 @@ func (d *demoRun) reportSQL(ctx context.Context, cfg strategies.Config, q *sqljo
 	if cfg.Strategy == strategies.StrategyCheckpoint {
 		v.stateDir = cfg.Checkpoint.StateDir
 	}
-	ok, err := verifySQL(ctx, os.Stdout, v)
+	ok, err := verifySQL(ctx, w, v)
 	if err == nil && !ok {
 		err = errDiffers
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/offsets"
@@ -27,7 +30,7 @@ func (s *settings) given(name string) bool {
 	if f := s.fs.Lookup(name); f != nil && isCommandLineOnly(f) {
 		return false
 	}
-	if _, ok := os.LookupEnv("MICROBATCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
+	if s.envSet(name) {
 		return true
 	}
 	_, ok := s.fromFile[name]
@@ -39,14 +42,111 @@ func isRedisDSN(dsn string) bool {
 	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
 }
 
-// compileSQL reads --sql and compiles it for the job's strategy and sink:
-// nil when --sql is not set. A refused query, a sink that can't hold its
-// results exactly, and a --topic that names another topic than the
-// query's FROM are configuration errors. Nothing connects.
+// addSQLFlags adds --sql and --sql-file, the SQL job of a command that
+// takes one (run, verify, offsets): the same text everywhere.
+func addSQLFlags(fs *pflag.FlagSet, help string) {
+	fs.String("sql", "", help)
+	fs.String("sql-file", "", "the SQL job's statement read from a file (instead of --sql)")
+}
+
+// sqlText is the SQL job's statement, from sql or the file sql-file names
+// (flag, MICROBATCH_SQL / MICROBATCH_SQL_FILE or the config file): "" when
+// neither is set, so that the command runs (or checks) the built-in job.
+// Set but holding no statement is a configuration error, never the
+// built-in job: `--sql "$(cat missing.sql)"` would otherwise run the demo's
+// job into the user's sink. Both set, or a file that can't be read, too.
+func (s *settings) sqlText() (string, error) {
+	hasFile := s.fs.Lookup("sql-file") != nil
+	switch {
+	case hasFile && s.given("sql") && s.given("sql-file"):
+		return "", badConfig("sql and sql-file: both set (%s; %s): give one", s.where("sql"), s.where("sql-file"))
+	case hasFile && s.given("sql-file"):
+		path := s.str("sql-file")
+		if path == "" {
+			return "", badConfig("sql-file: set (%s) but names no file", s.where("sql-file"))
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return "", badConfig("sql-file: %v", err)
+		}
+		text := strings.TrimSpace(string(data))
+		if text == "" {
+			return "", badConfig("sql: empty query (sql-file %s holds no statement)", path)
+		}
+		return text, nil
+	case s.given("sql"):
+		text := s.str("sql")
+		if text == "" {
+			return "", badConfig("sql: empty query (%s gives no statement; leave sql out for the built-in job)", s.where("sql"))
+		}
+		return text, nil
+	}
+	return "", nil
+}
+
+// where names the places setting name is given: the flag, its variable,
+// the config file.
+func (s *settings) where(name string) string {
+	var where []string
+	if s.fs.Changed(name) {
+		where = append(where, "--"+name)
+	}
+	if s.envSet(name) {
+		where = append(where, envName(name))
+	}
+	if _, ok := s.fromFile[name]; ok {
+		where = append(where, "config file "+s.file)
+	}
+	return strings.Join(where, ", ")
+}
+
+// envSet reports that setting name's variable is set, even empty.
+func (s *settings) envSet(name string) bool {
+	_, ok := os.LookupEnv(envName(name))
+	return ok
+}
+
+// envName is setting name's MICROBATCH_* variable.
+func envName(name string) string {
+	return "MICROBATCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// commandTopic is the topic of a command that reads a job's topic: the
+// query's FROM for a SQL job (compileSQL checked that a topic given too
+// agrees), else topic. Every command takes its topic from here.
+func commandTopic(s *settings, q *sqljob.Query) string {
+	if q != nil {
+		return q.Topic()
+	}
+	return s.str("topic")
+}
+
+// noTopicError is a SQL job's missing topic: the topic came from the
+// query's FROM, not from --topic.
+type noTopicError struct{ topic string }
+
+func (e noTopicError) Error() string {
+	return fmt.Sprintf("the query's FROM names topic %q, which does not exist (microbatch never creates its input: create the topic, or change the FROM)", e.topic)
+}
+func (e noTopicError) Unwrap() error { return strategies.ErrNoTopic }
+
+// explainNoTopic says where a SQL job's missing topic came from.
+func explainNoTopic(err error, q *sqljob.Query) error {
+	if q == nil || !errors.Is(err, strategies.ErrNoTopic) {
+		return err
+	}
+	return noTopicError{q.Topic()}
+}
+
+// compileSQL reads the SQL job (sql or sql-file: sqlText) and compiles it
+// for the job's strategy and sink: nil when neither is set. A refused
+// query, a sink that can't hold its results exactly, and a --topic that
+// names another topic than the query's FROM are configuration errors.
+// Nothing connects.
 func compileSQL(s *settings, strategy strategies.Strategy, dsn string) (*sqljob.Query, error) {
-	text := s.str("sql")
-	if text == "" {
-		return nil, nil
+	text, err := s.sqlText()
+	if text == "" || err != nil {
+		return nil, err
 	}
 	opts, err := checkSQLSink(strategy, dsn)
 	if err != nil {
@@ -90,20 +190,62 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 // every start-up failure is (exit 3, 5); a table that does not fit the
 // query is a configuration error (exit 2) with the reason.
 func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) error {
+	_, err := sqlTable(ctx, q, dsn, timeout, true)
+	return err
+}
+
+// checkSQLTable is ensureSQLTable for the dry run: it creates nothing (no
+// table, no SQLite file) and says what it found, refusing an existing
+// table the run would refuse, with the run's message and exit code.
+func checkSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) (string, error) {
+	if t, err := sqlsink.ParseDSN(dsn); err == nil && t.File != "" {
+		if _, err := os.Stat(t.File); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Sprintf("%s: the SQLite file does not exist yet: run creates it with the table", q.Table()), nil
+		}
+	}
+	return sqlTable(ctx, q, dsn, timeout, false)
+}
+
+// sqlTable checks the query's table in the SQL sink dsn, creating it if
+// missing when create is set; without create, a missing table is a note
+// (the run creates it).
+func sqlTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration, create bool) (note string, err error) {
 	var w *sqlsink.Writer
 	if err := strategies.Connect(ctx, timeout, func(actx context.Context) (err error) {
 		w, err = sqlsink.Open(actx, dsn)
 		return err
 	}); err != nil {
-		return err
+		return "", err
 	}
 	defer w.Close()
-	err := q.EnsureTable(ctx, w.DB())
+	if create {
+		err = q.EnsureTable(ctx, w.DB())
+	} else {
+		var exists bool
+		if exists, err = tableExists(ctx, w, q.Table()); err == nil && !exists {
+			return fmt.Sprintf("%s does not exist yet: run creates it", q.Table()), nil
+		} else if err == nil {
+			err = q.CheckTable(ctx, w.DB())
+		}
+	}
 	if err == nil {
-		return nil
+		return fmt.Sprintf("%s exists and fits the query", q.Table()), nil
 	}
 	if c := strategies.Classify(err); errors.Is(c, strategies.ErrDenied) || errors.Is(c, strategies.ErrUnreachable) || ctx.Err() != nil {
-		return c
+		return "", c
 	}
-	return badConfig("sql: sink %s: %v", w, err)
+	return "", badConfig("sql: sink %s: %v", w, err)
+}
+
+// tableExists reports whether the sink's database has table.
+func tableExists(ctx context.Context, w *sqlsink.Writer, table string) (bool, error) {
+	query := "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"
+	if w.Dialect() == offsets.SQLite {
+		query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+	}
+	var n int
+	if err := w.DB().GetContext(ctx, &n, query, table); err != nil {
+		return false, fmt.Errorf("looking for table %s: %w", table, err)
+	}
+	return n > 0, nil
 }

@@ -45,7 +45,7 @@ job: the positions, the topic and the sink are read one after the other.`,
 	fs.String("strategy", string(strategies.StrategyTxn), "strategy the job ran with; verify judges by its promise: "+strings.Join(names(strategies.Strategies), ", "))
 	fs.Int64("expect-events", 0, "events the sink should hold")
 	fs.String("expect-amount", "0", "sum of amount the sink should hold (an integer of any size and sign)")
-	fs.String("sql", "", "the SQL job to check (as given to run --sql): recompute it from Kafka and compare it with the sink group by group")
+	addSQLFlags(fs, "the SQL job to check (as given to run --sql): recompute it from Kafka and compare it with the sink group by group")
 	fs.String("brokers", "", "with --sql: the job's Kafka bootstrap brokers, comma separated")
 	markList(fs, "brokers")
 	fs.String("topic", "", "with --sql: the job's topic (the query's FROM; if given, it must agree)")
@@ -60,7 +60,9 @@ job: the positions, the topic and the sink are read one after the other.`,
 		if err != nil {
 			return err
 		}
-		if s.str("sql") != "" {
+		if text, err := s.sqlText(); err != nil {
+			return err
+		} else if text != "" {
 			v, err := sqlVerifySettings(s)
 			if err != nil {
 				return err
@@ -69,7 +71,7 @@ job: the positions, the topic and the sink are read one after the other.`,
 			if err == nil && !ok {
 				err = errDiffers
 			}
-			return err
+			return explainNoTopic(err, v.q)
 		}
 		strategy, err := choice(s, "strategy", strategies.Strategies...)
 		if err != nil {
