@@ -671,12 +671,12 @@ func (c *compiler) key(col *Column, x sqlparser.Expr) error {
 		if err != nil || d < time.Millisecond || d%time.Millisecond != 0 {
 			return c.errExpr(x, "TUMBLE", "window size %q: want a Go duration of whole milliseconds, at least 1ms ('1m', '15s', '1h')", lit.Val)
 		}
-		ts, err := c.expr(f.Exprs[0])
+		ts, unit, what, err := c.tumbleTime(f.Exprs[0])
 		if err != nil {
 			return err
 		}
 		col.Window = d
-		col.eval = tumble(ts, d.Milliseconds(), exprText(f.Exprs[0]))
+		col.eval = tumble(ts, d.Milliseconds(), unit, what)
 		return nil
 	}
 	e, err := c.expr(x)

@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"vitess.io/vitess/go/vt/sqlparser"
@@ -53,6 +52,14 @@ func (c *compiler) expr(x sqlparser.Expr) (expr, error) {
 		return c.caseExpr(n)
 	case *sqlparser.FuncExpr:
 		return c.funcExpr(n)
+	case *sqlparser.BetweenExpr:
+		return c.between(n)
+	case *sqlparser.CastExpr:
+		return c.cast(n)
+	case *sqlparser.ConvertExpr:
+		return nil, c.errExpr(x, "CONVERT", "not supported: write CAST(x AS type)")
+	case *sqlparser.SubstrExpr:
+		return c.substr(n)
 	}
 	if isAggregate(x) {
 		return nil, c.errExpr(x, exprText(x), "an aggregate inside an expression is not supported: select it as a column of its own")
@@ -179,6 +186,7 @@ func (c *compiler) literal(n *sqlparser.Literal) (expr, error) {
 			return nil, c.errExpr(n, n.Val, "%v", err)
 		}
 		v = numVal(d)
+		v.s = literalText(n)
 	default:
 		return nil, c.errExpr(n, n.Val, "this kind of literal is not supported")
 	}
@@ -544,7 +552,9 @@ func (c *compiler) unary(n *sqlparser.UnaryExpr) (expr, error) {
 		if err != nil {
 			return val{}, err
 		}
-		return numVal(d), nil
+		v := numVal(d)
+		v.s = negText(x.s)
+		return v, nil
 	}, nil
 }
 
@@ -641,46 +651,10 @@ func (c *compiler) funcExpr(n *sqlparser.FuncExpr) (expr, error) {
 		}, nil
 	case "tumble":
 		return nil, c.errExpr(n, "TUMBLE", "is a group key: GROUP BY TUMBLE(ts, '1m') (and select it, AS a name)")
+	case "lower", "upper", "lcase", "ucase", "concat", "if":
+		return c.stringFunc(n)
+	case "from_unixtime":
+		return nil, c.errExpr(n, "FROM_UNIXTIME", "only inside TUMBLE, for epoch seconds: TUMBLE(FROM_UNIXTIME(ts), '1m')")
 	}
-	return nil, c.errExpr(n, "function "+strings.ToUpper(n.Name.String()), "not supported: COALESCE, IFNULL and TUMBLE are (and the aggregates COUNT, SUM, MIN, MAX)")
-}
-
-// tumble computes the start of a's window of size ms: a is epoch
-// milliseconds (an integer) or an RFC 3339 string.
-func tumble(a expr, size int64, what string) expr {
-	return func(e *env) (val, error) {
-		x, err := a(e)
-		if err != nil || x.k == kNull {
-			return val{}, err
-		}
-		var ms int64
-		switch x.k {
-		case kNum:
-			d, err := x.num(what)
-			if err != nil {
-				return val{}, err
-			}
-			if d.sc != 0 {
-				return val{}, fmt.Errorf("TUMBLE: %s is %s, not whole epoch milliseconds", what, x.show())
-			}
-			ms = d.m
-		case kStr:
-			t, err := time.Parse(time.RFC3339Nano, string(x.s))
-			if err != nil {
-				return val{}, fmt.Errorf("TUMBLE: %s is %s, neither epoch milliseconds nor an RFC 3339 time", what, x.show())
-			}
-			ms = t.UnixMilli()
-		default:
-			return val{}, fmt.Errorf("TUMBLE: %s is a %s (%s), neither epoch milliseconds nor an RFC 3339 time", what, x.k, x.show())
-		}
-		// DATETIME holds years 1000 to 9999.
-		if ms < -30610224000000 || ms > 253402300799999 {
-			return val{}, fmt.Errorf("TUMBLE: %s is %s, outside years 1000–9999", what, x.show())
-		}
-		start := ms - ms%size
-		if ms%size < 0 {
-			start -= size
-		}
-		return timeVal(start), nil
-	}
+	return nil, c.errExpr(n, "function "+strings.ToUpper(n.Name.String()), "not supported: COALESCE, IFNULL, IF, CONCAT, LOWER, UPPER, SUBSTRING, CAST and TUMBLE are (and the aggregates COUNT, SUM, MIN, MAX)")
 }
