@@ -483,8 +483,17 @@ func (c *compiler) noSubqueries(sel *sqlparser.Select) error {
 // columns compiles the SELECT list against the GROUP BY.
 func (c *compiler) columns(sel *sqlparser.Select) error {
 	q := c.q
-	if sel.GroupBy == nil || len(sel.GroupBy.Exprs) == 0 {
-		return c.errAt("select", 0, "GROUP BY", "missing: a SQL job keeps one row per group; add GROUP BY")
+	global := sel.GroupBy == nil || len(sel.GroupBy.Exprs) == 0
+	if global {
+		sel.GroupBy = &sqlparser.GroupBy{}
+		agg := false
+		for _, se := range sel.SelectExprs.Exprs {
+			ae, ok := se.(*sqlparser.AliasedExpr)
+			agg = agg || (ok && containsAggregate(ae.Expr))
+		}
+		if !agg {
+			return c.errAt("select", 0, "GROUP BY", "missing: a query without GROUP BY keeps one row of aggregates (COUNT(*), SUM, MIN, MAX); one that keeps each record (a row job) is not supported yet")
+		}
 	}
 	if sel.GroupBy.WithRollup {
 		return c.errAt("rollup", 0, "WITH ROLLUP", "not supported")
@@ -549,6 +558,9 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 			continue
 		}
 		if !grouped[col.Expr] {
+			if global {
+				return c.errExpr(it.x, col.Expr, "is not an aggregate: without GROUP BY every column is one (the table is one row); add GROUP BY %s", col.Expr)
+			}
 			if containsAggregate(it.x) {
 				return c.errExpr(it.x, col.Expr, "an aggregate inside an expression is not supported: select the aggregate as a column of its own")
 			}
@@ -575,6 +587,11 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 	}
 	if len(q.vals) == 0 {
 		return c.errAt("select", 0, "SELECT", "no aggregate: select COUNT(*), SUM, MIN or MAX of something")
+	}
+	if global {
+		q.fields = c.paths
+		q.keyW = globalKeyWidth
+		return c.addGlobalKey()
 	}
 	text := 0
 	for _, i := range q.keys {

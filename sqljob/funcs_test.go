@@ -1,6 +1,7 @@
 package sqljob_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,6 +61,46 @@ func TestFuncsRefused(t *testing.T) {
 		"IF(x, y)":                  "takes three arguments",
 	} {
 		_, err := sqljob.Compile("INSERT INTO t SELECT "+sql+" AS v, COUNT(*) AS n FROM e GROUP BY v", sqljob.Options{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", sql, err, want)
+		}
+	}
+}
+
+// A query without GROUP BY keeps one row, keyed by the hidden GlobalKey
+// column; one without aggregates is a row job, not supported yet.
+func TestGlobalAggregate(t *testing.T) {
+	q, err := sqljob.Compile("INSERT INTO totals SELECT COUNT(*) AS n, SUM(x) AS s, MAX(x) AS hi FROM e WHERE x > 0", sqljob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := q.NewAggregate()
+	for _, r := range []string{`{"x":1}`, `{"x":2.5}`, `{"x":-1}`, `{"y":1}`} {
+		if err := a.Add([]byte(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := q.NewAggregate()
+	if err := b.Add([]byte(`{"x":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	a.Merge(b)
+	if got, want := fmt.Sprint(a.Rows()), "[[all 3 10.5 7]]"; got != want {
+		t.Errorf("rows %q, want %q", got, want)
+	}
+	u := q.Upsert()
+	if strings.Join(u.Keys, ",") != sqljob.GlobalKey || strings.Join(u.Values, ",") != "n,s,hi" || !q.Global() {
+		t.Errorf("upsert %+v, global %v", u, q.Global())
+	}
+	if ddl := q.DDL(); !strings.Contains(ddl, "`mb_all` VARBINARY(8) NOT NULL") || !strings.Contains(ddl, "PRIMARY KEY (`mb_all`)") {
+		t.Errorf("DDL:\n%s", ddl)
+	}
+	for sql, want := range map[string]string{
+		"INSERT INTO t SELECT x AS v FROM e":                    "(a row job) is not supported yet",
+		"INSERT INTO t SELECT k, COUNT(*) AS n FROM e":          "sql: k at line 1, column 22: is not an aggregate: without GROUP BY every column is one (the table is one row); add GROUP BY k",
+		"INSERT INTO t SELECT COUNT(*) AS mb_all FROM e":        "column mb_all",
+	} {
+		_, err := sqljob.Compile(sql, sqljob.Options{})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %q", sql, err, want)
 		}
