@@ -96,9 +96,9 @@ func TestGlobalAggregate(t *testing.T) {
 		t.Errorf("DDL:\n%s", ddl)
 	}
 	for sql, want := range map[string]string{
-		"INSERT INTO t SELECT x AS v FROM e":                    "(a row job) is not supported yet",
-		"INSERT INTO t SELECT k, COUNT(*) AS n FROM e":          "sql: k at line 1, column 22: is not an aggregate: without GROUP BY every column is one (the table is one row); add GROUP BY k",
-		"INSERT INTO t SELECT COUNT(*) AS mb_all FROM e":        "column mb_all",
+		"INSERT INTO t SELECT x AS v FROM e":             "(a row job) is not supported yet",
+		"INSERT INTO t SELECT k, COUNT(*) AS n FROM e":   "sql: k at line 1, column 22: is not an aggregate: without GROUP BY every column is one (the table is one row); add GROUP BY k",
+		"INSERT INTO t SELECT COUNT(*) AS mb_all FROM e": "column mb_all",
 	} {
 		_, err := sqljob.Compile(sql, sqljob.Options{})
 		if err == nil || !strings.Contains(err.Error(), want) {

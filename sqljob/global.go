@@ -39,4 +39,6 @@ func (c *compiler) addGlobalKey() error {
 
 // Global reports whether q has no GROUP BY: its table is one row, keyed
 // by GlobalKey.
-func (q *Query) Global() bool { return len(q.keys) == 1 && q.cols[q.keys[0]].Name == GlobalKey && q.keyW == globalKeyWidth }
+func (q *Query) Global() bool {
+	return len(q.keys) == 1 && q.cols[q.keys[0]].Name == GlobalKey && q.keyW == globalKeyWidth
+}
