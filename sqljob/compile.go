@@ -79,6 +79,7 @@ type Column struct {
 	Window time.Duration
 	agg    aggKind
 	eval   expr
+	str    bool // MIN/MAX of a string (its argument is statically one): compared as bytes
 }
 
 // Rule is how the sink merges a new value into the stored one.
@@ -147,6 +148,9 @@ func (q *Query) Upsert() writers.Upsert {
 			m = writers.MergeMin
 		case aggMax:
 			m = writers.MergeMax
+		}
+		if c.str {
+			m = textMerge(c.agg)
 		}
 		u.Merges = append(u.Merges, m)
 	}
@@ -660,7 +664,8 @@ func (c *compiler) aggregate(col *Column, x sqlparser.Expr) error {
 	default:
 		return c.errExpr(x, col.Expr, "this aggregate is not supported: COUNT, SUM, MIN and MAX are")
 	}
-	if c.q.opts.SQLite && (col.agg == aggMin || col.agg == aggMax) {
+	col.str = (col.agg == aggMin || col.agg == aggMax) && staticKindOf(arg) == skString
+	if c.q.opts.SQLite && (col.agg == aggMin || col.agg == aggMax) && !col.str {
 		return c.errExpr(x, col.Aggregate(), "not supported on a SQLite sink: it has no exact decimal type to compare in; use mysql:// (or redis:// with --strategy idempotent)")
 	}
 	if containsAggregate(arg) {

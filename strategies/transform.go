@@ -259,10 +259,11 @@ func (p *userPart[T]) rows() (rows [][]any, err error) {
 func checkPerColumn(u writers.Upsert, row []any) error {
 	nk := len(u.Keys)
 	for i, m := range u.Merges {
-		if m == writers.MergeReplace {
-			continue
-		}
-		if v := row[nk+i]; !values.Mergeable(v) {
+		if v := row[nk+i]; !m.Takes(v) {
+			if m.Bytes() {
+				return fmt.Errorf("%w: the transform made %s.%s (%s) = %v (%T); want a string or nil",
+					ErrConfig, u.Table, u.Values[i], m, v, v)
+			}
 			return fmt.Errorf("%w: the transform made %s.%s (%s) = %v (%T); want a Go integer, a decimal string or nil",
 				ErrConfig, u.Table, u.Values[i], m, v, v)
 		}
