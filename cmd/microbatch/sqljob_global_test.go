@@ -32,26 +32,36 @@ func TestSQLJobStringMinMax(t *testing.T) {
 }
 
 // testSQLJobOnEverySink runs query (given its table, the SUM/MIN columns the
-// sink takes and the topic) on MySQL, SQLite and Redis twice, verifying
-// after each run.
+// sink takes and the topic) on MySQL (txn, and checkpoint with its
+// write-ahead log), SQLite (txn, checkpoint with WAL) and Redis: run,
+// verify, the same records written again, run (merged into the rows the
+// sink holds), verify.
 func testSQLJobOnEverySink(t *testing.T, name string, query func(table, sums, topic string) string, want ...string) {
 	kafka := testutil.NeedServer(t, testutil.EnvKafka)
 	mysql := testutil.FreshMySQLDatabase(t, testutil.NeedServer(t, testutil.EnvMySQL))
 	redis := testutil.NeedServer(t, testutil.EnvRedis)
 	systemtest.Binary(t)
-	topic := systemtest.UniqueName(t, name)
-	produceSQLInput(t, kafka, topic, sqlTestRecords)
 	dir := t.TempDir()
-	for _, c := range []struct{ name, sink, strategy, sum string }{
-		{"mysql", mysql, "txn", "SUM(amount) AS amount, MIN(amount) AS lo"},
-		{"sqlite", "sqlite://" + filepath.Join(dir, "sink.db"), "txn", "SUM(amount) AS amount"},
-		{"redis", redis, "idempotent", "SUM(amount) AS amount, MIN(amount) AS lo"},
+	const mysqlSums, sqliteSums = "SUM(amount) AS amount, MIN(amount) AS lo", "SUM(amount) AS amount"
+	for _, c := range []struct {
+		name, sink, strategy, sum string
+		extra, runExtra           []string
+	}{
+		{name: "mysql", sink: mysql, strategy: "txn", sum: mysqlSums},
+		{name: "mysql_wal", sink: mysql, strategy: "checkpoint", sum: mysqlSums,
+			extra: []string{"--state-dir", filepath.Join(dir, "state-mysql")}, runExtra: []string{"--sink-mode", "wal"}},
+		{name: "sqlite", sink: "sqlite://" + filepath.Join(dir, "sink.db"), strategy: "txn", sum: sqliteSums},
+		{name: "sqlite_wal", sink: "sqlite://" + filepath.Join(dir, "sink-wal.db"), strategy: "checkpoint", sum: sqliteSums,
+			extra: []string{"--state-dir", filepath.Join(dir, "state-sqlite")}, runExtra: []string{"--sink-mode", "wal"}},
+		{name: "redis", sink: redis, strategy: "idempotent", sum: mysqlSums},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			topic := systemtest.UniqueName(t, name)
 			q := query(sqlName(name+"_"+c.name), c.sum, topic)
-			common := []string{"--brokers", kafka, "--job", topic + "-" + c.name, "--sink", c.sink, "--sql", q}
+			common := append([]string{"--brokers", kafka, "--job", topic, "--sink", c.sink, "--sql", q}, c.extra...)
 			for i := range 2 {
-				r := systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"run", "--strategy", c.strategy, "--until-idle", "1s", "-q"}, common...)...)
+				produceSQLInput(t, kafka, topic, sqlTestRecords)
+				r := systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append(append([]string{"run", "--strategy", c.strategy, "--until-idle", "1s", "-q"}, common...), c.runExtra...)...)
 				if r.Code != 0 {
 					t.Fatalf("run %d --sql: exit %d\n%s", i+1, r.Code, r)
 				}
@@ -63,7 +73,7 @@ func testSQLJobOnEverySink(t *testing.T, name string, query func(table, sums, to
 				if r.Code != 0 {
 					t.Fatalf("verify --sql after run %d: exit %d\n%s", i+1, r.Code, r)
 				}
-				wantLines(t, r, append([]string{"records read 9"}, want...)...)
+				wantLines(t, r, append([]string{fmt.Sprintf("records read %d", 9*(i+1))}, want...)...)
 				t.Logf("verify:\n%s", r.Stdout)
 			}
 		})
