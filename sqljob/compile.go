@@ -487,17 +487,9 @@ func (c *compiler) noSubqueries(sel *sqlparser.Select) error {
 // columns compiles the SELECT list against the GROUP BY.
 func (c *compiler) columns(sel *sqlparser.Select) error {
 	q := c.q
-	global := sel.GroupBy == nil || len(sel.GroupBy.Exprs) == 0
-	if global {
-		sel.GroupBy = &sqlparser.GroupBy{}
-		agg := false
-		for _, se := range sel.SelectExprs.Exprs {
-			ae, ok := se.(*sqlparser.AliasedExpr)
-			agg = agg || (ok && containsAggregate(ae.Expr))
-		}
-		if !agg {
-			return c.errAt("select", 0, "GROUP BY", "missing: a query without GROUP BY keeps one row of aggregates (COUNT(*), SUM, MIN, MAX); one that keeps each record (a row job) is not supported yet")
-		}
+	global, err := c.noGroupBy(sel)
+	if err != nil {
+		return err
 	}
 	if sel.GroupBy.WithRollup {
 		return c.errAt("rollup", 0, "WITH ROLLUP", "not supported")
@@ -593,8 +585,6 @@ func (c *compiler) columns(sel *sqlparser.Select) error {
 		return c.errAt("select", 0, "SELECT", "no aggregate: select COUNT(*), SUM, MIN or MAX of something")
 	}
 	if global {
-		q.fields = c.paths
-		q.keyW = globalKeyWidth
 		return c.addGlobalKey()
 	}
 	text := 0

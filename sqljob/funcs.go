@@ -1,12 +1,5 @@
 package sqljob
 
-// The scalar functions (BETWEEN, CAST, LOWER, UPPER, CONCAT, SUBSTRING,
-// IF) and TUMBLE's time values, as closures over compiled arguments. They
-// follow MySQL (strict mode) where MySQL's answer is exact; where MySQL
-// would round, truncate or guess (with a warning), the record is
-// dead-lettered with the reason instead. Nothing here depends on the
-// parser: funcs_wire.go turns parse nodes into these calls.
-
 import (
 	"fmt"
 	"regexp"
@@ -16,6 +9,13 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
+
+// The scalar functions (BETWEEN, CAST, LOWER, UPPER, CONCAT, SUBSTRING,
+// IF) and TUMBLE's time values, as closures over compiled arguments. They
+// follow MySQL (strict mode) where MySQL's answer is exact; where MySQL
+// would round, truncate or guess (with a warning), the record is
+// dead-lettered with the reason instead. Nothing here depends on the
+// parser: funcs_wire.go turns parse nodes into these calls.
 
 // staticKind is what an expression yields whatever the record: a string
 // (a string literal, CAST(… AS CHAR), LOWER, UPPER, CONCAT, SUBSTRING, or

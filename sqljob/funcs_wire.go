@@ -191,3 +191,19 @@ func literalText(n *sqlparser.Literal) []byte {
 	}
 	return []byte(n.Val)
 }
+
+// noGroupBy reports whether sel has no GROUP BY (a one-row table, see
+// addGlobalKey), giving it an empty one, and refuses one without any
+// aggregate: that would keep each record (a row job).
+func (c *compiler) noGroupBy(sel *sqlparser.Select) (bool, error) {
+	if sel.GroupBy != nil && len(sel.GroupBy.Exprs) > 0 {
+		return false, nil
+	}
+	sel.GroupBy = &sqlparser.GroupBy{}
+	for _, se := range sel.SelectExprs.Exprs {
+		if ae, ok := se.(*sqlparser.AliasedExpr); ok && containsAggregate(ae.Expr) {
+			return true, nil
+		}
+	}
+	return false, c.errAt("select", 0, "GROUP BY", "missing: a query without GROUP BY keeps one row of aggregates (COUNT(*), SUM, MIN, MAX); one that keeps each record (a row job) is not supported yet")
+}

@@ -22,6 +22,7 @@ const globalKeyWidth = 8
 // first. It refuses a column of that name.
 func (c *compiler) addGlobalKey() error {
 	q := c.q
+	q.fields, q.keyW = c.paths, globalKeyWidth
 	for _, col := range q.cols {
 		if strings.EqualFold(col.Name, GlobalKey) {
 			return c.errAt("select", 0, "column "+GlobalKey, "is the key column of a query without GROUP BY (its one row): name the column otherwise")
