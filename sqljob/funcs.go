@@ -130,6 +130,9 @@ func caseMap(a expr, upper bool, what string) expr {
 				i += n
 				continue
 			}
+			if r == utf8.RuneError && n == 1 {
+				return val{}, fmt.Errorf("%s: %s is not UTF-8 (%s)", name, what, x.show())
+			}
 			if !caseMapped(r) {
 				return val{}, fmt.Errorf("%s: %s holds %q (U+%04X), a letter whose case MySQL maps differently from Unicode or not at all; only letters of Latin, Greek and Cyrillic are mapped", name, what, r, r)
 			}
@@ -210,6 +213,9 @@ func substringExpr(s, pos, n expr, what, posS, nS string) expr {
 		}
 		if x.k != kStr {
 			return val{}, fmt.Errorf("SUBSTRING takes a string; %s is a %s (%s): write SUBSTRING(CAST(%s AS CHAR), …)", what, x.k, x.show(), what)
+		}
+		if !utf8.Valid(x.s) {
+			return val{}, fmt.Errorf("SUBSTRING: %s is not UTF-8 (%s): its characters can't be counted", what, x.show())
 		}
 		start, err := intArg(&p, "SUBSTRING", posS)
 		if err != nil {
