@@ -39,6 +39,7 @@ type acc struct {
 	n    int64     // COUNT
 	sum  exact.Int // SUM, in units of 10^-maxScale (integers: units of 1 when IntegerSums)
 	best dec       // MIN/MAX
+	str  []byte    // MIN/MAX of strings (Column.Text): the text kept, not nil once seen
 	seen bool      // SUM/MIN/MAX saw a non-null value
 }
 
@@ -128,10 +129,21 @@ func (a *Aggregate) eval(record []byte) (bool, error) {
 		if err != nil {
 			return false, &Rejection{Reason: c.Name + " = " + c.Expr + ": " + err.Error()}
 		}
-		if v.k != kNull && c.agg != aggCount {
+		if v.k != kNull && c.str {
+			if v.k != kStr {
+				return false, &Rejection{Reason: fmt.Sprintf("%s = %s: %s of a string takes strings; it is a %s (%s)", c.Name, c.Expr, c.Aggregate(), v.k, v.show())}
+			}
+			if len(v.s) > textWidth {
+				return false, &Rejection{Reason: fmt.Sprintf("%s = %s is %d bytes; the column holds %d", c.Name, c.Expr, len(v.s), textWidth)}
+			}
+		} else if v.k != kNull && c.agg != aggCount {
 			d, err := v.num(c.Expr)
 			if err != nil {
-				return false, &Rejection{Reason: c.Name + " = " + c.Expr + ": " + c.Aggregate() + " takes numbers; " + err.Error()}
+				hint := ""
+				if v.k == kStr && (c.agg == aggMin || c.agg == aggMax) {
+					hint = fmt.Sprintf(" (for the least or greatest string, in byte order, write %s(CAST(%s AS CHAR)))", c.Aggregate(), aggArgText(c.Expr))
+				}
+				return false, &Rejection{Reason: c.Name + " = " + c.Expr + ": " + c.Aggregate() + " takes numbers; " + err.Error() + hint}
 			}
 			if c.agg == aggSum && q.opts.IntegerSums && d.sc != 0 {
 				return false, &Rejection{Reason: fmt.Sprintf("%s = %s: %s has digits after the point, and this sink sums integers only", c.Name, c.Expr, d)}
@@ -196,6 +208,10 @@ func (ac *acc) add(k aggKind, v *val, intSums bool) {
 	if v.k == kNull {
 		return
 	}
+	if v.k == kStr {
+		ac.addText(k, v.s)
+		return
+	}
 	d := v.n
 	switch k {
 	case aggSum:
@@ -234,6 +250,10 @@ func (ac *acc) merge(k aggKind, o *acc) {
 		if !o.seen {
 			return
 		}
+		if o.str != nil {
+			ac.addText(k, o.str)
+			return
+		}
 		if !ac.seen {
 			ac.best, ac.seen = o.best, true
 			return
@@ -262,6 +282,9 @@ func (ac *acc) value(k aggKind, intSums bool) any {
 	}
 	if !ac.seen {
 		return nil
+	}
+	if ac.str != nil {
+		return string(ac.str)
 	}
 	return ac.best.String()
 }
@@ -404,7 +427,10 @@ func (q *Query) Evaluate(record []byte) (*Evaluated, error) {
 	}
 	ev := &Evaluated{id: string(a.keyBuf), keys: a.keyValues(), args: make([]val, len(q.vals))}
 	for j, v := range a.vals[len(q.keys):] {
-		ev.args[j] = val{k: v.k, n: v.n, nOK: v.nOK} // acc.add reads no text
+		ev.args[j] = val{k: v.k, n: v.n, nOK: v.nOK} // acc.add reads no number's text
+		if v.k == kStr {
+			ev.args[j].s = append([]byte{}, v.s...) // MIN/MAX of strings
+		}
 	}
 	return ev, nil
 }

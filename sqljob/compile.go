@@ -77,6 +77,7 @@ type Column struct {
 	Window time.Duration
 	agg    aggKind
 	eval   expr
+	str    bool // MIN/MAX of a string (its argument is statically one): compared as bytes
 }
 
 // Rule is how the sink merges a new value into the stored one.
@@ -145,6 +146,9 @@ func (q *Query) Upsert() writers.Upsert {
 			m = writers.MergeMin
 		case aggMax:
 			m = writers.MergeMax
+		}
+		if c.str {
+			m = textMerge(c.agg)
 		}
 		u.Merges = append(u.Merges, m)
 	}
@@ -270,8 +274,9 @@ func (c *compiler) columns(sel *selectStmt) error {
 		grouped[c.canonical(x)] = true
 	}
 	used := map[string]bool{}
-	if sel.groupPos == 0 {
-		return c.errAt(sel.p, "GROUP BY", "missing: a SQL job keeps one row per group; add GROUP BY")
+	global := sel.groupPos == 0
+	if global && !c.anyAggregate(sel) {
+		return c.errAt(sel.p, "GROUP BY", "missing: a query without GROUP BY keeps one row of aggregates (COUNT(*), SUM, MIN, MAX); one that keeps each record (a row job) is not supported yet")
 	}
 	for _, it := range items {
 		col := Column{Name: it.name, Expr: exprText(it.x)}
@@ -288,6 +293,9 @@ func (c *compiler) columns(sel *selectStmt) error {
 		}
 		canon := c.canonical(it.x)
 		if !grouped[canon] {
+			if global {
+				return c.errAt(it.x.at(), col.Expr, "is not an aggregate: without GROUP BY every column is one (the table is one row); add GROUP BY %s", col.Expr)
+			}
 			return c.errAt(it.x.at(), col.Expr, "is neither aggregated nor in GROUP BY")
 		}
 		used[canon] = true
@@ -305,6 +313,9 @@ func (c *compiler) columns(sel *selectStmt) error {
 	}
 	if len(q.vals) == 0 {
 		return c.errAt(sel.p, "SELECT", "no aggregate: select COUNT(*), SUM, MIN or MAX of something")
+	}
+	if global {
+		return c.addGlobalKey(sel.p)
 	}
 	text := 0
 	for _, i := range q.keys {
@@ -422,10 +433,11 @@ func (c *compiler) aggregate(col *Column, a *callNode) error {
 	if len(a.args) != 1 {
 		return c.errAt(a.p, col.Expr, "%s takes one argument", name)
 	}
-	if c.q.opts.SQLite && (col.agg == aggMin || col.agg == aggMax) {
+	arg := a.args[0]
+	col.str = (col.agg == aggMin || col.agg == aggMax) && staticKindOf(arg) == skString
+	if c.q.opts.SQLite && (col.agg == aggMin || col.agg == aggMax) && !col.str {
 		return c.errAt(a.p, col.Aggregate(), "not supported on a SQLite sink: it has no exact decimal type to compare in; use mysql:// (or redis:// with --strategy idempotent)")
 	}
-	arg := a.args[0]
 	if in := findAggregate(arg); in != nil {
 		return c.errAt(in.at(), col.Expr, "an aggregate inside an aggregate is not supported")
 	}
@@ -451,12 +463,12 @@ func (c *compiler) key(col *Column, x node) error {
 		if err != nil || d < time.Millisecond || d%time.Millisecond != 0 {
 			return c.errAt(lit.p, "TUMBLE", "window size %q: want a Go duration of whole milliseconds, at least 1ms ('1m', '15s', '1h')", lit.s)
 		}
-		ts, err := c.expr(f.args[0])
+		ts, unit, what, err := c.tumbleTime(f.args[0])
 		if err != nil {
 			return err
 		}
 		col.Window = d
-		col.eval = tumble(ts, d.Milliseconds(), exprText(f.args[0]))
+		col.eval = tumble(ts, d.Milliseconds(), unit, what)
 		return nil
 	}
 	e, err := c.expr(x)

@@ -17,6 +17,8 @@ func (q *Query) SQLType(c Column) string {
 			return "TEXT" // compared by memcmp (BINARY): bytes, as VARBINARY
 		case c.agg == aggCount || c.agg == aggCountStar:
 			return "INTEGER"
+		case c.str:
+			return "TEXT" // compared by memcmp (BINARY): bytes
 		}
 		// No declared type, as mb_totals.amount: an INTEGER while the sum
 		// fits in int64, its exact decimal TEXT beyond (a typed column
@@ -30,6 +32,8 @@ func (q *Query) SQLType(c Column) string {
 		return fmt.Sprintf("VARBINARY(%d)", q.keyW)
 	case c.agg == aggCount || c.agg == aggCountStar:
 		return "BIGINT"
+	case c.str:
+		return fmt.Sprintf("VARBINARY(%d)", textWidth)
 	}
 	return "DECIMAL(38,9)"
 }
@@ -95,6 +99,9 @@ func (q *Query) Plan() string {
 			rule = "merged by keeping the least"
 		case "greatest":
 			rule = "merged by keeping the greatest"
+		}
+		if c.str {
+			rule += " (string, in byte order)"
 		}
 		typ := q.SQLType(c)
 		if typ == "" {
@@ -176,6 +183,16 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 			}
 			if h.MaxLen != nil && *h.MaxLen < int64(q.keyW) {
 				return bad("key column %s holds %d bytes; want %d", c.Name, *h.MaxLen, q.keyW)
+			}
+		case c.str:
+			if dt != "varbinary" {
+				return bad("column %s is %s; want VARBINARY (%s of strings compares bytes; a character type's collation would not)", c.Name, h.DataType, c.Aggregate())
+			}
+			if h.MaxLen != nil && *h.MaxLen < textWidth {
+				return bad("column %s holds %d bytes; want %d", c.Name, *h.MaxLen, textWidth)
+			}
+			if h.Nullable != "YES" {
+				return bad("column %s is NOT NULL; %s of no value is NULL", c.Name, c.Aggregate())
 			}
 		case c.agg == aggCount || c.agg == aggCountStar:
 			if dt != "bigint" && !(dt == "decimal" && h.Scale != nil && *h.Scale == 0 && h.Prec != nil && *h.Prec >= 19) {

@@ -1,5 +1,5 @@
 // Package sqljob compiles a SQL job — one
-// INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … — into Go
+// INSERT INTO <table> SELECT … FROM <topic> [WHERE …] [GROUP BY …] — into Go
 // closures that aggregate JSON records exactly, and describes the table
 // it writes.
 //

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -42,6 +41,10 @@ func (c *compiler) expr(x node) (expr, error) {
 		return c.arith(n)
 	case *likeNode:
 		return c.like(n)
+	case *betweenNode:
+		return c.between(n)
+	case *castNode:
+		return c.cast(n)
 	case *inNode:
 		return c.in(n)
 	case *isNode:
@@ -158,6 +161,7 @@ func (c *compiler) literal(n *litNode) (expr, error) {
 			return nil, c.errAt(n.p, n.s, "%v", err)
 		}
 		v = numVal(d)
+		v.s = literalText(n)
 	case litTrue, litFalse:
 		v = val{k: kBool, b: n.k == litTrue}
 	case litNull:
@@ -527,7 +531,9 @@ func (c *compiler) unary(n *unaryNode) (expr, error) {
 		if err != nil {
 			return val{}, err
 		}
-		return numVal(d), nil
+		v := numVal(d)
+		v.s = negText(x.s)
+		return v, nil
 	}, nil
 }
 
@@ -625,50 +631,18 @@ func (c *compiler) funcExpr(n *callNode) (expr, error) {
 		}, nil
 	case "tumble":
 		return nil, c.errAt(n.p, "TUMBLE", "is a group key: GROUP BY TUMBLE(ts, '1m') (and select it, AS a name)")
+	case "lower", "upper", "lcase", "ucase", "concat", "if":
+		return c.stringFunc(n)
+	case "substring", "substr", "mid":
+		return c.substr(n)
+	case "convert":
+		return nil, c.errAt(n.p, "CONVERT", "not supported: write CAST(x AS type)")
+	case "from_unixtime":
+		return nil, c.errAt(n.p, "FROM_UNIXTIME", "only inside TUMBLE, for epoch seconds: TUMBLE(FROM_UNIXTIME(ts), '1m')")
 	case "regexp_like":
 		return nil, c.errAt(n.p, "function "+name, "not supported: match with LIKE ('%%' any run, '_' one character)")
 	case "json_extract", "json_unquote", "json_value":
 		return nil, c.errAt(n.p, "function "+name, "not supported: write field->>'$.path'")
 	}
-	return nil, c.errAt(n.p, "function "+name, "not supported: COALESCE, IFNULL and TUMBLE are (and the aggregates COUNT, SUM, MIN, MAX)")
-}
-
-// tumble computes the start of a's window of size ms: a is epoch
-// milliseconds (an integer) or an RFC 3339 string.
-func tumble(a expr, size int64, what string) expr {
-	return func(e *env) (val, error) {
-		x, err := a(e)
-		if err != nil || x.k == kNull {
-			return val{}, err
-		}
-		var ms int64
-		switch x.k {
-		case kNum:
-			d, err := x.num(what)
-			if err != nil {
-				return val{}, err
-			}
-			if d.sc != 0 {
-				return val{}, fmt.Errorf("TUMBLE: %s is %s, not whole epoch milliseconds", what, x.show())
-			}
-			ms = d.m
-		case kStr:
-			t, err := time.Parse(time.RFC3339Nano, string(x.s))
-			if err != nil {
-				return val{}, fmt.Errorf("TUMBLE: %s is %s, neither epoch milliseconds nor an RFC 3339 time", what, x.show())
-			}
-			ms = t.UnixMilli()
-		default:
-			return val{}, fmt.Errorf("TUMBLE: %s is a %s (%s), neither epoch milliseconds nor an RFC 3339 time", what, x.k, x.show())
-		}
-		// DATETIME holds years 1000 to 9999.
-		if ms < -30610224000000 || ms > 253402300799999 {
-			return val{}, fmt.Errorf("TUMBLE: %s is %s, outside years 1000–9999", what, x.show())
-		}
-		start := ms - ms%size
-		if ms%size < 0 {
-			start -= size
-		}
-		return timeVal(start), nil
-	}
+	return nil, c.errAt(n.p, "function "+name, "not supported: COALESCE, IFNULL, IF, CONCAT, LOWER, UPPER, SUBSTRING, CAST and TUMBLE are (and the aggregates COUNT, SUM, MIN, MAX)")
 }

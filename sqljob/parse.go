@@ -867,8 +867,18 @@ func (p *parser) call() (node, error) {
 		if p.is("order") || p.is("separator") {
 			return nil, p.errAt(p.peek().pos, strings.ToUpper(p.peek().text), "not supported in a function call")
 		}
-		if p.is("from") && n.name == "substring" {
-			return nil, p.errAt(p.peek().pos, "SUBSTRING(… FROM …)", "write SUBSTRING(s, pos, len)")
+		if p.is("from") && len(n.args) == 1 && (n.name == "substring" || n.name == "substr") {
+			// SUBSTRING(s FROM pos [FOR len]) is SUBSTRING(s, pos[, len]).
+			for _, w := range []string{"from", "for"} {
+				if !p.accept(w) {
+					break
+				}
+				x, err := p.expr()
+				if err != nil {
+					return nil, err
+				}
+				n.args = append(n.args, x)
+			}
 		}
 	}
 	if err := p.expect(")", "\")\" to close "+strings.ToUpper(n.name)+"("); err != nil {
@@ -960,6 +970,12 @@ func (p *parser) cast() (node, error) {
 		if err := p.expect(")", "\")\" after the type's size"); err != nil {
 			return nil, err
 		}
+	}
+	switch t := p.peek(); {
+	case p.is("character") || p.is("charset") || p.is("collate"):
+		return nil, p.errAt(t.pos, "CAST", "a character set is not supported: strings are UTF-8, compared as bytes")
+	case p.is("array"):
+		return nil, p.errAt(t.pos, "CAST … ARRAY", "not supported")
 	}
 	if err := p.expect(")", "\")\" to close CAST("); err != nil {
 		return nil, err

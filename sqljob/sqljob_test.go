@@ -113,16 +113,16 @@ func TestWindowAndExpressions(t *testing.T) {
 		"FROM `my-topic` WHERE note IS NULL OR note <> 'skip' GROUP BY minute, kind", Options{})
 	a := q.NewAggregate()
 	for _, r := range []string{
-		`{"ts":60001,"name":"abc","price":1.5,"qty":2}`,
-		`{"ts":"1970-01-01T00:01:30Z","kind":"k","name":"b","price":0.25,"qty":4,"note":"x"}`,
-		`{"ts":119999,"name":"a","price":1,"qty":1,"note":"skip"}`,
+		`{"ts":1800000060001,"name":"abc","price":1.5,"qty":2}`,
+		`{"ts":"2027-01-15T08:01:30Z","kind":"k","name":"b","price":0.25,"qty":4,"note":"x"}`,
+		`{"ts":1800000119999,"name":"a","price":1,"qty":1,"note":"skip"}`,
 	} {
 		if err := a.Add([]byte(r)); err != nil {
 			t.Fatalf("Add(%s): %v", r, err)
 		}
 	}
 	got := rowsText(a.Rows())
-	want := "1970-01-01 00:01:00.000|k|0|1|1\n1970-01-01 00:01:00.000|none|1|3|0\n"
+	want := "2027-01-15 08:01:00.000|k|0|1|1\n2027-01-15 08:01:00.000|none|1|3|0\n"
 	if got != want {
 		t.Fatalf("rows:\n%s\nwant:\n%s", got, want)
 	}

@@ -37,8 +37,8 @@ func testEnsureTable(t *testing.T, dsn string, opts sqljob.Options, misfits []st
 	}
 	a := q.NewAggregate()
 	long := strings.Repeat("ü", 200) // 200 characters, 400 bytes
-	for _, r := range []string{`{"key":"a","ts":60000,"amount":9223372036854775807}`, `{"key":"A","ts":60001,"amount":2}`, `{"key":"a ","ts":1,"amount":3}`,
-		`{"key":"é","ts":1,"amount":1}`, `{"key":"e\u0301","ts":1,"amount":1}`, `{"key":"` + long + `","ts":1,"amount":1}`, `{"key":"` + long[:398] + `u","ts":1,"amount":1}`} {
+	for _, r := range []string{`{"key":"a","ts":1800000060000,"amount":9223372036854775807}`, `{"key":"A","ts":1800000060001,"amount":2}`, `{"key":"a ","ts":1800000000001,"amount":3}`,
+		`{"key":"é","ts":1800000000001,"amount":1}`, `{"key":"e\u0301","ts":1800000000001,"amount":1}`, `{"key":"` + long + `","ts":1800000000001,"amount":1}`, `{"key":"` + long[:398] + `u","ts":1800000000001,"amount":1}`} {
 		if err := a.Add([]byte(r)); err != nil {
 			t.Fatal(err)
 		}
@@ -65,9 +65,9 @@ func testEnsureTable(t *testing.T, dsn string, opts sqljob.Options, misfits []st
 		got = append(got, string(k)+"|"+string(m)+"|"+sqljob.Canonical(n)+"|"+sqljob.Canonical(amount))
 	}
 	rows.Close()
-	want := "A|1970-01-01 00:01:00.000|2|4\na|1970-01-01 00:01:00.000|2|18446744073709551614\na |1970-01-01 00:00:00.000|2|6\n" +
-		"e\u0301|1970-01-01 00:00:00.000|2|2\né|1970-01-01 00:00:00.000|2|2\n" +
-		long[:398] + "u|1970-01-01 00:00:00.000|2|2\n" + long + "|1970-01-01 00:00:00.000|2|2"
+	want := "A|2027-01-15 08:01:00.000|2|4\na|2027-01-15 08:01:00.000|2|18446744073709551614\na |2027-01-15 08:00:00.000|2|6\n" +
+		"e\u0301|2027-01-15 08:00:00.000|2|2\né|2027-01-15 08:00:00.000|2|2\n" +
+		long[:398] + "u|2027-01-15 08:00:00.000|2|2\n" + long + "|2027-01-15 08:00:00.000|2|2"
 	if g := strings.Join(got, "\n"); g != want {
 		t.Fatalf("table:\n%s\nwant:\n%s", g, want)
 	}

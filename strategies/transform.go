@@ -70,7 +70,9 @@ type Transform struct {
 // integers, decimal strings ("-12.50") or nil, merged exactly; anything
 // else fails the batch with ErrConfig naming the column. MergeMin and
 // MergeMax need MySQL/MariaDB (in DECIMAL or integer columns) or Redis:
-// SQLite refuses them at start.
+// SQLite refuses them at start. MergeMinBytes and MergeMaxBytes keep the
+// least and greatest string in byte order (values: Go strings or nil), on
+// every sink (MySQL VARBINARY, SQLite TEXT without a collation, Redis).
 //
 // Both functions run in several partition tasks at once: they must be
 // safe for concurrent use (pure functions of their input are).
@@ -96,7 +98,8 @@ type Transform struct {
 // must then be integers (Go integers or decimal strings without a
 // fraction); MergeReplace sets the value's text (HSET); MergeMin and
 // MergeMax keep the least and the greatest, compared exactly as decimals
-// and stored as the decimal text given.
+// and stored as the decimal text given; MergeMinBytes and MergeMaxBytes
+// the least and greatest string, compared byte by byte.
 // Read them with redissink.Job.Rows. The rows of a range are folded into
 // the hashes together with its offsets and dead letters
 // (mb:{job}:dead:<topic>:<partition>), exactly once, as the built-in
@@ -259,10 +262,11 @@ func (p *userPart[T]) rows() (rows [][]any, err error) {
 func checkPerColumn(u writers.Upsert, row []any) error {
 	nk := len(u.Keys)
 	for i, m := range u.Merges {
-		if m == writers.MergeReplace {
-			continue
-		}
-		if v := row[nk+i]; !values.Mergeable(v) {
+		if v := row[nk+i]; !m.Takes(v) {
+			if m.Bytes() {
+				return fmt.Errorf("%w: the transform made %s.%s (%s) = %v (%T); want a string or nil",
+					ErrConfig, u.Table, u.Values[i], m, v, v)
+			}
 			return fmt.Errorf("%w: the transform made %s.%s (%s) = %v (%T); want a Go integer, a decimal string or nil",
 				ErrConfig, u.Table, u.Values[i], m, v, v)
 		}

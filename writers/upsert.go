@@ -3,6 +3,8 @@ package writers
 import (
 	"fmt"
 	"regexp"
+
+	"github.com/microbatch/microbatch/internal/values"
 )
 
 // Tables written by the built-in job besides mb_offsets.
@@ -25,7 +27,32 @@ const (
 	// MergeMax keeps the greatest of the stored and the new value. Only in
 	// Upsert.Merges (per-column upserts).
 	MergeMax
+	// MergeMinBytes keeps the least of the stored and the new text,
+	// compared byte by byte (as a VARBINARY, or memcmp: 'B' < 'a' < 'ab');
+	// the values are Go strings or nil. Only in Upsert.Merges.
+	MergeMinBytes
+	// MergeMaxBytes keeps the greatest text, as MergeMinBytes.
+	MergeMaxBytes
 )
+
+// Bytes reports whether m keeps the least or the greatest text
+// (MergeMinBytes, MergeMaxBytes): its values are strings, not numbers.
+func (m Merge) Bytes() bool { return m == MergeMinBytes || m == MergeMaxBytes }
+
+// Takes reports whether a per-column upsert's column merged by m can take
+// v: nil, or for MergeMinBytes and MergeMaxBytes a string, for MergeAdd,
+// MergeMin and MergeMax a Go integer or a decimal string; MergeReplace
+// takes anything.
+func (m Merge) Takes(v any) bool {
+	switch {
+	case m == MergeReplace || v == nil:
+		return true
+	case m.Bytes():
+		_, ok := v.(string)
+		return ok
+	}
+	return values.Mergeable(v)
+}
 
 func (m Merge) String() string {
 	switch m {
@@ -37,6 +64,10 @@ func (m Merge) String() string {
 		return "min"
 	case MergeMax:
 		return "max"
+	case MergeMinBytes:
+		return "min bytes"
+	case MergeMaxBytes:
+		return "max bytes"
 	}
 	return fmt.Sprintf("Merge(%d)", int(m))
 }
@@ -102,7 +133,7 @@ func (u Upsert) Validate() error {
 		return fmt.Errorf("%w: upsert into %s has %d merge rules for %d value columns %v", ErrBadMerge, u.Table, len(u.Merges), len(u.Values), u.Values)
 	}
 	for i, m := range u.Merges {
-		if m < MergeAdd || m > MergeMax {
+		if m < MergeAdd || m > MergeMaxBytes {
 			return fmt.Errorf("%w: upsert into %s: column %s has unknown rule %v", ErrBadMerge, u.Table, u.Values[i], m)
 		}
 	}

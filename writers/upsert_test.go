@@ -22,13 +22,14 @@ func TestUpsertMerges(t *testing.T) {
 		t.Errorf("MergeOf without Merges = %v", whole.MergeOf(1))
 	}
 	for name, bad := range map[string]Upsert{
-		"short":       {Table: "t", Keys: []string{"k"}, Values: []string{"a", "b"}, Merges: []Merge{MergeAdd}},
-		"empty":       {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merges: []Merge{}},
-		"unknown":     {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merges: []Merge{MergeMax + 1}},
-		"negative":    {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merges: []Merge{-1}},
-		"min as one":  {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merge: MergeMin},
-		"max as one":  {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merge: MergeMax},
-		"unknown one": {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merge: 7},
+		"short":        {Table: "t", Keys: []string{"k"}, Values: []string{"a", "b"}, Merges: []Merge{MergeAdd}},
+		"empty":        {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merges: []Merge{}},
+		"unknown":      {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merges: []Merge{MergeMaxBytes + 1}},
+		"bytes as one": {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merge: MergeMinBytes},
+		"negative":     {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merges: []Merge{-1}},
+		"min as one":   {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merge: MergeMin},
+		"max as one":   {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merge: MergeMax},
+		"unknown one":  {Table: "t", Keys: []string{"k"}, Values: []string{"a"}, Merge: 7},
 	} {
 		if err := bad.Validate(); !errors.Is(err, ErrBadMerge) {
 			t.Errorf("%s: Validate = %v, want ErrBadMerge", name, err)

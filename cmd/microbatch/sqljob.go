@@ -19,7 +19,7 @@ import (
 )
 
 // sqlFlagHelp is --sql's help, the same for run and verify.
-const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] GROUP BY … (FROM names the topic; sinks: mysql://, sqlite:// (integer sums, no MIN/MAX), or redis:// with --strategy idempotent)"
+const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] [GROUP BY …] (FROM names the topic; sinks: mysql://, sqlite:// (integer sums, MIN/MAX of strings only), or redis:// with --strategy idempotent)"
 
 // given reports whether setting name is set anywhere: on the command line,
 // in its MICROBATCH_* variable (even set empty) or in the config file.

@@ -29,7 +29,7 @@ func TestSQLJobVerifyWindowsWithLoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := q.NewAggregate()
-	for _, r := range []string{`{"key":"a","ts":60000}`, `{"key":"a","ts":"2026-12-01T10:00:30Z"}`} {
+	for _, r := range []string{`{"key":"a","ts":1800000060000}`, `{"key":"a","ts":"2026-12-01T10:00:30Z"}`} {
 		if err := a.Add([]byte(r)); err != nil {
 			t.Fatal(err)
 		}

@@ -492,6 +492,9 @@ func (c *comparison) sinkRow(id, key string, vals []any) {
 	same := true
 	for j, val := range vals {
 		want, got := sqljob.Canonical(c.want[i][c.nk+j]), sqljob.Canonical(val)
+		if u.Merges != nil && u.Merges[j].Bytes() { // MIN/MAX of strings: the exact bytes ("1.50" is not "1.5")
+			want, got = textValue(c.want[i][c.nk+j]), textValue(val)
+		}
 		if want != got {
 			same = false
 			c.note(difference{key: key, column: u.Values[j], want: showValue(want), got: showValue(got)})
@@ -578,4 +581,18 @@ func showValue(v string) string {
 		return "NULL"
 	}
 	return v
+}
+
+// textValue is a MIN/MAX text column's value for comparing: the string
+// quoted (byte for byte), or NULL.
+func textValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "NULL"
+	case []byte:
+		return strconv.Quote(string(x))
+	case string:
+		return strconv.Quote(x)
+	}
+	return fmt.Sprint(v)
 }

@@ -77,11 +77,15 @@
 //	                               "u:"+table+":"+column+NUL+row key -> ""
 //	                                 (delete: a per-column replace with nil),
 //	                               "n:"+table+":"+column+NUL+row key -> least,
-//	                               "x:"+table+":"+column+NUL+row key -> greatest
+//	                               "x:"+table+":"+column+NUL+row key -> greatest,
+//	                               "l:"+table+":"+column+NUL+row key -> least text,
+//	                               "g:"+table+":"+column+NUL+row key -> greatest text
 //	                                 (a user-defined job's rows by the column's
 //	                                 rule: MergeAdd, MergeReplace, MergeMin,
-//	                                 MergeMax; least and greatest are decimal
-//	                                 text, compared exactly by the fold),
+//	                                 MergeMax, MergeMinBytes, MergeMaxBytes;
+//	                                 least and greatest are decimal text,
+//	                                 compared exactly by the fold, least and
+//	                                 greatest text compared byte by byte),
 //	                               "d:"+offset -> dead letter JSON,
 //	                               "n" -> how many dead letters are staged,
 //	                               "m" -> the range (marks even an empty one)

@@ -40,6 +40,8 @@
 -- never as doubles); a field without a stored value takes the new one.
 -- The first pass checks that the new value and the stored one are
 -- decimals (MBCORRUPT if not), so the second only compares and writes.
+-- "l:" and "g:" keep the least and the greatest text, compared byte by
+-- byte (bytecmp: Lua's < on strings follows the server's locale).
 --
 -- Returns how many ranges it folded.
 local epoch_key, epochs_key, offsets_key = KEYS[1], KEYS[2], KEYS[3]
@@ -94,6 +96,26 @@ local function rowtarget(ck, f)
     return nil, nil, redis.error_reply('MBCONFLICT ' .. ck .. ' has rows for ' .. sfx .. ', which the fold was not given (fold a user-defined job with FoldRows and its Upsert)')
   end
   return hk, string.sub(f, z + 1), nil
+end
+
+-- bytecmp orders two strings by their bytes: -1, 0 or 1.
+local function bytecmp(a, b)
+  if a == b then
+    return 0
+  end
+  local n = math.min(#a, #b)
+  -- Skip the common prefix in chunks, then find the first differing byte.
+  local i = 1
+  while i + 64 <= n and string.sub(a, i, i + 63) == string.sub(b, i, i + 63) do
+    i = i + 64
+  end
+  for j = i, n do
+    local x, y = string.byte(a, j), string.byte(b, j)
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return #a < #b and -1 or 1
 end
 
 -- run[hash][field]: the field's sum so far as a double, only to bound
@@ -196,7 +218,7 @@ local function check_fields(ck, kv)
       if err then
         return err
       end
-    elseif (p == 'u:' or p == 'n:' or p == 'x:') and not string.find(f, '\0', 3, true) then
+    elseif (p == 'u:' or p == 'n:' or p == 'x:' or p == 'l:' or p == 'g:') and not string.find(f, '\0', 3, true) then
       -- Not a rows field (those have table:column NUL row key).
       return redis.error_reply('MBCORRUPT ' .. ck .. ' has an unknown field ' .. f)
     elseif p == 's:' or p == 'u:' then
@@ -223,6 +245,15 @@ local function check_fields(ck, kv)
       local s = redis.call('HGET', hk, key)
       if s and not isdec(s) then
         return redis.error_reply('MBCORRUPT ' .. hk .. ' field ' .. key .. ' is not a decimal')
+      end
+    elseif p == 'l:' or p == 'g:' then
+      local hk, key, err = rowtarget(ck, f)
+      if err then
+        return err
+      end
+      err = rule(ck, hk, key, 'b')
+      if err then
+        return err
       end
     elseif p ~= 'd:' and f ~= 'm' and f ~= 'n' then
       return redis.error_reply('MBCORRUPT ' .. ck .. ' has an unknown field ' .. f)
@@ -341,6 +372,13 @@ for _, t in ipairs(todo) do
       local s = redis.call('HGET', hk, key)
       local keep = p == 'n:' and -1 or 1
       if not s or deccmp(v, s) == keep then
+        redis.call('HSET', hk, key, v)
+      end
+    elseif p == 'l:' or p == 'g:' then
+      local hk, key = rowtarget(ck, f)
+      local s = redis.call('HGET', hk, key)
+      local keep = p == 'l:' and -1 or 1
+      if not s or bytecmp(v, s) == keep then
         redis.call('HSET', hk, key, v)
       end
     end

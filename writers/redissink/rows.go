@@ -97,6 +97,8 @@ func rowsSuffix(table, column string) string { return table + ":" + column }
 //   - MergeMin and MergeMax keep the least or the greatest, compared
 //     exactly as decimals; values are Go integers or decimal strings
 //     ("-12.50"), stored as the text given.
+//   - MergeMinBytes and MergeMaxBytes keep the least or the greatest
+//     string, compared byte by byte.
 //
 // Rows with the same key combine here first: sums add, the least of the
 // mins and the greatest of the maxes are kept (the first of equal ones),
@@ -150,6 +152,8 @@ const (
 	fieldUnset = "u:" // MergeReplace of nil (per-column): HDEL; value ""
 	fieldMin   = "n:" // MergeMin: a decimal, kept if less than the stored one
 	fieldMax   = "x:" // MergeMax: a decimal, kept if greater than the stored one
+	fieldMinB  = "l:" // MergeMinBytes: a text, kept if less (byte order) than the stored one
+	fieldMaxB  = "g:" // MergeMaxBytes: a text, kept if greater (byte order) than the stored one
 )
 
 // contribFields are rows as contribution fields: sums by "a:" field, and
@@ -218,6 +222,19 @@ func (f contribFields) add(u writers.Upsert, i int, key, sfx string, v any) erro
 		}
 		if old, ok := f.texts[name]; !ok || values.CompareDecimal(d, old) == keep {
 			f.texts[name] = d
+		}
+	case writers.MergeMinBytes, writers.MergeMaxBytes:
+		t, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("%w: %s.%s keeps the %s, which takes strings; key %q has %v (%T)",
+				ErrValue, u.Table, u.Values[i], m, key, v, v)
+		}
+		name, keep := fieldMinB+sfx, -1
+		if m == writers.MergeMaxBytes {
+			name, keep = fieldMaxB+sfx, 1
+		}
+		if old, ok := f.texts[name]; !ok || strings.Compare(t, old) == keep {
+			f.texts[name] = t
 		}
 	default:
 		s, ok := text(v)

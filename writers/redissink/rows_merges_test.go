@@ -270,3 +270,23 @@ func TestRedisRowsAddIntegerText(t *testing.T) {
 	wantRows(t, w, job, "per_key", "n", map[string]string{"a": "18446744073709551616", "b": "1"})
 	wantRows(t, w, job, "per_key", "total", map[string]string{"a": "-99999999999999999993", "b": "0"})
 }
+
+// MergeMinBytes and MergeMaxBytes keep the least and the greatest string
+// byte by byte ("B" < "a" < "a " < "ab" < "é"), within a contribution
+// and in the fold, across folds.
+func TestRedisRowsBytes(t *testing.T) {
+	u := writers.Upsert{Table: "names", Keys: []string{"k"}, Values: []string{"lo", "hi"},
+		Merges: []writers.Merge{writers.MergeMinBytes, writers.MergeMaxBytes}}
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	epoch, ranges := jobSetup(t, w, job, 2, 10)
+	long := strings.Repeat("x", 200)
+	mustWriteRows(t, w, job, epoch, ranges[0], u, [][]any{{"a", "b", "b"}, {"a", "a ", "a "}, {"c", long + "b", long + "a"}, {"d", nil, nil}}, nil)
+	mustWriteRows(t, w, job, epoch, ranges[1], u, [][]any{{"a", "B", "é"}, {"c", long + "a", long + "b"}, {"d", "", ""}}, nil)
+	mustFoldRows(t, w, job, epoch, 1, ranges, u, 2)
+	wantRows(t, w, job, "names", "lo", map[string]string{"a": "B", "c": long + "a", "d": ""})
+	wantRows(t, w, job, "names", "hi", map[string]string{"a": "é", "c": long + "b", "d": ""})
+	if err := job.WriteRowsContribution(t.Context(), epoch, ranges[0], u, [][]any{{"a", 1, "x"}}, nil); !errors.Is(err, ErrValue) {
+		t.Errorf("an integer for MergeMinBytes: %v, want ErrValue", err)
+	}
+}

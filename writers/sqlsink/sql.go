@@ -254,11 +254,14 @@ func (w *Writer) perColumnSet(m writers.Merge, v, incoming string) string {
 			return "COALESCE(" + sqliteAddFunc + "(" + v + ", " + incoming + "), " + v + " + " + incoming + ", " + v + ", " + incoming + ")"
 		}
 		return "COALESCE(" + v + " + " + incoming + ", " + v + ", " + incoming + ")"
-	case writers.MergeMin, writers.MergeMax:
-		// SQLite is refused before (checkPerColumn). MySQL compares in the
-		// column's type, DECIMAL or BIGINT: exactly.
+	case writers.MergeMin, writers.MergeMax, writers.MergeMinBytes, writers.MergeMaxBytes:
+		// MergeMin and MergeMax: SQLite is refused before (checkPerColumn).
+		// MySQL compares in the column's type, DECIMAL or BIGINT: exactly.
+		// MergeMinBytes and MergeMaxBytes: MySQL compares VARBINARY (and
+		// its VALUES()) byte by byte, SQLite TEXT in its BINARY collation
+		// (memcmp) unless the table declares another.
 		op := "<"
-		if m == writers.MergeMax {
+		if m == writers.MergeMax || m == writers.MergeMaxBytes {
 			op = ">"
 		}
 		return "CASE WHEN " + incoming + " IS NULL THEN " + v + " WHEN " + v + " IS NULL OR " + incoming + " " + op + " " + v + " THEN " + incoming + " ELSE " + v + " END"
@@ -290,11 +293,12 @@ func (w *Writer) checkPerColumn(u writers.Upsert) error {
 func (w *Writer) checkMergeable(u writers.Upsert, row []any) error {
 	nk := len(u.Keys)
 	for i, m := range u.Merges {
-		if m == writers.MergeReplace {
-			continue
-		}
 		v := row[nk+i]
-		if !values.Mergeable(v) {
+		if m.Bytes() && !m.Takes(v) {
+			return fmt.Errorf("%w: upsert into %s: %s (%s) = %v (%T); want a string or nil",
+				writers.ErrBadValue, u.Table, u.Values[i], m, v, v)
+		}
+		if !m.Takes(v) {
 			return fmt.Errorf("%w: upsert into %s: %s (%s) = %v (%T); want a Go integer, a decimal string or nil",
 				writers.ErrBadValue, u.Table, u.Values[i], m, v, v)
 		}
