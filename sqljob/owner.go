@@ -117,6 +117,11 @@ func (q *Query) Claim(ctx context.Context, db DB, job string) error {
 	return q.checkOwner(own, job, err)
 }
 
+// CheckOwner refuses (ErrTableOwned) an owner record that is not job's
+// with this query: Claim's check, for a sink that keeps the record itself
+// (Redis, per job).
+func (q *Query) CheckOwner(own Owner, job string) error { return q.checkOwner(own, job, nil) }
+
 // checkOwner refuses a record that is not this job's with this query.
 func (q *Query) checkOwner(own Owner, job string, err error) error {
 	if err != nil {
@@ -200,27 +205,31 @@ func TableOwner(ctx context.Context, db DB, table string) (own Owner, found bool
 // Call TableOwner before beginning tx: it creates mb_sql_tables if
 // missing, and MySQL commits a transaction at any CREATE TABLE (and at
 // TRUNCATE, which is why the rows are deleted instead).
-func DisownTable(ctx context.Context, tx DB, table, job string) error {
+func DisownTable(ctx context.Context, tx DB, table, job string) (int64, error) {
 	if !tableNameRE.MatchString(table) {
-		return fmt.Errorf("table %q: not a table name a SQL job writes (letters, digits and _, up to 64)", table)
+		return 0, fmt.Errorf("table %q: not a table name a SQL job writes (letters, digits and _, up to 64)", table)
 	}
 	sqlite := strings.HasPrefix(tx.DriverName(), "sqlite")
 	own, found, err := readOwner(ctx, tx, "tbl", tableKey(table, sqlite))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if found && own.Job != job {
 		own.Table = table
-		return &OwnerError{Table: table, Job: job, Owner: own}
+		return 0, &OwnerError{Table: table, Job: job, Owner: own}
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM "+quote(table)); err != nil {
-		return fmt.Errorf("emptying table %s: %w", table, err)
+	res, err := tx.ExecContext(ctx, "DELETE FROM "+quote(table))
+	if err != nil {
+		return 0, fmt.Errorf("emptying table %s: %w", table, err)
 	}
-	if !found {
-		return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("emptying table %s: %w", table, err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM mb_sql_tables WHERE tbl = ?`, own.Table); err != nil {
-		return fmt.Errorf("deleting the owner record of %s: %w", table, err)
+	if found {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM mb_sql_tables WHERE tbl = ?`, own.Table); err != nil {
+			return 0, fmt.Errorf("deleting the owner record of %s: %w", table, err)
+		}
 	}
-	return nil
+	return n, nil
 }

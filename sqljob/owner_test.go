@@ -128,11 +128,11 @@ func testClaim(t *testing.T, dsn string, opts sqljob.Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sqljob.DisownTable(ctx, tx, "owned", "b"); !errors.Is(err, sqljob.ErrTableOwned) {
+	if _, err := sqljob.DisownTable(ctx, tx, "owned", "b"); !errors.Is(err, sqljob.ErrTableOwned) {
 		t.Fatalf("job b disowning job a's table: %v, want ErrTableOwned", err)
 	}
-	if err := sqljob.DisownTable(ctx, tx, "owned", "a"); err != nil {
-		t.Fatal(err)
+	if n, err := sqljob.DisownTable(ctx, tx, "owned", "a"); err != nil || n != 1 {
+		t.Fatalf("DisownTable: %d rows, %v; want 1", n, err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,8 @@ func (s *sqlStrategy) connect(ctx context.Context) error {
 	})
 }
 
-// open connects, creates the tables and checks a Transform's table.
+// open connects, creates the tables, checks a Transform's table and
+// claims a SQL job's (claimSQLTable).
 func (s *sqlStrategy) open(ctx context.Context) error {
 	if err := s.connect(ctx); err != nil {
 		return err
@@ -39,6 +40,10 @@ func (s *sqlStrategy) open(ctx context.Context) error {
 	}
 	if s.cfg.Transform != nil {
 		if err := shared.CheckTable(ctx, s.w, s.cfg.Transform.Upsert()); err != nil {
+			s.w.Close()
+			return err
+		}
+		if err := claimSQLTable(ctx, s.cfg, s.w); err != nil {
 			s.w.Close()
 			return err
 		}

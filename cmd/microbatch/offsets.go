@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/jmoiron/sqlx"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/redact"
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers/redissink"
 	"github.com/microbatch/microbatch/writers/sqlsink"
@@ -121,7 +124,13 @@ func offsetsResetCmd() *cobra.Command {
 offset at or after an RFC 3339 time. Refused while the job's consumer group
 (--group) has live members. The reset partitions get a new epoch, so a
 process of the old run still alive somewhere is fenced on them; the next
-run reads from the new offsets. A rewind counts the records again.`,
+run reads from the new offsets. A rewind counts the records again.
+
+--empty-table TABLE starts a SQL job's table over (txn and single): in
+one transaction it deletes the table's rows, its owner record
+(mb_sql_tables), the job's dead letters on the topic, and moves every
+partition to --to (earliest: the next run recomputes the table from the
+start). The table must be the job's or have no owner.`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -130,6 +139,8 @@ run reads from the new offsets. A rewind counts the records again.`,
 	fs.String("to", "", "earliest, latest, an offset (e.g. 1500) or an RFC 3339 time (e.g. 2026-11-30T10:00:00Z) (required)")
 	fs.StringSlice("partitions", nil, "partitions to reset, comma separated (empty: all); command line only: in a config file or MICROBATCH_PARTITIONS, partitions is the partition count of produce, broker and bench")
 	markCommandLineOnly(fs, "partitions")
+	fs.String("empty-table", "", "a SQL job's table to empty in the same transaction, with its owner record and the job's dead letters (txn, single; every partition)")
+	markCommandLineOnly(fs, "empty-table")
 	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
@@ -150,6 +161,15 @@ run reads from the new offsets. A rewind counts the records again.`,
 				return badConfig("partitions: %q is not a partition number", raw)
 			}
 			only = append(only, int32(n))
+		}
+		emptyTable := s.str("empty-table")
+		if emptyTable != "" {
+			if len(only) > 0 {
+				return badConfig("empty-table: resets every partition; leave --partitions out")
+			}
+			if oj.strategy != strategies.StrategyTxn && oj.strategy != strategies.StrategySingle {
+				return badConfig("empty-table: strategy %s keeps its positions outside the SQL sink, so the table can't be emptied with them in one transaction (txn and single only): INSERT INTO a new table with a new --job instead", oj.strategy)
+			}
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), oj.timeout())
 		defer cancel()
@@ -179,6 +199,10 @@ run reads from the new offsets. A rewind counts the records again.`,
 			return err
 		}
 		defer store.Close()
+		var emptied int64
+		if emptyTable != "" {
+			store.(*sqlStore).emptyTable, store.(*sqlStore).emptied = emptyTable, &emptied
+		}
 		epoch, changes, err := store.reset(ctx, targets)
 		if err != nil {
 			return err
@@ -189,6 +213,9 @@ run reads from the new offsets. A rewind counts the records again.`,
 			fmt.Fprintf(out, ", epoch %d", epoch)
 		}
 		fmt.Fprintln(out)
+		if emptyTable != "" {
+			fmt.Fprintf(out, "  table %s emptied (%d rows deleted), with its owner record and the job's dead letters on the topic\n", emptyTable, emptied)
+		}
 		for _, c := range changes {
 			old := "(none)"
 			if c.HadRow {
@@ -455,6 +482,10 @@ func openOffsetStore(ctx context.Context, oj offsetsJob, client sarama.Client) (
 type sqlStore struct {
 	*sqlsink.Writer
 	job, topic string
+	// emptyTable, if set, is a SQL job's table reset empties in its
+	// transaction (sqljob.DisownTable); emptied gets its deleted rows.
+	emptyTable string
+	emptied    *int64
 }
 
 func (s *sqlStore) load(ctx context.Context, _ []int32) (map[int32]storedPosition, error) {
@@ -473,11 +504,25 @@ func (s *sqlStore) load(ctx context.Context, _ []int32) (map[int32]storedPositio
 }
 
 func (s *sqlStore) reset(ctx context.Context, to map[int32]int64) (int64, []offsets.Change, error) {
+	if s.emptyTable != "" {
+		// Before the transaction: MySQL commits one at CREATE TABLE.
+		if err := s.CreateTables(ctx); err != nil {
+			return 0, nil, err
+		}
+		if _, _, err := sqljob.TableOwner(ctx, s.DB(), s.emptyTable); err != nil {
+			return 0, nil, err
+		}
+	}
 	tx, err := s.DB().BeginTxx(ctx, nil)
 	if err != nil {
 		return 0, nil, fmt.Errorf("resetting offsets: %w", err)
 	}
 	defer tx.Rollback() // no-op after Commit
+	if s.emptyTable != "" {
+		if err := s.dropResults(ctx, tx); err != nil {
+			return 0, nil, err
+		}
+	}
 	epoch, changes, err := offsets.Reset(ctx, tx, s.Dialect(), s.job, s.topic, to)
 	if err != nil {
 		return 0, nil, err
@@ -486,6 +531,24 @@ func (s *sqlStore) reset(ctx context.Context, to map[int32]int64) (int64, []offs
 		return 0, nil, fmt.Errorf("resetting offsets: %w", err)
 	}
 	return epoch, changes, nil
+}
+
+// dropResults empties the SQL job's table, its owner record and the job's
+// dead letters on the topic, in tx.
+func (s *sqlStore) dropResults(ctx context.Context, tx *sqlx.Tx) error {
+	n, err := sqljob.DisownTable(ctx, tx, s.emptyTable, s.job)
+	*s.emptied = n
+	if err != nil {
+		var owned *sqljob.OwnerError
+		if errors.As(err, &owned) {
+			return badConfig("empty-table: %v (reset job %q with --job %s, or leave the table to it)", err, owned.Owner.Job, owned.Owner.Job)
+		}
+		return badConfig("empty-table: %v", err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM mb_dead_letters WHERE job = ? AND topic = ?`, s.job, s.topic); err != nil {
+		return fmt.Errorf("empty-table: deleting the job's dead letters: %w", err)
+	}
+	return nil
 }
 
 type redisStore struct {

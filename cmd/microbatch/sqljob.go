@@ -85,11 +85,13 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 }
 
 // ensureSQLTable creates the query's table in the SQL sink dsn if it is
-// missing and checks an existing one, waiting up to timeout for the sink
-// to answer. A server that does not answer or refuses is classified as
-// every start-up failure is (exit 3, 5); a table that does not fit the
-// query is a configuration error (exit 2) with the reason.
-func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) error {
+// missing, checks an existing one, and claims it for job (sqljob.Claim),
+// waiting up to timeout for the sink to answer. A server that does not
+// answer or refuses is classified as every start-up failure is (exit 3,
+// 5); a table that does not fit the query, or that another job or
+// another query of this job wrote, is a configuration error (exit 2) with
+// the reason and what to do instead.
+func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn, job string, timeout time.Duration) error {
 	var w *sqlsink.Writer
 	if err := strategies.Connect(ctx, timeout, func(actx context.Context) (err error) {
 		w, err = sqlsink.Open(actx, dsn)
@@ -100,10 +102,36 @@ func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout ti
 	defer w.Close()
 	err := q.EnsureTable(ctx, w.DB())
 	if err == nil {
+		err = q.Claim(ctx, w.DB(), job)
+	}
+	if err == nil {
 		return nil
+	}
+	var owned *sqljob.OwnerError
+	if errors.As(err, &owned) {
+		return badConfig("%v (%s)", err, ownerHint(owned, false))
 	}
 	if c := strategies.Classify(err); errors.Is(c, strategies.ErrDenied) || errors.Is(c, strategies.ErrUnreachable) || ctx.Err() != nil {
 		return c
 	}
 	return badConfig("sql: sink %s: %v", w, err)
+}
+
+// ownerHint is what to do about a table someone else owns: the ways to
+// move on deliberately (docs/sql-jobs.md, "One table, one job"). On Redis
+// a job's rows are its own: a new --job starts them over.
+func ownerHint(e *sqljob.OwnerError, redis bool) string {
+	if redis {
+		return fmt.Sprintf("run the query job %q ran, or run this one with a new --job: on Redis a job's rows are its own", e.Job)
+	}
+	reset := func(job, table string) string {
+		return fmt.Sprintf("microbatch offsets reset --job %s --empty-table %s --to earliest, with the job's --brokers, --topic, --sink and --strategy", job, table)
+	}
+	switch {
+	case e.Owner.Table != e.Table:
+		return fmt.Sprintf("write table %s with a new --job, or start table %s over with: %s", e.Table, e.Owner.Table, reset(e.Job, e.Owner.Table))
+	case e.Owner.Job != e.Job:
+		return fmt.Sprintf("run job %q, INSERT INTO another table, or start the table over for job %q with: %s", e.Owner.Job, e.Owner.Job, reset(e.Owner.Job, e.Table))
+	}
+	return fmt.Sprintf("run the query it holds, INSERT INTO another table with a new --job, or start the table over with: %s", reset(e.Job, e.Table))
 }
