@@ -39,17 +39,13 @@ func (s *idempotentStrategy) connect(ctx context.Context) error {
 	})
 }
 
-// open is connect (Redis has no tables to create), and a SQL job's query
-// recorded for the job or checked (claimRedisQuery).
-func (s *idempotentStrategy) open(ctx context.Context) error {
-	if err := s.connect(ctx); err != nil {
-		return err
-	}
-	if err := claimRedisQuery(ctx, s.cfg, s.j); err != nil {
-		s.r.Close()
-		return err
-	}
-	return nil
+// open is connect: Redis has no tables to create.
+func (s *idempotentStrategy) open(ctx context.Context) error { return s.connect(ctx) }
+
+// claimTable records a SQL job's query for the job, or checks it
+// (claimRedisQuery).
+func (s *idempotentStrategy) claimTable(ctx context.Context) error {
+	return claimRedisQuery(ctx, s.cfg, s.j)
 }
 func (s *idempotentStrategy) close() error     { return s.r.Close() }
 func (s *idempotentStrategy) sinkName() string { return s.r.String() }

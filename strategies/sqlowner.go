@@ -16,6 +16,13 @@ import (
 // (ErrConfig) instead of adding every record again or merging two
 // queries' rows.
 
+// tableClaimer is a batch strategy whose sink holds a SQL job's table
+// (or, on Redis, its rows). Run claims it once Kafka answers and the
+// topic exists, so that a run that can't start claims nothing.
+type tableClaimer interface {
+	claimTable(ctx context.Context) error
+}
+
 // queryOf is the SQL job cfg runs, nil for the built-in job or a
 // NewTransform.
 func queryOf(cfg Config) *sqljob.Query {

@@ -28,8 +28,7 @@ func (s *sqlStrategy) connect(ctx context.Context) error {
 	})
 }
 
-// open connects, creates the tables, checks a Transform's table and
-// claims a SQL job's (claimSQLTable).
+// open connects, creates the tables and checks a Transform's table.
 func (s *sqlStrategy) open(ctx context.Context) error {
 	if err := s.connect(ctx); err != nil {
 		return err
@@ -43,13 +42,12 @@ func (s *sqlStrategy) open(ctx context.Context) error {
 			s.w.Close()
 			return err
 		}
-		if err := claimSQLTable(ctx, s.cfg, s.w); err != nil {
-			s.w.Close()
-			return err
-		}
 	}
 	return nil
 }
+
+// claimTable claims a SQL job's table for the job (claimSQLTable).
+func (s *sqlStrategy) claimTable(ctx context.Context) error { return claimSQLTable(ctx, s.cfg, s.w) }
 
 func (s *sqlStrategy) close() error     { return s.w.Close() }
 func (s *sqlStrategy) sinkName() string { return s.w.String() }

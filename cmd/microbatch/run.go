@@ -148,14 +148,14 @@ func runJob(ctx context.Context, s *settings) error {
 		if err := check.Validate(); err != nil {
 			return configError{err}
 		}
-		if err := ensureSQLTable(ctx, rp.query, rp.cfg.Sink, rp.cfg.Job, rp.cfg.ConnectTimeout); err != nil {
+		if err := ensureSQLTable(ctx, rp.query, rp.cfg.Sink, rp.cfg.ConnectTimeout); err != nil {
 			return err
 		}
 	}
 	err = rp.run(ctx, s, out)
 	if owned := (*sqljob.OwnerError)(nil); errors.As(err, &owned) {
-		// Refused at start by the strategy (on Redis, where nothing
-		// before Run claims): the reason, and what to do instead.
+		// The table or the job's query is another's (the strategy's
+		// claim at start): the reason, and what to do instead.
 		return badConfig("%v (%s)", owned, ownerHint(owned, isRedisDSN(rp.cfg.Sink)))
 	}
 	return err

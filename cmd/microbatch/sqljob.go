@@ -85,13 +85,13 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 }
 
 // ensureSQLTable creates the query's table in the SQL sink dsn if it is
-// missing, checks an existing one, and claims it for job (sqljob.Claim),
-// waiting up to timeout for the sink to answer. A server that does not
-// answer or refuses is classified as every start-up failure is (exit 3,
-// 5); a table that does not fit the query, or that another job or
-// another query of this job wrote, is a configuration error (exit 2) with
-// the reason and what to do instead.
-func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn, job string, timeout time.Duration) error {
+// missing and checks an existing one, waiting up to timeout for the sink
+// to answer. A server that does not answer or refuses is classified as
+// every start-up failure is (exit 3, 5); a table that does not fit the
+// query is a configuration error (exit 2) with the reason. Run claims the
+// table for the job once Kafka answers (sqljob.Query.Claim; run adds
+// ownerHint to a refusal).
+func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) error {
 	var w *sqlsink.Writer
 	if err := strategies.Connect(ctx, timeout, func(actx context.Context) (err error) {
 		w, err = sqlsink.Open(actx, dsn)
@@ -102,14 +102,7 @@ func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn, job string, timeo
 	defer w.Close()
 	err := q.EnsureTable(ctx, w.DB())
 	if err == nil {
-		err = q.Claim(ctx, w.DB(), job)
-	}
-	if err == nil {
 		return nil
-	}
-	var owned *sqljob.OwnerError
-	if errors.As(err, &owned) {
-		return badConfig("%v (%s)", err, ownerHint(owned, false))
 	}
 	if c := strategies.Classify(err); errors.Is(c, strategies.ErrDenied) || errors.Is(c, strategies.ErrUnreachable) || ctx.Err() != nil {
 		return c

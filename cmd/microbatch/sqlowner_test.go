@@ -55,7 +55,8 @@ func tableRows(t *testing.T, sink, table string) string {
 // it and to its query. Another job with the same statement (which would
 // count every record twice), or the owner with a changed query, exits 2
 // with one line naming both and leaves the table as it was; the owner's
-// restart with the statement reformatted runs. offsets reset
+// restart with the statement reformatted runs; a run that could not start
+// claims nothing. offsets reset
 // --empty-table starts the table over, after which another job computes
 // it once.
 func testTableOwner(t *testing.T, sink string, otherStrategies [][]string) {
@@ -71,6 +72,10 @@ func testTableOwner(t *testing.T, sink string, otherStrategies [][]string) {
 		return systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, args...)
 	}
 	jobA, jobB := topic+"-a", topic+"-b"
+	// A run that can't start (no such topic) claims nothing.
+	if r := run(topic+"-z", strings.Replace(q, "`"+topic+"`", "`"+topic+"-missing`", 1)); r.Code != 4 {
+		t.Fatalf("a job on a missing topic: exit %d, want 4\n%s", r.Code, r)
+	}
 	if r := run(jobA, q); r.Code != 0 {
 		t.Fatalf("job a: exit %d\n%s", r.Code, r)
 	}
