@@ -167,6 +167,9 @@ start). The table must be the job's or have no owner.`,
 			if len(only) > 0 {
 				return badConfig("empty-table: resets every partition; leave --partitions out")
 			}
+			if oj.strategy == strategies.StrategyIdempotent {
+				return badConfig("empty-table: on Redis a SQL job's rows are the job's own (mb:{job}:rows:…): run the new query with a new --job")
+			}
 			if oj.strategy != strategies.StrategyTxn && oj.strategy != strategies.StrategySingle {
 				return badConfig("empty-table: strategy %s keeps its positions outside the SQL sink, so the table can't be emptied with them in one transaction (txn and single only): INSERT INTO a new table with a new --job instead", oj.strategy)
 			}
