@@ -15,6 +15,10 @@ import (
 // alias or aggregate changes it. It is 64 hex digits, a SHA-256
 // of a canonical description (canonical).
 //
+// It hashes the parser's printing of the expressions, which another
+// version may print differently: Claim then compiles the recorded query's
+// text and compares the fingerprints of the same version.
+//
 // The table's owner record (Claim) keeps it: a table's rows are the
 // results of one query, and rows of two queries merged into one table
 // would be neither's.

@@ -97,11 +97,14 @@ func (q *Query) Claim(ctx context.Context, db DB, job string) error {
 	if other, found, err := readOwner(ctx, db, "job", job); err != nil || found {
 		return q.checkOwner(other, job, err)
 	}
-	ins := "INSERT IGNORE INTO"
+	// A conflict on the table or the job leaves the row that is there (not
+	// INSERT IGNORE: it would also turn a too-long job name into a
+	// warning and a truncated row).
+	ins, onConflict := "INSERT INTO", " ON DUPLICATE KEY UPDATE tbl = tbl"
 	if sqlite {
-		ins = "INSERT OR IGNORE INTO"
+		ins, onConflict = "INSERT OR IGNORE INTO", ""
 	}
-	if _, err := db.ExecContext(ctx, ins+` mb_sql_tables (tbl, job, fingerprint, query_text, created_at) VALUES (?, ?, ?, ?, ?)`,
+	if _, err := db.ExecContext(ctx, ins+` mb_sql_tables (tbl, job, fingerprint, query_text, created_at) VALUES (?, ?, ?, ?, ?)`+onConflict,
 		tbl, job, q.Fingerprint(), q.sql, time.Now().UTC().Format("2006-01-02 15:04:05.000000")); err != nil {
 		return fmt.Errorf("claiming table %s for job %q: %w", q.table, job, err)
 	}
@@ -127,7 +130,7 @@ func (q *Query) checkOwner(own Owner, job string, err error) error {
 	if err != nil {
 		return err
 	}
-	if own.Job == job && own.Table == tableKey(q.table, q.opts.SQLite) && own.Fingerprint == q.Fingerprint() {
+	if own.Job == job && own.Table == tableKey(q.table, q.opts.SQLite) && q.sameQuery(own) {
 		return nil
 	}
 	e := &OwnerError{Table: q.table, Job: job, Query: q.sql, Owner: own}
@@ -138,6 +141,19 @@ func (q *Query) checkOwner(own Owner, job string, err error) error {
 		}
 	}
 	return e
+}
+
+// sameQuery reports whether the record is of this query: the same
+// fingerprint, or a recorded text that compiles to this query's (the
+// fingerprint hashes the parser's printing of expressions, which another
+// version of microbatch may print differently).
+func (q *Query) sameQuery(own Owner) bool {
+	fp := q.Fingerprint()
+	if own.Fingerprint == fp {
+		return true
+	}
+	old, err := Compile(own.Query, q.opts)
+	return err == nil && old.Fingerprint() == fp
 }
 
 // differs says what in the query changed since stored was compiled:

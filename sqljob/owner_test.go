@@ -115,6 +115,18 @@ func testClaim(t *testing.T, dsn string, opts sqljob.Options) {
 	refused(q, "b", `table owned belongs to job "a", not to job "b"`)
 	refused(compile(strings.Replace(ownedQuery, "qty > 0", "qty > 5", 1)), "a", `table owned of job "a" holds the results of another query`, "> 0", "> 5")
 	refused(compile(strings.Replace(ownedQuery, "INTO owned", "INTO owned_too", 1)), "a", `job "a" writes table owned, not owned_too`)
+	// A record whose fingerprint another version computed: the recorded
+	// text, compiled now, is this query.
+	if _, err := w.DB().ExecContext(ctx, "UPDATE mb_sql_tables SET fingerprint = 'of-an-older-version'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Claim(ctx, w.DB(), "a"); err != nil {
+		t.Fatalf("the owner's query, recorded with another version's fingerprint: %v", err)
+	}
+	refused(compile(strings.Replace(ownedQuery, "qty > 0", "qty > 5", 1)), "a", "holds the results of another query")
+	if _, err := w.DB().ExecContext(ctx, "UPDATE mb_sql_tables SET fingerprint = ?", q.Fingerprint()); err != nil {
+		t.Fatal(err)
+	}
 	own, found, err := sqljob.TableOwner(ctx, w.DB(), "owned")
 	if err != nil || !found || own.Job != "a" || own.Fingerprint != q.Fingerprint() || own.Query != ownedQuery {
 		t.Fatalf("owner record %+v, found %t, %v", own, found, err)
