@@ -34,14 +34,18 @@ type DB interface {
 	DriverName() string
 }
 
-func ownersSchema(sqlite bool) string {
+// OwnersSchema is the CREATE TABLE statement of mb_sql_tables, for
+// SQLite or MySQL/MariaDB.
+func OwnersSchema(sqlite bool) string {
 	if sqlite {
 		return `CREATE TABLE IF NOT EXISTS mb_sql_tables (
-  tbl TEXT NOT NULL PRIMARY KEY,
-  job TEXT NOT NULL UNIQUE,
+  tbl TEXT NOT NULL,
+  job TEXT NOT NULL,
   fingerprint TEXT NOT NULL,
   query_text TEXT NOT NULL,
-  created_at TEXT NOT NULL
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (tbl),
+  UNIQUE (job)
 )`
 	}
 	return `CREATE TABLE IF NOT EXISTS mb_sql_tables (
@@ -51,7 +55,7 @@ func ownersSchema(sqlite bool) string {
   query_text TEXT NOT NULL,
   created_at DATETIME(6) NOT NULL,
   PRIMARY KEY (tbl),
-  UNIQUE KEY job (job)
+  UNIQUE (job)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 }
 
@@ -86,7 +90,7 @@ func (q *Query) Claim(ctx context.Context, db DB, job string) error {
 	if sqlite != q.opts.SQLite {
 		return fmt.Errorf("the query was compiled for %s, the database is %s (set Options.SQLite for a SQLite sink)", dialectName(q.opts.SQLite), dialectName(sqlite))
 	}
-	if _, err := db.ExecContext(ctx, ownersSchema(sqlite)); err != nil {
+	if _, err := db.ExecContext(ctx, OwnersSchema(sqlite)); err != nil {
 		return fmt.Errorf("creating %s: %w", OwnersTable, err)
 	}
 	tbl := tableKey(q.table, sqlite)
@@ -208,7 +212,7 @@ func readOwner(ctx context.Context, db DB, col, v string) (own Owner, found bool
 // has none (or the sink has no mb_sql_tables yet).
 func TableOwner(ctx context.Context, db DB, table string) (own Owner, found bool, err error) {
 	sqlite := strings.HasPrefix(db.DriverName(), "sqlite")
-	if _, err := db.ExecContext(ctx, ownersSchema(sqlite)); err != nil {
+	if _, err := db.ExecContext(ctx, OwnersSchema(sqlite)); err != nil {
 		return Owner{}, false, fmt.Errorf("creating %s: %w", OwnersTable, err)
 	}
 	return readOwner(ctx, db, "tbl", tableKey(table, sqlite))
