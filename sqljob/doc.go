@@ -19,5 +19,11 @@
 // the same query merge (Merge), so partitions can aggregate apart.
 // strategies.SQLTransform runs a Query as a job with any strategy.
 //
+// A table has no job column, so it belongs to one job and one query:
+// Query.Claim records the job and the query's Fingerprint in
+// mb_sql_tables and refuses another job, or the job with another query
+// (*OwnerError, ErrTableOwned); DisownTable empties a table and frees it.
+// Run claims the table itself before its first batch.
+//
 // See docs/sql-jobs.md for the language and its semantics.
 package sqljob

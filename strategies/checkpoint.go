@@ -6,6 +6,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies/checkpoint"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // DeadLetterTopicSuffix names the Kafka sink's dead-letter topic:
@@ -46,7 +47,8 @@ func (c Config) checkpointConfig() checkpoint.Config {
 		CrashPoint:          c.CrashPoint,
 	}
 	if sw := streamWorkOf(c); sw != nil {
-		cc.Work = checkpoint.Work{Upsert: sw.upsert(), Decode: sw.decodeAny, Rows: sw.rowsOf}
+		cc.Work = checkpoint.Work{Upsert: sw.upsert(), Decode: sw.decodeAny, Rows: sw.rowsOf,
+			Claim: func(ctx context.Context, w *sqlsink.Writer) error { return claimSQLTable(ctx, c, w) }}
 	}
 	return cc
 }

@@ -41,8 +41,14 @@ func (s *idempotentStrategy) connect(ctx context.Context) error {
 
 // open is connect: Redis has no tables to create.
 func (s *idempotentStrategy) open(ctx context.Context) error { return s.connect(ctx) }
-func (s *idempotentStrategy) close() error                   { return s.r.Close() }
-func (s *idempotentStrategy) sinkName() string               { return s.r.String() }
+
+// claimTable records a SQL job's query for the job, or checks it
+// (claimRedisQuery).
+func (s *idempotentStrategy) claimTable(ctx context.Context) error {
+	return claimRedisQuery(ctx, s.cfg, s.j)
+}
+func (s *idempotentStrategy) close() error     { return s.r.Close() }
+func (s *idempotentStrategy) sinkName() string { return s.r.String() }
 
 func (s *idempotentStrategy) stored(ctx context.Context) (map[int32]int64, error) {
 	return s.j.Offsets(ctx, s.cfg.Topic)

@@ -65,6 +65,11 @@ func run(ctx context.Context, cfg Config) (Result, error) {
 	if err := checkBrokerLimits(cfg, client); err != nil {
 		return Result{}, err
 	}
+	if c, ok := st.(tableClaimer); ok {
+		if err := c.claimTable(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	env.client, env.src = client, src
 	return (&batchRun{runEnv: env, st: st}).run(ctx)
 }

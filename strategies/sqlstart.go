@@ -46,6 +46,9 @@ func (s *sqlStrategy) open(ctx context.Context) error {
 	return nil
 }
 
+// claimTable claims a SQL job's table for the job (claimSQLTable).
+func (s *sqlStrategy) claimTable(ctx context.Context) error { return claimSQLTable(ctx, s.cfg, s.w) }
+
 func (s *sqlStrategy) close() error     { return s.w.Close() }
 func (s *sqlStrategy) sinkName() string { return s.w.String() }
 

@@ -15,8 +15,12 @@ import (
 // together with the range's offsets.
 //
 // On a MySQL/MariaDB sink create or check the table with q.EnsureTable
-// before Run; Run checks its primary key. With the idempotent strategy
-// (Redis) compile q with sqljob.Options{IntegerSums: true}.
+// before Run; Run checks its primary key and, once Kafka answers, claims
+// the table for the job (sqljob.Query.Claim; on Redis the job's query,
+// redissink.Job.ClaimQuery): a table another job writes, or a changed
+// query, stops the run at start with ErrConfig wrapping
+// sqljob.ErrTableOwned. With the idempotent strategy (Redis) compile q
+// with sqljob.Options{IntegerSums: true}.
 func SQLTransform(q *sqljob.Query) *Transform {
 	return &Transform{work: &queryWork{q: q}}
 }

@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"fmt"
+	"hash/fnv"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -260,20 +262,25 @@ func checkNoSecret(t *testing.T, r systemtest.Result, secrets ...string) {
 }
 
 // sqlArgs turns run's flags (runArgs) into those of a SQL job on the same
-// topic: the query's FROM names it, in place of --topic. Its table is one
-// for every run in the shared database, created by the first run that
-// reaches it.
+// topic: the query's FROM names it, in place of --topic. Its table is the
+// job's (a SQL table belongs to one job), created by the run that reaches
+// it.
 func sqlArgs(args []string, extra ...string) []string {
 	var out []string
-	topic := ""
+	topic, table := "", ""
 	for i := 0; i < len(args); i++ {
-		if args[i] == "--topic" {
+		switch args[i] {
+		case "--topic":
 			topic = args[i+1]
 			i++
 			continue
+		case "--job":
+			h := fnv.New64a()
+			h.Write([]byte(args[i+1]))
+			table = fmt.Sprintf("exit_codes_sql_%016x", h.Sum64())
 		}
 		out = append(out, args[i])
 	}
-	q := "INSERT INTO exit_codes_sql SELECT `key`, COUNT(*) AS events FROM `" + topic + "` GROUP BY `key`"
+	q := "INSERT INTO " + table + " SELECT `key`, COUNT(*) AS events FROM `" + topic + "` GROUP BY `key`"
 	return append(append(out, "--sql", q), extra...)
 }

@@ -123,7 +123,13 @@ func offsetsResetCmd() *cobra.Command {
 offset at or after an RFC 3339 time. Refused while the job's consumer group
 (--group) has live members. The reset partitions get a new epoch, so a
 process of the old run still alive somewhere is fenced on them; the next
-run reads from the new offsets. A rewind counts the records again.`,
+run reads from the new offsets. A rewind counts the records again.
+
+--empty-table TABLE starts a SQL job's table over (txn and single): in
+one transaction it deletes the table's rows, its owner record
+(mb_sql_tables), the job's dead letters on the topic, and moves every
+partition to --to (earliest: the next run recomputes the table from the
+start). The table must be the job's or have no owner.`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -132,6 +138,8 @@ run reads from the new offsets. A rewind counts the records again.`,
 	fs.String("to", "", "earliest, latest, an offset (e.g. 1500) or an RFC 3339 time (e.g. 2026-11-30T10:00:00Z) (required)")
 	fs.StringSlice("partitions", nil, "partitions to reset, comma separated (empty: all); command line only: in a config file or MICROBATCH_PARTITIONS, partitions is the partition count of produce, broker and bench")
 	markCommandLineOnly(fs, "partitions")
+	fs.String("empty-table", "", "a SQL job's table to empty in the same transaction, with its owner record and the job's dead letters (txn, single; every partition)")
+	markCommandLineOnly(fs, "empty-table")
 	cmd.RunE = classified(func(cmd *cobra.Command, _ []string) error {
 		s, err := loadSettings(cmd)
 		if err != nil {
@@ -152,6 +160,18 @@ run reads from the new offsets. A rewind counts the records again.`,
 				return badConfig("partitions: %q is not a partition number", raw)
 			}
 			only = append(only, int32(n))
+		}
+		emptyTable := s.str("empty-table")
+		if emptyTable != "" {
+			if len(only) > 0 {
+				return badConfig("empty-table: resets every partition; leave --partitions out")
+			}
+			if oj.strategy == strategies.StrategyIdempotent {
+				return badConfig("empty-table: on Redis a SQL job's rows are the job's own (mb:{job}:rows:…): run the new query with a new --job")
+			}
+			if oj.strategy != strategies.StrategyTxn && oj.strategy != strategies.StrategySingle {
+				return badConfig("empty-table: strategy %s keeps its positions outside the SQL sink, so the table can't be emptied with them in one transaction (txn and single only): INSERT INTO a new table with a new --job instead", oj.strategy)
+			}
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), oj.timeout())
 		defer cancel()
@@ -181,6 +201,10 @@ run reads from the new offsets. A rewind counts the records again.`,
 			return err
 		}
 		defer store.Close()
+		var emptied int64
+		if emptyTable != "" {
+			store.(*sqlStore).emptyTable, store.(*sqlStore).emptied = emptyTable, &emptied
+		}
 		epoch, changes, err := store.reset(ctx, targets)
 		if err != nil {
 			return err
@@ -191,6 +215,9 @@ run reads from the new offsets. A rewind counts the records again.`,
 			fmt.Fprintf(out, ", epoch %d", epoch)
 		}
 		fmt.Fprintln(out)
+		if emptyTable != "" {
+			fmt.Fprintf(out, "  table %s emptied (%d rows deleted), with its owner record and the job's dead letters on the topic\n", emptyTable, emptied)
+		}
 		for _, c := range changes {
 			old := "(none)"
 			if c.HadRow {
@@ -456,42 +483,6 @@ func openOffsetStore(ctx context.Context, oj offsetsJob, client sarama.Client) (
 		return nil, err
 	}
 	return &sqlStore{Writer: w, job: oj.job, topic: oj.topic}, nil
-}
-
-type sqlStore struct {
-	*sqlsink.Writer
-	job, topic string
-}
-
-func (s *sqlStore) load(ctx context.Context, _ []int32) (map[int32]storedPosition, error) {
-	rows, err := offsets.Load(ctx, s.DB(), s.job, s.topic)
-	if err != nil {
-		if msg := err.Error(); strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
-			return nil, nil // no job ever ran against this sink
-		}
-		return nil, err
-	}
-	out := make(map[int32]storedPosition, len(rows))
-	for p, r := range rows {
-		out[p] = storedPosition{next: r.NextOffset, epoch: r.Epoch, batch: r.BatchID, hasEpoch: true, hasBatch: true}
-	}
-	return out, nil
-}
-
-func (s *sqlStore) reset(ctx context.Context, to map[int32]int64) (int64, []offsets.Change, error) {
-	tx, err := s.DB().BeginTxx(ctx, nil)
-	if err != nil {
-		return 0, nil, fmt.Errorf("resetting offsets: %w", err)
-	}
-	defer tx.Rollback() // no-op after Commit
-	epoch, changes, err := offsets.Reset(ctx, tx, s.Dialect(), s.job, s.topic, to)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, nil, fmt.Errorf("resetting offsets: %w", err)
-	}
-	return epoch, changes, nil
 }
 
 type redisStore struct {

@@ -148,7 +148,13 @@ func runJob(ctx context.Context, s *settings) error {
 			return err
 		}
 	}
-	return explainNoTopic(rp.run(ctx, s, out), rp.query)
+	err = explainNoTopic(rp.run(ctx, s, out), rp.query)
+	if owned := (*sqljob.OwnerError)(nil); errors.As(err, &owned) {
+		// The table or the job's query is another's (the strategy's
+		// claim at start): the reason, and what to do instead.
+		return badConfig("%v (%s)", owned, ownerHint(owned, isRedisDSN(rp.cfg.Sink)))
+	}
+	return err
 }
 
 // runPlan is a run as its settings describe it: the library's Config and

@@ -188,7 +188,9 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 // missing and checks an existing one, waiting up to timeout for the sink
 // to answer. A server that does not answer or refuses is classified as
 // every start-up failure is (exit 3, 5); a table that does not fit the
-// query is a configuration error (exit 2) with the reason.
+// query is a configuration error (exit 2) with the reason. Run claims the
+// table for the job once Kafka answers (sqljob.Query.Claim; run adds
+// ownerHint to a refusal).
 func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) error {
 	_, err := sqlTable(ctx, q, dsn, timeout, true)
 	return err
@@ -248,4 +250,23 @@ func tableExists(ctx context.Context, w *sqlsink.Writer, table string) (bool, er
 		return false, fmt.Errorf("looking for table %s: %w", table, err)
 	}
 	return n > 0, nil
+}
+
+// ownerHint is what to do about a table someone else owns: the ways to
+// move on deliberately (docs/sql-jobs.md, "One table, one job"). On Redis
+// a job's rows are its own: a new --job starts them over.
+func ownerHint(e *sqljob.OwnerError, redis bool) string {
+	if redis {
+		return fmt.Sprintf("run the query job %q ran, or run this one with a new --job: on Redis a job's rows are its own", e.Job)
+	}
+	reset := func(job, table string) string {
+		return fmt.Sprintf("microbatch offsets reset --job %s --empty-table %s --to earliest, with the job's --brokers, --topic, --sink and --strategy", job, table)
+	}
+	switch {
+	case e.Owner.Table != e.Table:
+		return fmt.Sprintf("write table %s with a new --job, or start table %s over with: %s", e.Table, e.Owner.Table, reset(e.Job, e.Owner.Table))
+	case e.Owner.Job != e.Job:
+		return fmt.Sprintf("run job %q, INSERT INTO another table, or start the table over for job %q with: %s", e.Owner.Job, e.Owner.Job, reset(e.Owner.Job, e.Table))
+	}
+	return fmt.Sprintf("run the query it holds, INSERT INTO another table with a new --job, or start the table over with: %s", reset(e.Job, e.Table))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/kafkasink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // StateBackend is where checkpoints are kept (--state-backend).
@@ -72,6 +73,10 @@ type Work struct {
 	// sorted by key; nil for none. An error wrapping ErrConfig stops the
 	// job.
 	Rows func(values []any) ([][]any, error)
+	// Claim, if set, runs on a SQL sink once its tables are checked and
+	// before anything is written: a SQL job claims its table for the job
+	// (sqljob.Query.Claim). An error stops the start.
+	Claim func(ctx context.Context, w *sqlsink.Writer) error
 }
 
 // builtin says whether w is the built-in job.

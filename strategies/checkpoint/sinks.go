@@ -70,6 +70,12 @@ func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*sqlsink.Writer, e
 			w.Close()
 			return nil, err
 		}
+		if cfg.Work.Claim != nil {
+			if err := cfg.Work.Claim(ctx, w); err != nil {
+				w.Close()
+				return nil, err
+			}
+		}
 	}
 	// An XA writer holds a connection per slot (3), plus short-lived
 	// ones for recovery.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/microbatch/microbatch/offsets"
+	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -25,6 +26,7 @@ func tableDDLs(d offsets.Dialect) map[string]string {
 		offsets.Table:       offsets.Schema(d),
 		offsets.SourceTable: offsets.SourceSchema(d),
 		WALTable:            walDDL(d),
+		sqljob.OwnersTable:  sqljob.OwnersSchema(d == offsets.SQLite),
 	}
 	if d == offsets.MySQL {
 		m[XATable] = xaDDL
@@ -57,7 +59,7 @@ func ddlShape(t *testing.T, ddl string) (string, tableShape) {
 	for _, line := range strings.Split(body, "\n") {
 		line = strings.TrimSuffix(strings.TrimSpace(line), ",")
 		switch {
-		case line == "":
+		case line == "", strings.HasPrefix(line, "UNIQUE"):
 		case strings.HasPrefix(line, "PRIMARY KEY"):
 			s.key = splitList(keyRE.FindStringSubmatch(line)[1])
 		default:
