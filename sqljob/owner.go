@@ -124,6 +124,31 @@ func (q *Query) Claim(ctx context.Context, db DB, job string) error {
 	return q.checkOwner(own, job, err)
 }
 
+// CheckClaim is Claim without writing anything: the refusal Claim would
+// make, for a dry run. A sink without mb_sql_tables has no owners yet.
+func (q *Query) CheckClaim(ctx context.Context, db DB, job string) error {
+	sqlite := strings.HasPrefix(db.DriverName(), "sqlite")
+	exists := `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'mb_sql_tables'`
+	if sqlite {
+		exists = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'mb_sql_tables'`
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, exists).Scan(&n); err != nil {
+		return fmt.Errorf("reading %s: %w", OwnersTable, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	own, found, err := readOwner(ctx, db, "tbl", tableKey(q.table, sqlite))
+	if err != nil || found {
+		return q.checkOwner(own, job, err)
+	}
+	if other, found, err := readOwner(ctx, db, "job", job); err != nil || found {
+		return q.checkOwner(other, job, err)
+	}
+	return nil
+}
+
 // CheckOwner refuses (ErrTableOwned) an owner record that is not job's
 // with this query: Claim's check, for a sink that keeps the record itself
 // (Redis, per job).

@@ -35,7 +35,7 @@ func dryRunJob(ctx context.Context, s *settings, cfg strategies.Config, q *sqljo
 			if err := check.Validate(); err != nil {
 				return configError{err}
 			}
-			note, err := checkSQLTable(ctx, q, cfg.Sink, cfg.ConnectTimeout)
+			note, err := checkSQLTable(ctx, q, cfg.Job, cfg.Sink, cfg.ConnectTimeout)
 			if err != nil {
 				return err
 			}

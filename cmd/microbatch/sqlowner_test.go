@@ -84,14 +84,22 @@ func testTableOwner(t *testing.T, sink string, otherStrategies [][]string) {
 		t.Fatal("job a wrote no rows")
 	}
 
-	for _, extra := range append([][]string{nil}, otherStrategies...) {
+	// The dry run tells the truth: it refuses what the run refuses.
+	for _, extra := range [][]string{{"--dry-run"}, nil} {
+		r := run(jobB, q, extra...)
+		checkConfigError(t, r, fmt.Sprintf("table %s belongs to job %q, not to job %q", table, jobA, jobB), "count every record twice",
+			"offsets reset --job "+jobA+" --empty-table "+table)
+	}
+	for _, extra := range otherStrategies {
 		r := run(jobB, q, extra...)
 		checkConfigError(t, r, fmt.Sprintf("table %s belongs to job %q, not to job %q", table, jobA, jobB), "count every record twice",
 			"offsets reset --job "+jobA+" --empty-table "+table)
 	}
 	changed := strings.Replace(q, "GROUP BY", "WHERE amount > 1 GROUP BY", 1)
-	r := run(jobA, changed)
-	checkConfigError(t, r, fmt.Sprintf("table %s of job %q holds the results of another query", table, jobA), "amount > 1")
+	for _, extra := range [][]string{{"--dry-run"}, nil} {
+		r := run(jobA, changed, extra...)
+		checkConfigError(t, r, fmt.Sprintf("table %s of job %q holds the results of another query", table, jobA), "amount > 1")
+	}
 	if got := tableRows(t, sink, table); got != want {
 		t.Fatalf("the refused runs changed the table:\n%s\nwant\n%s", got, want)
 	}
@@ -108,6 +116,7 @@ func testTableOwner(t *testing.T, sink string, otherStrategies [][]string) {
 
 	// Starting over: job b may not empty job a's table; job a may, and
 	// then job b computes it once.
+	var r systemtest.Result
 	reset := func(job string) systemtest.Result {
 		return systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, "offsets", "reset", "--brokers", kafka, "--topic", topic,
 			"--job", job, "--sink", sink, "--to", "earliest", "--empty-table", table)
