@@ -338,7 +338,7 @@ func (q *Query) checkSQLiteTable(ctx context.Context, db *sqlx.DB) error {
 		return fmt.Errorf("table %s exists and doesn't fit the query: %s (drop it, or write to a new table)", q.table, fmt.Sprintf(format, args...))
 	}
 	var ddl string
-	if err := db.GetContext(ctx, &ddl, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", q.table); err != nil {
+	if err := db.GetContext(ctx, &ddl, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE", q.table); err != nil {
 		return fmt.Errorf("reading the definition of %s: %w", q.table, err)
 	}
 	if strings.Contains(strings.ToUpper(ddl), "COLLATE") {

@@ -96,6 +96,26 @@ func TestEnsureTableSQLite(t *testing.T) {
 	}
 }
 
+// SQLite's table names ignore case: a query naming an existing table in
+// another case checks that table (reading its definition found no row).
+func TestEnsureTableSQLiteNameCase(t *testing.T) {
+	ctx := context.Background()
+	w, err := sqlsink.Open(ctx, "sqlite://"+t.TempDir()+"/t.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, sql := range []string{"INSERT INTO owned SELECT k, COUNT(*) AS n FROM e GROUP BY k", "INSERT INTO Owned SELECT k, COUNT(*) AS n FROM e GROUP BY k"} {
+		q, err := sqljob.Compile(sql, sqljob.Options{SQLite: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.EnsureTable(ctx, w.DB()); err != nil {
+			t.Errorf("EnsureTable for %s: %v", sql, err)
+		}
+	}
+}
+
 func TestEnsureTableMySQL(t *testing.T) {
 	dsn := testutil.FreshMySQLDatabase(t, testutil.NeedServer(t, testutil.EnvMySQL))
 	testEnsureTable(t, dsn, sqljob.Options{}, []string{

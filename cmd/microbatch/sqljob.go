@@ -248,7 +248,7 @@ func sqlTable(ctx context.Context, q *sqljob.Query, job, dsn string, timeout tim
 func tableExists(ctx context.Context, w *sqlsink.Writer, table string) (bool, error) {
 	query := "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"
 	if w.Dialect() == offsets.SQLite {
-		query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+		query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
 	}
 	var n int
 	if err := w.DB().GetContext(ctx, &n, query, table); err != nil {
