@@ -206,6 +206,11 @@ func TestExitCodesEveryCommand(t *testing.T) {
 					t.Errorf("microbatch %s\nexit %d, want %d\n%s", strings.Join(args, " "), r.Code, fl.code, r)
 				}
 				checkNoSecret(t, r, f.saslPassword)
+				// One error line: no client library prints its own
+				// (go-redis did: "redis: connection pool: failed to dial").
+				if strings.Contains(r.Stderr, "connection pool") {
+					t.Errorf("microbatch %s\nstderr holds a client library's own lines:\n%s", strings.Join(args, " "), r.Stderr)
+				}
 			})
 		}
 	}

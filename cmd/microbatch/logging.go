@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/term"
 
 	"github.com/microbatch/microbatch/batch"
@@ -53,7 +55,19 @@ func newOutput(w *os.File, format string, level slog.Level, quiet bool) *output 
 	} else {
 		o.log = slog.New(slog.NewTextHandler(dst, opts))
 	}
+	// go-redis logs through a process-wide logger of its own, to stderr
+	// ("redis: connection pool: failed to dial after 5 attempts" before
+	// the command's one error line): the program's lines go through its
+	// logger, at debug level.
+	redis.SetLogger(redisLog{o.log})
 	return o
+}
+
+// redisLog hands go-redis's lines to the program's logger.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "from", "go-redis")
 }
 
 // batchStart logs, at debug level, a batch's plan: per partition the

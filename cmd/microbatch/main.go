@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/microbatch/microbatch/internal/redact"
@@ -22,6 +24,10 @@ func main() {
 func run(args []string) int {
 	ctx, stop := signalContext()
 	defer stop()
+	// go-redis prints to stderr through a process-wide logger of its own;
+	// a command's one error line says what failed (run hands go-redis's
+	// lines to its logger at debug level: newOutput).
+	redis.SetLogger(redisLog{slog.New(slog.DiscardHandler)})
 	root := rootCmd()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

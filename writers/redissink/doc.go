@@ -131,4 +131,12 @@
 // same plan again, Fold skips ranges already folded, a repeated Claim or
 // ClaimPartitions only takes a higher epoch, which fences nobody but the
 // caller's own past, and a repeated NextBatchID skips an id.
+//
+// # Logging
+//
+// The package prints nothing, but go-redis logs through a process-wide
+// logger of its own, to stderr ("redis: connection pool: failed to dial
+// after 5 attempts: …") while it can't reach the server. The package
+// leaves that setting to the program; microbatch's command sends those
+// lines to its own logger at debug level (redis.SetLogger).
 package redissink
