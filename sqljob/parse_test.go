@@ -179,3 +179,41 @@ func FuzzCompile(f *testing.F) {
 		}
 	})
 }
+
+// Predicates group as in MariaDB (and MySQL, where it accepts them): a
+// comparison's right side is a whole IN, LIKE or BETWEEN, IN and LIKE bind
+// tighter than BETWEEN, and BETWEEN is right-associative. Each grouping
+// here is MariaDB's, checked there (TestParserAgainstMariaDB compares
+// random expressions).
+func TestPredicatePrecedence(t *testing.T) {
+	for _, c := range []struct{ where, tree string }{
+		{"1 = 2 IN (0)", "1 = (2 in (0))"},
+		{"a = b LIKE 'x'", "a = (b like 'x')"},
+		{"a = b BETWEEN 0 AND 1", "a = (b between 0 and 1)"},
+		{"a BETWEEN 0 AND 1 IN (n)", "a between 0 and (1 in (n))"},
+		{"a NOT BETWEEN 0 AND 1 NOT IN (n)", "a not between 0 and (1 not in (n))"},
+		{"a BETWEEN 1 AND 3 BETWEEN 0 AND 0", "a between 1 and (3 between 0 and 0)"},
+		{"a BETWEEN b BETWEEN 0 AND 1 AND 2", "a between (b between 0 and 1) and 2"},
+		{"a LIKE 'x' BETWEEN 0 AND 1", "(a like 'x') between 0 and 1"},
+		{"a LIKE 'x' IN (1) LIKE 'y'", "((a like 'x') in (1)) like 'y'"},
+		{"a BETWEEN 0 AND 1 = TRUE", "a between 0 and 1 = true"},
+		{"a = 1 IS NULL = FALSE", "(a = 1) is null = false"},
+		{"NOT a = 1 IN (TRUE) AND b", "not a = (1 in (true)) and b"},
+	} {
+		st, err := parse("INSERT INTO t SELECT COUNT(*) AS n FROM e WHERE " + c.where)
+		if err != nil {
+			t.Errorf("%s: %v", c.where, err)
+			continue
+		}
+		if got := exprText(st.sel.where); got != c.tree {
+			t.Errorf("%s reads as %s, want %s", c.where, got, c.tree)
+		}
+	}
+	// MariaDB and MySQL take nothing but a comparison or IS after IS.
+	sql := "INSERT INTO t SELECT COUNT(*) AS n FROM e WHERE a IS NULL IN (TRUE)"
+	_, err := Compile(sql, Options{})
+	want := "sql: syntax error at line 1, column 59: MySQL takes no IN right after IS …: put the IS test in parentheses"
+	if err == nil || err.Error() != want {
+		t.Errorf("Compile(%q)\n got  %v\n want %s", sql, err, want)
+	}
+}
