@@ -217,3 +217,40 @@ func TestPredicatePrecedence(t *testing.T) {
 		t.Errorf("Compile(%q)\n got  %v\n want %s", sql, err, want)
 	}
 }
+
+// The lexer reads what MySQL reads: -- before a tab or \r is a comment
+// (1 --\t5 is 1, not 1 - -5), and the forms it doesn't read — x'41',
+// _utf8mb4'b', N'a', 0x41, /*! … */ — are refused, not read as a column
+// with an alias or a comment MySQL would run.
+func TestLexerReadsAsMySQL(t *testing.T) {
+	for _, c := range []struct{ expr, want string }{
+		{"a --\tb\n", "1"},
+		{"a --\r\n+ c", "3"},
+		{"a --", "1"},
+		{"a --b", "6"},
+		{"--a", "1"},
+		{"c # + a", "2"},
+	} {
+		q := mustCompile(t, "INSERT INTO t SELECT "+c.expr+"\n AS v, COUNT(*) AS n FROM e GROUP BY v", Options{})
+		a := q.NewAggregate()
+		addAll(t, a, `{"a":1,"b":5,"c":2}`)
+		if got := rowsText(a.Rows()); got != c.want+"|1\n" {
+			t.Errorf("%q: rows %q, want %s|1", c.expr, got, c.want)
+		}
+	}
+	for _, c := range []struct{ expr, want string }{
+		{"x'41'", "column 22: hexadecimal and bit literals (x'…') are not supported"},
+		{"B'01'", "column 22: hexadecimal and bit literals (B'…') are not supported"},
+		{"0x41", "column 22: hexadecimal and bit literals (0x…, 0b…) are not supported"},
+		{"_utf8mb4'b'", "column 22: a character set before a string (_utf8mb4'…') is not supported"},
+		{"N'a'", "column 22: a character set before a string (N'…') is not supported"},
+		{"1 /*! + 1 */", "column 24: MySQL runs the SQL in an executable comment"},
+		{"1 /*M! + 1 */", "column 24: MySQL runs the SQL in an executable comment"},
+	} {
+		sql := "INSERT INTO t SELECT " + c.expr + ", COUNT(*) AS n FROM e GROUP BY 1"
+		_, err := Compile(sql, Options{})
+		if err == nil || !strings.Contains(err.Error(), "syntax error at line 1, "+c.want) {
+			t.Errorf("Compile(%q)\n got  %v\n want …%s…", sql, err, c.want)
+		}
+	}
+}
