@@ -44,12 +44,17 @@ func lex(sql string) ([]tok, error) {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
 			i++
 			continue
-		case c == '#' || (c == '-' && strings.HasPrefix(sql[i:], "-- ")) || (c == '-' && strings.HasPrefix(sql[i:], "--\n")) || sql[i:] == "--":
+		case c == '#' || (strings.HasPrefix(sql[i:], "--") && (i+2 == len(sql) || sql[i+2] <= ' ')):
+			// -- starts a comment before a space or a control character
+			// (a tab, \r), as in MySQL; --1 is minus minus one.
 			for i < len(sql) && sql[i] != '\n' {
 				i++
 			}
 			continue
 		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+			if strings.HasPrefix(sql[i:], "/*!") || strings.HasPrefix(sql[i:], "/*M!") {
+				return nil, errAtPos(sql, i, "syntax error", "MySQL runs the SQL in an executable comment /*! … */: write it without the comment, or leave it out")
+			}
 			j := strings.Index(sql[i+2:], "*/")
 			if j < 0 {
 				return nil, errAtPos(sql, i, "syntax error", "a comment /* is never closed with */")
@@ -65,11 +70,22 @@ func lex(sql string) ([]tok, error) {
 			if !utf8.ValidString(w) {
 				return nil, errAtPos(sql, i, "syntax error", "the statement is not valid UTF-8")
 			}
+			if j < len(sql) && sql[j] == '\'' {
+				switch lw := strings.ToLower(w); {
+				case lw == "x" || lw == "b":
+					return nil, errAtPos(sql, i, "syntax error", "hexadecimal and bit literals (%s'…') are not supported: write the value as a number or a string", w)
+				case lw == "n" || lw[0] == '_':
+					return nil, errAtPos(sql, i, "syntax error", "a character set before a string (%s'…') is not supported: strings are UTF-8; write the string alone", w)
+				}
+			}
 			toks = append(toks, tok{kind: tIdent, text: w, low: strings.ToLower(w), pos: i, end: j})
 			i = j
 			continue
 		case c >= '0' && c <= '9' || (c == '.' && i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' && !afterName(toks, i)):
 			j := lexNumber(sql, i)
+			if j == i+1 && c == '0' && j < len(sql) && (sql[j] == 'x' || sql[j] == 'b') {
+				return nil, errAtPos(sql, i, "syntax error", "hexadecimal and bit literals (0x…, 0b…) are not supported: write the value as a decimal number or a string")
+			}
 			if j < len(sql) && isIdentStart(sql[j]) { // 1abc is a name in MySQL; refuse it
 				k := j
 				for k < len(sql) && isIdentPart(sql[k]) {

@@ -62,8 +62,17 @@ func (p *parser) not() (node, error) {
 
 var comparisons = []string{"=", "<=>", "<>", "!=", "<=", ">=", "<", ">"}
 
+// The predicates bind as in MariaDB's grammar (which accepts all MySQL
+// does and means the same by it): a comparison's right side is a whole
+// predicate (a = b IN (1) is a = (b IN (1)), a = b BETWEEN 1 AND 2 is
+// a = (b BETWEEN 1 AND 2)); IN and LIKE bind tighter than BETWEEN, whose
+// bounds are predicates (x BETWEEN 1 AND 2 IN (1) is x BETWEEN 1 AND
+// (2 IN (1))); IS and the comparisons take the result of all of them, left
+// to right, and nothing but a comparison or IS follows an IS.
+
+// predicate reads comparisons and IS tests over betweens.
 func (p *parser) predicate() (node, error) {
-	x, err := p.bitOr()
+	x, err := p.between()
 	if err != nil {
 		return nil, err
 	}
@@ -84,21 +93,11 @@ func (p *parser) predicate() (node, error) {
 			}
 			x = n
 			continue
-		case p.is("not") && (p.isAt(1, "in") || p.isAt(1, "like") || p.isAt(1, "between") || p.isAt(1, "regexp") || p.isAt(1, "rlike")):
-			p.next()
-			y, err := p.afterNot(x, true)
-			if err != nil {
-				return nil, err
+		case p.isPredicateOp():
+			if p.is("not") {
+				t = p.peekN(1)
 			}
-			x = y
-			continue
-		case p.is("in") || p.is("like") || p.is("between") || p.is("regexp") || p.is("rlike") || p.is("sounds") || p.is("member"):
-			y, err := p.afterNot(x, false)
-			if err != nil {
-				return nil, err
-			}
-			x = y
-			continue
+			return nil, p.errAt(t.pos, "syntax error", "MySQL takes no %s right after IS …: put the IS test in parentheses", strings.ToUpper(t.text))
 		}
 		op := ""
 		for _, o := range comparisons {
@@ -114,7 +113,7 @@ func (p *parser) predicate() (node, error) {
 		if p.is("any") || p.is("all") || p.is("some") {
 			return nil, p.errAt(p.peek().pos, "ANY/ALL", "not supported")
 		}
-		r, err := p.bitOr()
+		r, err := p.between()
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +121,66 @@ func (p *parser) predicate() (node, error) {
 	}
 }
 
-// afterNot parses IN, LIKE, BETWEEN, REGEXP after x (and a NOT).
+// isPredicateOp: the next tokens are [NOT] IN, LIKE, BETWEEN, REGEXP, ….
+func (p *parser) isPredicateOp() bool {
+	if p.is("not") {
+		return p.isAt(1, "in") || p.isAt(1, "like") || p.isAt(1, "between") || p.isAt(1, "regexp") || p.isAt(1, "rlike")
+	}
+	return p.is("in") || p.is("like") || p.is("between") || p.is("regexp") || p.is("rlike") || p.is("sounds") || p.is("member")
+}
+
+// between reads x [NOT] BETWEEN lo AND hi, right-associative, over IN and
+// LIKE: its bounds are betweens themselves.
+func (p *parser) between() (node, error) {
+	p.depth++
+	defer func() { p.depth-- }()
+	if p.depth > maxNesting {
+		return nil, p.errAt(p.peek().pos, "expression", "nested more than %d deep", maxNesting)
+	}
+	x, err := p.inLike()
+	if err != nil {
+		return nil, err
+	}
+	not := p.is("not") && p.isAt(1, "between")
+	if !not && !p.is("between") {
+		return x, nil
+	}
+	if not {
+		p.next()
+	}
+	t := p.next()
+	lo, err := p.between()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.expect("and", "AND in BETWEEN … AND …"); err != nil {
+		return nil, err
+	}
+	hi, err := p.between()
+	if err != nil {
+		return nil, err
+	}
+	return &betweenNode{p: x.at(), x: x, lo: lo, hi: hi, not: not, betweenPos: t.pos}, nil
+}
+
+// inLike reads [NOT] IN and [NOT] LIKE, left to right.
+func (p *parser) inLike() (node, error) {
+	x, err := p.bitOr()
+	if err != nil {
+		return nil, err
+	}
+	for p.isPredicateOp() && !p.is("between") && !(p.is("not") && p.isAt(1, "between")) {
+		not := p.accept("not")
+		y, err := p.afterNot(x, not)
+		if err != nil {
+			return nil, err
+		}
+		x = y
+	}
+	return x, nil
+}
+
+// afterNot parses IN, LIKE, REGEXP after x (and a NOT).
 func (p *parser) afterNot(x node, not bool) (node, error) {
 	t := p.next()
 	switch t.low {
@@ -151,19 +209,6 @@ func (p *parser) afterNot(x node, not bool) (node, error) {
 			}
 		}
 		return n, nil
-	case "between":
-		lo, err := p.bitOr()
-		if err != nil {
-			return nil, err
-		}
-		if err := p.expect("and", "AND in BETWEEN … AND …"); err != nil {
-			return nil, err
-		}
-		hi, err := p.bitOr()
-		if err != nil {
-			return nil, err
-		}
-		return &betweenNode{p: x.at(), x: x, lo: lo, hi: hi, not: not, betweenPos: t.pos}, nil
 	case "regexp", "rlike":
 		return nil, p.errAt(t.pos, strings.ToUpper(t.text), "not supported: match with LIKE ('%%' any run, '_' one character)")
 	}

@@ -179,3 +179,78 @@ func FuzzCompile(f *testing.F) {
 		}
 	})
 }
+
+// Predicates group as in MariaDB (and MySQL, where it accepts them): a
+// comparison's right side is a whole IN, LIKE or BETWEEN, IN and LIKE bind
+// tighter than BETWEEN, and BETWEEN is right-associative. Each grouping
+// here is MariaDB's, checked there (TestParserAgainstMariaDB compares
+// random expressions).
+func TestPredicatePrecedence(t *testing.T) {
+	for _, c := range []struct{ where, tree string }{
+		{"1 = 2 IN (0)", "1 = (2 in (0))"},
+		{"a = b LIKE 'x'", "a = (b like 'x')"},
+		{"a = b BETWEEN 0 AND 1", "a = (b between 0 and 1)"},
+		{"a BETWEEN 0 AND 1 IN (n)", "a between 0 and (1 in (n))"},
+		{"a NOT BETWEEN 0 AND 1 NOT IN (n)", "a not between 0 and (1 not in (n))"},
+		{"a BETWEEN 1 AND 3 BETWEEN 0 AND 0", "a between 1 and (3 between 0 and 0)"},
+		{"a BETWEEN b BETWEEN 0 AND 1 AND 2", "a between (b between 0 and 1) and 2"},
+		{"a LIKE 'x' BETWEEN 0 AND 1", "(a like 'x') between 0 and 1"},
+		{"a LIKE 'x' IN (1) LIKE 'y'", "((a like 'x') in (1)) like 'y'"},
+		{"a BETWEEN 0 AND 1 = TRUE", "a between 0 and 1 = true"},
+		{"a = 1 IS NULL = FALSE", "(a = 1) is null = false"},
+		{"NOT a = 1 IN (TRUE) AND b", "not a = (1 in (true)) and b"},
+	} {
+		st, err := parse("INSERT INTO t SELECT COUNT(*) AS n FROM e WHERE " + c.where)
+		if err != nil {
+			t.Errorf("%s: %v", c.where, err)
+			continue
+		}
+		if got := exprText(st.sel.where); got != c.tree {
+			t.Errorf("%s reads as %s, want %s", c.where, got, c.tree)
+		}
+	}
+	// MariaDB and MySQL take nothing but a comparison or IS after IS.
+	sql := "INSERT INTO t SELECT COUNT(*) AS n FROM e WHERE a IS NULL IN (TRUE)"
+	_, err := Compile(sql, Options{})
+	want := "sql: syntax error at line 1, column 59: MySQL takes no IN right after IS …: put the IS test in parentheses"
+	if err == nil || err.Error() != want {
+		t.Errorf("Compile(%q)\n got  %v\n want %s", sql, err, want)
+	}
+}
+
+// The lexer reads what MySQL reads: -- before a tab or \r is a comment
+// (1 --\t5 is 1, not 1 - -5), and the forms it doesn't read — x'41',
+// _utf8mb4'b', N'a', 0x41, /*! … */ — are refused, not read as a column
+// with an alias or a comment MySQL would run.
+func TestLexerReadsAsMySQL(t *testing.T) {
+	for _, c := range []struct{ expr, want string }{
+		{"a --\tb\n", "1"},
+		{"a --\r\n+ c", "3"},
+		{"a --", "1"},
+		{"a --b", "6"},
+		{"--a", "1"},
+		{"c # + a", "2"},
+	} {
+		q := mustCompile(t, "INSERT INTO t SELECT "+c.expr+"\n AS v, COUNT(*) AS n FROM e GROUP BY v", Options{})
+		a := q.NewAggregate()
+		addAll(t, a, `{"a":1,"b":5,"c":2}`)
+		if got := rowsText(a.Rows()); got != c.want+"|1\n" {
+			t.Errorf("%q: rows %q, want %s|1", c.expr, got, c.want)
+		}
+	}
+	for _, c := range []struct{ expr, want string }{
+		{"x'41'", "column 22: hexadecimal and bit literals (x'…') are not supported"},
+		{"B'01'", "column 22: hexadecimal and bit literals (B'…') are not supported"},
+		{"0x41", "column 22: hexadecimal and bit literals (0x…, 0b…) are not supported"},
+		{"_utf8mb4'b'", "column 22: a character set before a string (_utf8mb4'…') is not supported"},
+		{"N'a'", "column 22: a character set before a string (N'…') is not supported"},
+		{"1 /*! + 1 */", "column 24: MySQL runs the SQL in an executable comment"},
+		{"1 /*M! + 1 */", "column 24: MySQL runs the SQL in an executable comment"},
+	} {
+		sql := "INSERT INTO t SELECT " + c.expr + ", COUNT(*) AS n FROM e GROUP BY 1"
+		_, err := Compile(sql, Options{})
+		if err == nil || !strings.Contains(err.Error(), "syntax error at line 1, "+c.want) {
+			t.Errorf("Compile(%q)\n got  %v\n want …%s…", sql, err, c.want)
+		}
+	}
+}
