@@ -463,8 +463,10 @@ func (c *compiler) arith(n *binaryNode) (expr, error) {
 		}
 	case "*":
 		op = dec.mul
-	case "/", "div", "%", "mod":
+	case "/":
 		return nil, c.errAt(n.opPos, "operator "+n.op, "not supported: a quotient is not exact; store SUMs and divide when you read")
+	case "div", "%", "mod":
+		return nil, c.errAt(n.opPos, "operator "+strings.ToUpper(n.op), "not supported: +, - and * are")
 	default:
 		return nil, c.errAt(n.opPos, "operator "+n.op, "not supported")
 	}
