@@ -35,7 +35,7 @@ func dryRunJob(ctx context.Context, s *settings, cfg strategies.Config, q *sqljo
 			if err := check.Validate(); err != nil {
 				return configError{err}
 			}
-			note, err := checkSQLTable(ctx, q, cfg.Job, cfg.Sink, cfg.ConnectTimeout)
+			note, err := checkSQLTable(ctx, q, cfg.Sink, cfg.ConnectTimeout)
 			if err != nil {
 				return err
 			}
@@ -49,7 +49,12 @@ func dryRunJob(ctx context.Context, s *settings, cfg strategies.Config, q *sqljo
 		return err
 	}
 	stop()
-	return dryRun(ctx, cfg)
+	if err := dryRun(ctx, cfg); err != nil || q == nil || isRedisDSN(cfg.Sink) {
+		return err
+	}
+	// Last, as in the run: the strategy claims the table once Kafka and
+	// the topic answered.
+	return checkSQLClaim(ctx, q, cfg.Job, cfg.Sink, cfg.ConnectTimeout)
 }
 
 // printSQLPlan prints a SQL job's plan as its sink keeps it: a SQL table

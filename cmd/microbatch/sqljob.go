@@ -192,27 +192,50 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 // table for the job once Kafka answers (sqljob.Query.Claim; run adds
 // ownerHint to a refusal).
 func ensureSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) error {
-	_, err := sqlTable(ctx, q, "", dsn, timeout, true)
+	_, err := sqlTable(ctx, q, dsn, timeout, true)
 	return err
 }
 
 // checkSQLTable is ensureSQLTable for the dry run: it creates nothing (no
 // table, no SQLite file) and says what it found, refusing an existing
 // table the run would refuse, with the run's message and exit code.
-func checkSQLTable(ctx context.Context, q *sqljob.Query, job, dsn string, timeout time.Duration) (string, error) {
+func checkSQLTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration) (string, error) {
 	if t, err := sqlsink.ParseDSN(dsn); err == nil && t.File != "" {
 		if _, err := os.Stat(t.File); errors.Is(err, fs.ErrNotExist) {
 			return fmt.Sprintf("%s: the SQLite file does not exist yet: run creates it with the table", q.Table()), nil
 		}
 	}
-	return sqlTable(ctx, q, job, dsn, timeout, false)
+	return sqlTable(ctx, q, dsn, timeout, false)
+}
+
+// checkSQLClaim is the run's claim of the query's table for job, without
+// writing it: the refusal the run would make once Kafka answered (a dry
+// run's last check, in the run's order).
+func checkSQLClaim(ctx context.Context, q *sqljob.Query, job, dsn string, timeout time.Duration) error {
+	if t, err := sqlsink.ParseDSN(dsn); err == nil && t.File != "" {
+		if _, err := os.Stat(t.File); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	var w *sqlsink.Writer
+	if err := strategies.Connect(ctx, timeout, func(actx context.Context) (err error) {
+		w, err = sqlsink.Open(actx, dsn)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer w.Close()
+	err := q.CheckClaim(ctx, w.DB(), job)
+	if owned := (*sqljob.OwnerError)(nil); errors.As(err, &owned) {
+		return badConfig("%v (%s)", owned, ownerHint(owned, false))
+	}
+	return err
 }
 
 // sqlTable checks the query's table in the SQL sink dsn, creating it if
 // missing when create is set; without create, a missing table is a note
-// (the run creates it), and job's claim on it is checked as the run's
-// would be (the run claims it later, in the strategy).
-func sqlTable(ctx context.Context, q *sqljob.Query, job, dsn string, timeout time.Duration, create bool) (note string, err error) {
+// (the run creates it).
+func sqlTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Duration, create bool) (note string, err error) {
 	var w *sqlsink.Writer
 	if err := strategies.Connect(ctx, timeout, func(actx context.Context) (err error) {
 		w, err = sqlsink.Open(actx, dsn)
@@ -225,11 +248,7 @@ func sqlTable(ctx context.Context, q *sqljob.Query, job, dsn string, timeout tim
 		err = q.EnsureTable(ctx, w.DB())
 	} else {
 		var exists bool
-		if err = q.CheckClaim(ctx, w.DB(), job); err != nil {
-			if owned := (*sqljob.OwnerError)(nil); errors.As(err, &owned) {
-				return "", badConfig("%v (%s)", owned, ownerHint(owned, false))
-			}
-		} else if exists, err = tableExists(ctx, w, q.Table()); err == nil && !exists {
+		if exists, err = tableExists(ctx, w, q.Table()); err == nil && !exists {
 			return fmt.Sprintf("%s does not exist yet: run creates it", q.Table()), nil
 		} else if err == nil {
 			err = q.CheckTable(ctx, w.DB())
