@@ -23,6 +23,12 @@ var (
 	ErrOffsetAhead = errors.New("batch: stored offset is past the end of the partition")
 )
 
+// ErrBatchTooLarge means a record batch of the input is larger than the
+// most one fetch asks for (256 MiB): the partition can't be read past it.
+// Retrying meets it again; the producer's batch size or the topic's
+// max.message.bytes must come down.
+var ErrBatchTooLarge = errors.New("batch: record batch too large to fetch")
+
 // ErrSourceClosed means a Read began after its source was closed.
 var ErrSourceClosed = errors.New("batch: partition consumer closed")
 

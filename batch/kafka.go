@@ -29,7 +29,8 @@ const defaultFetchBytes = 1 << 20
 const fetchWait = 250 * time.Millisecond
 
 // maxFetchBytes bounds how far a fetch grows to bring a record batch
-// larger than FetchBytes that is not first in its response.
+// larger than FetchBytes that is not first in its response (behind
+// batches the log cleaner emptied); a larger one is ErrBatchTooLarge.
 const maxFetchBytes = 256 << 20
 
 // fetchAttempts bounds the fetches of one offset that fail with an error a
@@ -198,7 +199,7 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 	}()
 
 	rec := &Record{Partition: r.Partition}
-	next := r.From
+	next := r.From // the fetcher's position, which it sends with each answer
 	for next < r.To {
 		var got fetched
 		select {
@@ -206,43 +207,47 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 			return ctx.Err()
 		case got = <-f.out:
 		}
-		if errors.Is(got.err, ErrStopped) {
+		switch {
+		case errors.Is(got.err, ErrStopped):
 			return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, next, r.To-1, got.err)
-		}
-		if got.err != nil {
+		case errors.Is(got.err, ErrBatchTooLarge):
+			return fmt.Errorf("reading %s: %w", r, got.err)
+		case got.err != nil:
 			return &ReadError{Range: r, Err: got.err}
 		}
-		after, err := visible(got.blk, next, r.To, func(off int64, ts time.Time, m *sarama.Record) error {
+		err := visible(got.blk, next, r.To, func(off int64, ts time.Time, m *sarama.Record) error {
 			rec.Offset, rec.Key, rec.Value, rec.Timestamp = off, m.Key, m.Value, ts
 			return fn(rec)
 		})
 		if err != nil {
 			return err
 		}
-		if after > next {
-			next = after
-			continue
+		if got.wait {
+			// Nothing past next yet: the range reaches past the log's end.
+			select {
+			case <-stop:
+				return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, next, r.To-1, ErrStopped)
+			default:
+			}
 		}
-		// Nothing past next yet: the range reaches past the log's end.
-		select {
-		case <-stop:
-			return fmt.Errorf("reading %s (offsets %d to %d not seen): %w", r, next, r.To-1, ErrStopped)
-		default:
-		}
+		next = got.step.next
 	}
 	return nil
 }
 
-// fetched is one fetch's answer for the range's partition.
+// fetched is one fetch's answer for the range's partition, and where the
+// fetcher goes on from.
 type fetched struct {
 	blk *sarama.FetchResponseBlock
+	step
 	err error
 }
 
 // fetcher fetches a range's partition ahead of Read: while Read hands one
 // response's records to the task, the next one is on its way and being
 // decoded. The out channel is unbuffered, so it holds at most one response
-// besides the one being read.
+// besides the one being read. The fetcher owns the read position: Read
+// takes it from each answer rather than working it out again.
 type fetcher struct {
 	s    *KafkaSource
 	r    record.Range
@@ -253,45 +258,114 @@ type fetcher struct {
 }
 
 func (f *fetcher) run(ctx context.Context) {
-	size := f.s.FetchBytes
-	if size <= 0 {
-		size = defaultFetchBytes
+	at := step{next: f.r.From, size: f.s.FetchBytes}
+	if at.size <= 0 {
+		at.size = defaultFetchBytes
 	}
-	for next := f.r.From; next < f.r.To; {
-		blk, err := f.fetch(ctx, next, size)
+	for at.next < f.r.To {
+		got := fetched{step: at}
+		var throttled bool
+		got.blk, throttled, got.err = f.fetch(ctx, at.next, at.size)
 		if ctx.Err() != nil {
 			return
 		}
+		if got.err == nil {
+			got.step, got.err = advance(got.blk, at, throttled)
+		}
 		select {
-		case f.out <- fetched{blk: blk, err: err}:
+		case f.out <- got:
 		case <-ctx.Done():
 			return
 		}
-		if err != nil {
+		if got.err != nil {
 			return
 		}
-		after := fetchedUpTo(blk, next)
-		if after == next && blk.Partial && size < maxFetchBytes {
-			// A batch larger than the fetch, not first in the response
-			// (only the first is returned whole): ask for more.
-			size = min(2*size, maxFetchBytes)
-		}
-		next = after
+		at = got.step
 	}
 }
+
+// step is where a partition's next fetch starts and how much it asks for.
+type step struct {
+	next int64
+	size int32
+	// wait: the fetch brought nothing, and nothing is there to bring
+	// below the last stable offset (or the broker throttled it): the
+	// same fetch again, which the broker holds up to fetchWait.
+	wait bool
+}
+
+// advance is the step after the fetch at brought blk. It is the one
+// place the read position moves, and it never returns at unchanged
+// without wait set: each answer moves the position past every offset it
+// showed (records, markers, aborted records, batches the log cleaner
+// emptied), or grows the fetch, or — having found nothing at all to
+// read below the last stable offset — waits; anything else is an error.
+// So the fetcher can't send the same request twice in a row while the
+// broker has something to give it.
+func advance(blk *sarama.FetchResponseBlock, at step, throttled bool) (step, error) {
+	from := at.next
+	next := from
+	for _, recs := range blk.RecordsSet {
+		rb := recs.RecordBatch
+		if rb == nil {
+			return at, errOldFormat
+		}
+		if rb.PartialTrailingRecord {
+			// A batch cut by the fetch size. Only the first batch of a
+			// response comes whole; when this one is first to sarama but
+			// starts past from, what came before it were batches the log
+			// cleaner emptied (a producer's last batch is kept as a bare
+			// header, which sarama drops): go on from this batch, which
+			// the next fetch then brings first, whole.
+			if next == from && rb.FirstOffset > from {
+				next = rb.FirstOffset
+			}
+			break
+		}
+		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
+	}
+	switch {
+	case next > from:
+		return step{next: next, size: at.size}, nil
+	case blk.Partial || len(blk.RecordsSet) > 0 && blk.RecordsSet[0].RecordBatch.PartialTrailingRecord:
+		// The batch holding from is larger than the fetch and came cut
+		// (behind emptied batches, or at a header's length): ask for more.
+		if at.size >= maxFetchBytes {
+			return at, fmt.Errorf("%w: the record batch at offset %d is larger than %d MiB", ErrBatchTooLarge, from, maxFetchBytes>>20)
+		}
+		return step{next: from, size: min(2*at.size, maxFetchBytes)}, nil
+	case len(blk.RecordsSet) > 0:
+		return at, fmt.Errorf("the broker answered a fetch at offset %d with record batches that all end before it", from)
+	}
+	if end, ok := decodedUpTo(blk); ok && end > from && end <= blk.HighWaterMarkOffset {
+		// Only batches the log cleaner emptied: sarama dropped them, and
+		// only its decoder saw where they end.
+		return step{next: end, size: at.size}, nil
+	}
+	if !throttled && from < blk.LastStableOffset && blk.LastStableOffset <= blk.HighWaterMarkOffset {
+		// Nothing at all in [from, last stable offset): the broker returns
+		// the batch holding from, or the next one, whatever the fetch
+		// size — so the log cleaner removed everything there (say an
+		// aborted transaction and its marker, before a transaction still
+		// open). Waiting would wait for that transaction to end.
+		return step{next: blk.LastStableOffset, size: at.size}, nil
+	}
+	return step{next: from, size: at.size, wait: true}, nil
+}
+
+var errOldFormat = errors.New("the broker sent records in the old message format (v0/v1), which microbatch does not read: upgrade the topic's message format to v2 (Kafka 0.11 and later)")
 
 // fetch fetches the partition from offset from, on a new connection to
 // the leader after a failure (a moved leader, a dropped connection), a
 // bounded number of times. A stop ends the retries.
-func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (*sarama.FetchResponseBlock, error) {
-	var err error
+func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (blk *sarama.FetchResponseBlock, throttled bool, err error) {
 	for attempt := 0; attempt < fetchAttempts; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, false, ctx.Err()
 			case <-f.stop:
-				return nil, fmt.Errorf("%w (the last fetch failed: %v)", ErrStopped, err)
+				return nil, false, fmt.Errorf("%w (the last fetch failed: %v)", ErrStopped, err)
 			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
 			}
 			_ = f.s.client.RefreshMetadata(f.s.topic)
@@ -301,9 +375,8 @@ func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (*sarama.Fe
 				continue
 			}
 		}
-		var blk *sarama.FetchResponseBlock
-		if blk, err = fetchOnce(f.conn, f.s.topic, f.r.Partition, from, size); err == nil {
-			return blk, nil
+		if blk, throttled, err = fetchOnce(f.conn, f.s.topic, f.r.Partition, from, size); err == nil {
+			return blk, throttled, nil
 		}
 		// Whatever failed, the next fetch goes to the leader the metadata
 		// names then, on a new connection.
@@ -312,10 +385,10 @@ func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (*sarama.Fe
 		var kerr sarama.KError
 		if errors.As(err, &kerr) && !retriableFetch(kerr) {
 			_ = f.s.client.RefreshMetadata(f.s.topic)
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return nil, err
+	return nil, false, err
 }
 
 // retriableFetch reports whether a fetch error may go away on a new
@@ -330,60 +403,29 @@ func retriableFetch(err sarama.KError) bool {
 	return false
 }
 
-// fetchOnce sends one read-committed fetch of part from offset from.
+// fetchOnce sends one read-committed fetch of part from offset from;
+// throttled reports that the broker held back the answer for a quota.
 //
 // The partition's limit must be what ends the fetch, not the response's:
 // kfake leaves the aborted-transaction list out of a partition cut short
 // by the response limit, which would make aborted records look committed.
 // SessionEpoch -1 asks for a plain fetch, as sarama's consumer does: epoch
 // 0 would open a fetch session on the broker for every connection.
-func fetchOnce(b *sarama.Broker, topic string, part int32, from int64, size int32) (*sarama.FetchResponseBlock, error) {
+func fetchOnce(b *sarama.Broker, topic string, part int32, from int64, size int32) (blk *sarama.FetchResponseBlock, throttled bool, err error) {
 	req := &sarama.FetchRequest{Version: 11, MaxWaitTime: int32(fetchWait.Milliseconds()), MinBytes: 1,
 		MaxBytes: math.MaxInt32, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
 	req.AddBlock(topic, part, from, size, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	blk := resp.GetBlock(topic, part)
-	if blk == nil {
-		return nil, sarama.ErrIncompleteResponse
+	if blk = resp.GetBlock(topic, part); blk == nil {
+		return nil, false, sarama.ErrIncompleteResponse
 	}
 	if !errors.Is(blk.Err, sarama.ErrNoError) {
-		return nil, blk.Err
+		return nil, false, blk.Err
 	}
-	return blk, nil
-}
-
-// fetchedUpTo is the offset after the last whole record batch of blk, or
-// from if it holds none: where the next fetch starts. A partial trailing
-// batch (cut by the fetch size) is fetched again whole.
-func fetchedUpTo(blk *sarama.FetchResponseBlock, from int64) int64 {
-	next := from
-	for _, recs := range blk.RecordsSet {
-		rb := recs.RecordBatch
-		if rb == nil || rb.PartialTrailingRecord {
-			break
-		}
-		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
-	}
-	return pastEmptied(blk, from, next)
-}
-
-// pastEmptied returns where a response that brought no record batch ends,
-// when it held batches with no records left — the log cleaner keeps a
-// producer's last batch, emptied, on a compacted topic, and sarama drops
-// such batches while decoding, so nothing else shows how far the fetch
-// got. Otherwise (next > from, a partial batch, or nothing fetched) it
-// returns next.
-func pastEmptied(blk *sarama.FetchResponseBlock, from, next int64) int64 {
-	if next != from || len(blk.RecordsSet) > 0 || blk.Partial {
-		return next
-	}
-	if end, ok := decodedUpTo(blk); ok && end > from && end <= blk.HighWaterMarkOffset {
-		return end
-	}
-	return next
+	return blk, resp.ThrottleTime > 0, nil
 }
 
 // recordsNextOffset is where sarama keeps the offset after the last batch
@@ -404,27 +446,25 @@ func decodedUpTo(blk *sarama.FetchResponseBlock) (int64, bool) {
 }
 
 // visible calls fn for every record of blk with an offset in [from, to)
-// that a read-committed consumer is given, in order, and returns the
-// offset after the last whole batch of blk (from if none): every offset of
-// [from, next) has been seen, as a record, a marker or an aborted record.
+// that a read-committed consumer is given, in order. Where the next fetch
+// starts is advance's business, not visible's.
 //
 // It applies the same aborted-transaction rule as sarama's consumer
 // (partitionConsumer.parseResponse) to the broker's list of the aborted
 // transactions overlapping the fetched span. That list includes a
 // transaction that began before from: a fetch starting in the middle of
 // one, whose abort marker a later fetch brings, still knows it is aborted.
-func visible(blk *sarama.FetchResponseBlock, from, to int64, fn func(off int64, ts time.Time, r *sarama.Record) error) (next int64, err error) {
+func visible(blk *sarama.FetchResponseBlock, from, to int64, fn func(off int64, ts time.Time, r *sarama.Record) error) error {
 	aborted := blk.AbortedTransactions
 	if len(aborted) > 1 {
 		aborted = slices.Clone(aborted)
 		slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
 	}
 	var active map[int64]bool
-	next = from
 	for _, recs := range blk.RecordsSet {
 		rb := recs.RecordBatch
 		if rb == nil {
-			return next, errors.New("the broker sent records in the old message format (v0/v1), which microbatch does not read: upgrade the topic's message format to v2 (Kafka 0.11 and later)")
+			return errOldFormat
 		}
 		if rb.PartialTrailingRecord {
 			break
@@ -456,16 +496,15 @@ func visible(blk *sarama.FetchResponseBlock, from, to int64, fn func(off int64, 
 					ts = rb.FirstTimestamp.Add(m.TimestampDelta)
 				}
 				if err := fn(off, ts, m); err != nil {
-					return next, err
+					return err
 				}
 			}
 		}
-		next = max(next, last+1)
-		if next >= to {
+		if last+1 >= to {
 			break
 		}
 	}
-	return pastEmptied(blk, from, next), nil
+	return nil
 }
 
 // take returns the partition's idle connection, or opens one to its

@@ -85,18 +85,15 @@ func TestKafkaSourcePastEmptiedBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	got, err := fetchOnce(conn, mockTopic, 0, 0, defaultFetchBytes)
+	got, _, err := fetchOnce(conn, mockTopic, 0, 0, defaultFetchBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got.RecordsSet) != 0 {
 		t.Fatalf("sarama kept %d record sets of the emptied batch: the test builds the wrong response", len(got.RecordsSet))
 	}
-	if next := fetchedUpTo(got, 0); next != 3 {
-		t.Fatalf("after a fetch of an emptied batch of offsets 0-2: next fetch at %d, want 3", next)
-	}
-	if next, err := visible(got, 0, 5, func(int64, time.Time, *sarama.Record) error { return nil }); err != nil || next != 3 {
-		t.Fatalf("visible over an emptied batch of offsets 0-2 = %d, %v; want 3", next, err)
+	if st, err := advance(got, step{next: 0, size: defaultFetchBytes}, false); err != nil || st.next != 3 || st.wait {
+		t.Fatalf("after a fetch of an emptied batch of offsets 0-2: next step %+v, %v; want a fetch at 3", st, err)
 	}
 }
 
