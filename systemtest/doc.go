@@ -27,9 +27,10 @@
 //   - restart_test.go: restarts with default flags, --until-idle with dead
 //     members, processes on one host.
 //   - aborted_tail_test.go, overflow_test.go, deadletters_memory_test.go,
-//     offsets_reset_test.go: a log ending in an aborted transaction, totals
-//     past int64, dead letters larger than the memory bound, offsets reset
-//     while a run holds the group.
+//     offsets_reset_test.go, compacted_input_test.go: a log ending in an
+//     aborted transaction, totals past int64, dead letters larger than the memory bound, offsets reset
+//     while a run holds the group, a compacted input whose cleaner kept an
+//     emptied batch in front of a batch larger than one fetch.
 //
 // # Harness
 //
