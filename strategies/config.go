@@ -201,8 +201,9 @@ type GroupConfig struct {
 	InstanceID string
 	// InstanceLockDir holds the slot locks of the default instance ids
 	// (default: <os.TempDir()>/microbatch-members). It must be shared by
-	// every process of the group on the host, and by nothing on another
-	// host that has the same host name.
+	// every process of the group with the same host name: two that lock
+	// slots in separate directories both take slot 0, the same id, and
+	// the broker fences the older one.
 	InstanceLockDir string
 }
 

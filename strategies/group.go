@@ -1,6 +1,7 @@
 package strategies
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -395,8 +396,14 @@ func isTimeout(err error) bool {
 func groupError(cfg Config, err error) error {
 	switch {
 	case errors.Is(err, sarama.ErrFencedInstancedId):
-		return fmt.Errorf("%w: consumer group %q: instance id %q belongs to another process now (this process was paused past its session timeout and another took its place, two processes have the same --instance-id, or two hosts with the same host name share a lock directory): give each process its own --instance-id: %w",
-			ErrConfig, cfg.Group.ID, cfg.Group.InstanceID, err)
+		// What collides is two processes with the same host name whose
+		// slot locks are in separate directories: each finds slot 0 free
+		// in its own. A shared directory gives them separate slots.
+		return fmt.Errorf("%w: consumer group %q: instance id %q belongs to another process now (the broker fenced this one): "+
+			"two processes with the same host name keep their slot locks in separate directories (containers with their own /tmp, different TMPDIRs; this one's is %s) "+
+			"and so took the same default id, or two were given the same --instance-id, or this one was paused past its session timeout and replaced: "+
+			"give each process its own --instance-id (MICROBATCH_INSTANCE_ID, e.g. the pod name), or let the processes of one host share one TMPDIR: %w",
+			ErrConfig, cfg.Group.ID, cfg.Group.InstanceID, cmp.Or(cfg.Group.InstanceLockDir, "$TMPDIR/"+DefaultInstanceLockDirName), err)
 	case errors.Is(err, sarama.ErrInvalidSessionTimeout):
 		return fmt.Errorf("%w: session-timeout %s: the broker refuses it (outside its group.min.session.timeout.ms .. group.max.session.timeout.ms)",
 			ErrConfig, cfg.Group.SessionTimeout)

@@ -165,3 +165,43 @@ type timeoutErr struct{}
 func (*timeoutErr) Error() string   { return "i/o timeout" }
 func (*timeoutErr) Timeout() bool   { return true }
 func (*timeoutErr) Temporary() bool { return true }
+
+// TestInstanceIDCollision: the default instance ids of two processes with
+// the same host name collide when their slot locks are in separate
+// directories (containers with their own /tmp, different TMPDIRs) and
+// differ when they share one — and the message of the fence that follows
+// a collision says so, names the lock directory, and says what to set.
+// It used to blame a shared lock directory, the one layout that works.
+func TestInstanceIDCollision(t *testing.T) {
+	shared, own1, own2 := t.TempDir(), t.TempDir(), t.TempDir()
+	claim := func(dir string) *instanceSlot {
+		t.Helper()
+		s, err := claimInstanceSlot(dir, "g", "job", "host-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Release(true) })
+		return s
+	}
+	if a, b := claim(shared), claim(shared); a.ID == b.ID {
+		t.Errorf("two processes sharing the lock directory got the same id %q", a.ID)
+	}
+	if a, b := claim(own1), claim(own2); a.ID != b.ID {
+		t.Errorf("two processes with the same host name and separate lock directories got ids %q and %q: the test's premise is wrong", a.ID, b.ID)
+	}
+
+	cfg := Config{Topic: "t", Group: GroupConfig{ID: "g", InstanceID: "job-host-a-0", InstanceLockDir: own1}}
+	err := groupError(cfg, sarama.ErrFencedInstancedId)
+	if !errors.Is(err, ErrConfig) || !errors.Is(err, sarama.ErrFencedInstancedId) {
+		t.Fatalf("a fenced instance id = %v, want ErrConfig wrapping the broker's error", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{`"job-host-a-0"`, "same host name", "separate directories", "own /tmp", "TMPDIR", own1, "--instance-id", "MICROBATCH_INSTANCE_ID", "share one TMPDIR"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the fenced-instance message lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "share a lock directory") {
+		t.Errorf("the fenced-instance message blames a shared lock directory, which gives separate slots:\n%s", msg)
+	}
+}
