@@ -35,6 +35,7 @@ func TestOutageWaitedOut(t *testing.T) {
 	}{
 		{strategies.StrategyTxn, mariaDB},
 		{strategies.StrategyIdempotent, redisSink},
+		{strategies.StrategyCheckpoint, mariaDB}, // XA
 	} {
 		t.Run(string(c.strategy), func(t *testing.T) {
 			t.Parallel()
@@ -54,6 +55,9 @@ func testOutageWaitedOut(t *testing.T, strategy strategies.Strategy, upstream st
 	cfg := baseConfig(t, brokers, topic, job, dsn)
 	cfg.Strategy = strategy
 	cfg.MaxBatchRecords = 2_000
+	if strategy == strategies.StrategyCheckpoint {
+		cfg = checkpointConfig(t, brokers, topic, job, dsn, string(strategies.SinkMode2PC), t.TempDir())
+	}
 	o := watchOutages(t, &cfg)
 	run := startRun(t, cfg)
 	<-run.first(t)
@@ -77,6 +81,17 @@ func testOutageWaitedOut(t *testing.T, strategy strategies.Strategy, upstream st
 	}
 	if n := o.warns.Load(); n > 5 {
 		t.Errorf("%d WARN lines for one outage of %s, want at most 5", n, outageLength)
+	}
+	if strategy == strategies.StrategyCheckpoint {
+		// Its positions are in the checkpoint, not in the sink.
+		got, _, err := strategies.ReadTotals(context.Background(), upstream, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Events != exp.Events || !got.AmountIs(exp.Amount) {
+			t.Fatalf("sink holds events=%d amount=%d, want %d %d", got.Events, got.Amount, exp.Events, exp.Amount)
+		}
+		return
 	}
 	checkSinkAfterCuts(t, strategy, upstream, brokers, job, topic, exp, before+during)
 }
