@@ -38,6 +38,9 @@ func (c Config) checkpointConfig() checkpoint.Config {
 		StateDir:            c.Checkpoint.StateDir,
 		KafkaTxnTimeout:     c.Checkpoint.KafkaTxnTimeout,
 		MaxRestartTime:      c.Checkpoint.MaxRestartTime,
+		OutageTimeout:       max(c.OutageTimeout, 0), // NoOutageTimeout: 0, forever
+		OnOutage:            c.OnOutage,
+		KafkaName:           kafkaName(c),
 		UntilIdle:           c.UntilIdle,
 		NewSpool:            func() checkpoint.Spool { return spool{newDLSpool()} },
 		Logger:              c.Logger,

@@ -123,6 +123,9 @@ const (
 	SinkModeWAL        = checkpoint.SinkModeWAL
 )
 
+// OutageChange is a server lost or back (Config.OnOutage).
+type OutageChange = shared.OutageChange
+
 // Defaults.
 const (
 	DefaultTopic               = "events"
@@ -137,8 +140,12 @@ const (
 	DefaultMaxRestartTime      = 2 * time.Minute
 	DefaultSessionTimeout      = 10 * time.Second
 	DefaultConnectTimeout      = shared.DefaultConnectTimeout
-	DefaultRebalanceTimeout    = time.Minute
-	DefaultAssignment          = AssignSticky
+	DefaultOutageTimeout       = shared.DefaultOutageTimeout
+	// NoOutageTimeout as Config.OutageTimeout waits for a lost server
+	// forever (the CLI's --outage-timeout 0).
+	NoOutageTimeout         = time.Duration(-1)
+	DefaultRebalanceTimeout = time.Minute
+	DefaultAssignment       = AssignSticky
 	// MaxBatchRecordsLimit keeps a batch's per-key sums inside int64 (with
 	// event.MaxAbsAmount) and its retry cost bounded.
 	MaxBatchRecordsLimit = 1_000_000
@@ -160,6 +167,14 @@ type Config struct {
 	// ConnectTimeout is how long start-up waits for Kafka and the sink to
 	// answer before it gives up (ErrUnreachable).
 	ConnectTimeout time.Duration
+	// OutageTimeout is how long the run waits out a server (the sink, or
+	// Kafka) that stopped answering — retrying with backoff, logging one
+	// line per outage — before it fails with ErrUnreachable. 0 means
+	// DefaultOutageTimeout; NoOutageTimeout waits forever.
+	OutageTimeout time.Duration
+	// OnOutage, when set, is told when a server is lost and when it is
+	// back (metrics, status pages).
+	OnOutage func(OutageChange)
 	// Kafka is how to reach the brokers (TLS, SASL); it applies to the
 	// source and to a kafka:// checkpoint sink alike.
 	Kafka kafkasink.Security
@@ -180,6 +195,9 @@ type Config struct {
 	// CrashPoint, when set, is called at each crash point (see
 	// CrashPoints), possibly from several partition tasks at once.
 	CrashPoint func(point string)
+
+	// retry is the run's retry policy, made by Run from the settings above.
+	retry *retryPolicy
 }
 
 // GroupConfig is the scale-out of every strategy but checkpoint (see the
@@ -298,6 +316,9 @@ func (c *Config) SetDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.OutageTimeout == 0 {
+		c.OutageTimeout = DefaultOutageTimeout
+	}
 }
 
 // Validate checks the configuration, defaults applied; each error names
@@ -322,6 +343,8 @@ func (c Config) Validate() error {
 		return bad("start-from %q: want earliest or latest", c.StartFrom)
 	case c.Sink == "":
 		return bad("sink: none given")
+	case c.OutageTimeout < 0 && c.OutageTimeout != NoOutageTimeout:
+		return bad("outage-timeout %s is negative (0 waits forever)", c.OutageTimeout)
 	case c.UntilIdle < 0:
 		return bad("until-idle %s is negative", c.UntilIdle)
 	case c.Transform != nil && c.Transform.validate() != nil:

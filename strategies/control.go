@@ -3,7 +3,6 @@ package strategies
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
@@ -36,7 +35,7 @@ func (c *controlStrategy) start(ctx context.Context, s session, d *batch.Driver)
 		return 0, err
 	}
 	d.Epoch = int64(s.Generation)
-	d.Task = (&control{src: c.src, w: c.w, work: workloadOf(c.cfg), group: group, job: c.cfg.Job, log: c.log, crash: c.crash, atMostOnce: c.atMostOnce}).run
+	d.Task = (&control{src: c.src, w: c.w, work: workloadOf(c.cfg), group: group, job: c.cfg.Job, retry: c.cfg.retry, crash: c.crash, atMostOnce: c.atMostOnce}).run
 	return d.Epoch, nil
 }
 
@@ -85,7 +84,7 @@ type control struct {
 	work       workload
 	group      *offsets.KafkaGroup
 	job        string
-	log        *slog.Logger
+	retry      *retryPolicy
 	crash      func(point string)
 	atMostOnce bool
 }
@@ -98,7 +97,7 @@ func (c *control) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 	// at-most-once, after the offset commit): spooled until then.
 	dead := newDLSpool()
 	defer dead.close()
-	attempts, err := withRetry(ctx, c.log, what, func() error {
+	attempts, err := withReadRetry(ctx, c.retry, what, func() error {
 		pt.reset()
 		if err := dead.reset(); err != nil {
 			return err
@@ -118,7 +117,7 @@ func (c *control) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 	half := len(rows) / 2
 	start := time.Now()
 	commitOffset := func() error {
-		_, err := withRetry(ctx, c.log, what+" offset", func() error { return c.group.Commit(ctx, r.Partition, r.To) })
+		_, err := withKafkaRetry(ctx, c.retry, what+" offset", func() error { return c.group.Commit(ctx, r.Partition, r.To) })
 		return err
 	}
 	// at-least-once retries a failed write (a write that landed before
@@ -128,7 +127,7 @@ func (c *control) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 		if c.atMostOnce {
 			return f()
 		}
-		_, err := withRetry(ctx, c.log, what+" write", f)
+		_, err := withRetry(ctx, c.retry, what+" write", f)
 		return err
 	}
 	steps := []func() error{

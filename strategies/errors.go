@@ -15,6 +15,7 @@ import (
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/strategies/checkpoint"
+	"github.com/microbatch/microbatch/strategies/internal/shared"
 )
 
 var (
@@ -22,10 +23,11 @@ var (
 	// setting. Fix it and start again.
 	ErrConfig = checkpoint.ErrConfig
 
-	// ErrUnreachable means Kafka or the sink did not answer within the
-	// connect timeout; the message names the address. Check that the
-	// server runs and the address and port are right.
-	ErrUnreachable = errors.New("unreachable")
+	// ErrUnreachable means Kafka or the sink did not answer: at start
+	// within the connect timeout, or during the run for longer than the
+	// outage timeout; the message names the address (and how long it was
+	// gone). Check that the server runs and the address and port are right.
+	ErrUnreachable = shared.ErrUnreachable
 
 	// ErrNoTopic means the topic to read does not exist (batch.ErrNoTopic).
 	ErrNoTopic = batch.ErrNoTopic

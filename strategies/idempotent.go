@@ -75,7 +75,7 @@ func (s *idempotentStrategy) start(ctx context.Context, sess session, d *batch.D
 	d.Epoch = st.epoch
 	d.BatchIDs = func(ctx context.Context) (id int64, err error) {
 		// A repeat after a lost reply only skips an id.
-		_, err = withRetry(ctx, s.log, "allocating a batch id", func() error {
+		_, err = withRetry(ctx, s.cfg.retry, "allocating a batch id", func() error {
 			id, err = s.j.NextBatchID(ctx)
 			return err
 		})
@@ -114,7 +114,7 @@ func startIdempotent(ctx context.Context, rw *redissink.Job, src *batch.KafkaSou
 	if err != nil {
 		return nil, err
 	}
-	return &idempotent{src: src, r: rw, work: workloadOf(cfg), job: cfg.Job, epoch: epoch, log: cfg.Logger, crash: crash}, nil
+	return &idempotent{src: src, r: rw, work: workloadOf(cfg), job: cfg.Job, epoch: epoch, log: cfg.Logger, retry: cfg.retry, crash: crash}, nil
 }
 
 // idempotent is the `idempotent` strategy on Redis (redissink.Sink): the
@@ -134,6 +134,7 @@ type idempotent struct {
 	job   string
 	epoch int64
 	log   *slog.Logger
+	retry *retryPolicy
 	crash func(point string)
 }
 
@@ -148,7 +149,7 @@ func (s *idempotent) user() workload {
 // prepare logs the plan: a replay after a crash re-runs exactly these
 // ranges, whatever arrived since.
 func (s *idempotent) prepare(ctx context.Context, b batch.Info, ranges []record.Range) error {
-	_, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d plan", b.ID), func() error {
+	_, err := withRetry(ctx, s.retry, fmt.Sprintf("batch %d plan", b.ID), func() error {
 		return s.r.LogPlan(ctx, s.epoch, b.ID, ranges)
 	})
 	return err
@@ -158,7 +159,7 @@ func (s *idempotent) prepare(ctx context.Context, b batch.Info, ranges []record.
 func (s *idempotent) task(ctx context.Context, b batch.Info, r record.Range) (batch.TaskResult, error) {
 	var res batch.TaskResult
 	start := time.Now()
-	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
+	attempts, err := withReadRetry(ctx, s.retry, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
 		var err error
 		res, err = s.contribute(ctx, r)
 		return err
@@ -220,7 +221,7 @@ func (s *idempotent) contributeRows(ctx context.Context, r record.Range, work wo
 func (s *idempotent) commit(ctx context.Context, b batch.Info, ranges []record.Range) (batch.CommitResult, error) {
 	s.crash(CrashAfterWriteBeforeOffsets)
 	start := time.Now()
-	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d fold", b.ID), func() error {
+	attempts, err := withRetry(ctx, s.retry, fmt.Sprintf("batch %d fold", b.ID), func() error {
 		var err error
 		if u := s.user(); u != nil {
 			_, err = s.r.FoldRows(ctx, s.epoch, b.ID, ranges, u.upsert())

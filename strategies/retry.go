@@ -3,7 +3,7 @@ package strategies
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"strings"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
@@ -32,23 +32,54 @@ func isRetryable(err error) bool {
 	return errors.As(err, &u) || writers.IsRetryable(err) || redissink.IsRetryable(err) || batch.IsRetryable(err)
 }
 
-// withRetry runs attempt until it succeeds, fails for good, or has been
-// tried shared.MaxAttempts times, backing off between tries. It returns how many
+// retryPolicy is the run's one retry policy (shared.Outages: backoff
+// against --outage-timeout, one log line per outage) with the names of
+// the run's two servers.
+type retryPolicy struct {
+	out   *shared.Outages // its Sink names the sink
+	kafka string          // Kafka's name in messages
+}
+
+// withRetry runs attempt, a step that talks to the sink only, under the
+// retry policy until it succeeds or fails for good. It returns how many
 // attempts it made.
-func withRetry(ctx context.Context, log *slog.Logger, what string, attempt func() error) (int, error) {
-	for n := 1; ; n++ {
-		err := attempt()
-		if err == nil {
-			return n, nil
-		}
-		if !isRetryable(err) || n >= shared.MaxAttempts {
-			return n, err
-		}
-		log.Warn("retrying", "what", what, "attempt", n, "err", err)
-		if err := shared.SleepBackoff(ctx, n); err != nil {
-			return n, err
-		}
+func withRetry(ctx context.Context, p *retryPolicy, what string, attempt func() error) (int, error) {
+	return p.out.Retry(ctx, what, []string{p.out.Sink}, p.classify, attempt)
+}
+
+// withReadRetry is withRetry for a step that reads Kafka and writes the
+// sink (a partition task): its success means both answer.
+func withReadRetry(ctx context.Context, p *retryPolicy, what string, attempt func() error) (int, error) {
+	return p.out.Retry(ctx, what, []string{p.kafka, p.out.Sink}, p.classify, attempt)
+}
+
+// withKafkaRetry is withRetry for a step that talks to Kafka only (a
+// consumer group's offset commit).
+func withKafkaRetry(ctx context.Context, p *retryPolicy, what string, attempt func() error) (int, error) {
+	return p.out.Retry(ctx, what, []string{p.kafka}, func(err error) (string, bool) { return p.kafka, isRetryable(err) }, attempt)
+}
+
+// newRetryPolicy is cfg's retry policy.
+func newRetryPolicy(cfg Config) *retryPolicy {
+	timeout := cfg.OutageTimeout
+	if timeout == NoOutageTimeout {
+		timeout = 0
 	}
+	return &retryPolicy{
+		out:   &shared.Outages{Timeout: timeout, Log: cfg.Logger, Sink: SinkDisplay(cfg.Sink), OnChange: cfg.OnOutage},
+		kafka: kafkaName(cfg),
+	}
+}
+
+// kafkaName is how messages name the run's Kafka.
+func kafkaName(cfg Config) string { return "Kafka " + strings.Join(cfg.Brokers, ",") }
+
+// classify: a read error is Kafka's, anything else the sink's.
+func (p *retryPolicy) classify(err error) (string, bool) {
+	if batch.IsRetryable(err) {
+		return p.kafka, isRetryable(err)
+	}
+	return p.out.Sink, isRetryable(err)
 }
 
 // settle decides what a failed commit attempt means. A commit whose reply

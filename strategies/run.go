@@ -35,6 +35,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	cfg.retry = newRetryPolicy(cfg)
 	w := &deadLetterWatch{log: cfg.Logger, job: cfg.Job, next: cfg.OnProgress}
 	cfg.OnProgress = w.progress
 	res, err := run(ctx, cfg)
@@ -132,6 +133,9 @@ type runEnv struct {
 }
 
 func newRunEnv(cfg Config) *runEnv {
+	if cfg.retry == nil {
+		cfg.retry = newRetryPolicy(cfg)
+	}
 	crash := func(string) {}
 	if cfg.CrashPoint != nil {
 		crash = cfg.CrashPoint
@@ -215,7 +219,7 @@ func (r *batchRun) startSession(ctx context.Context, s session) (*batch.Driver, 
 // positions of every partition.
 func (r *batchRun) jobLag(ctx context.Context, bounds map[int32]batch.Bounds) (int64, error) {
 	var next map[int32]int64
-	_, err := withRetry(ctx, r.log, "reading the job's positions", func() (err error) {
+	_, err := withRetry(ctx, r.cfg.retry, "reading the job's positions", func() (err error) {
 		next, err = r.st.stored(ctx)
 		return err
 	})

@@ -3,7 +3,6 @@ package strategies
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -23,7 +22,7 @@ func (t *singleStrategy) start(ctx context.Context, s session, d *batch.Driver) 
 	if err != nil {
 		return 0, err
 	}
-	sg := newSingle(t.src, t.w, workloadOf(t.cfg), t.cfg.Job, t.log, t.crash)
+	sg := newSingle(t.src, t.w, workloadOf(t.cfg), t.cfg.Job, t.cfg.retry, t.crash)
 	d.Task, d.Commit = sg.compute, sg.commit
 	return epoch, nil
 }
@@ -44,7 +43,7 @@ type single struct {
 	w     *sqlsink.Writer
 	work  workload
 	job   string
-	log   *slog.Logger
+	retry *retryPolicy
 	crash func(point string)
 
 	mu      sync.Mutex
@@ -57,15 +56,15 @@ type partial struct {
 	dead    *dlSpool
 }
 
-func newSingle(src batch.Source, w *sqlsink.Writer, work workload, job string, log *slog.Logger, crash func(string)) *single {
-	return &single{src: src, w: w, work: work, job: job, log: log, crash: crash, results: map[int32]partial{}}
+func newSingle(src batch.Source, w *sqlsink.Writer, work workload, job string, retry *retryPolicy, crash func(string)) *single {
+	return &single{src: src, w: w, work: work, job: job, retry: retry, crash: crash, results: map[int32]partial{}}
 }
 
 // compute is the partition task: read and aggregate, write nothing.
 func (s *single) compute(ctx context.Context, b batch.Info, r record.Range) (batch.TaskResult, error) {
 	var res batch.TaskResult
 	p := partial{dead: newDLSpool()}
-	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
+	attempts, err := withReadRetry(ctx, s.retry, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
 		p.results = s.work.newPart(s.job)
 		if err := p.dead.reset(); err != nil {
 			return err
@@ -116,7 +115,7 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []record.Range
 		return batch.CommitResult{}, err
 	}
 	start := time.Now()
-	attempts, err := withRetry(ctx, s.log, fmt.Sprintf("batch %d commit", b.ID), func() error {
+	attempts, err := withRetry(ctx, s.retry, fmt.Sprintf("batch %d commit", b.ID), func() error {
 		if err := s.once(ctx, rows, dead, advs); err != nil {
 			return settle(ctx, s.w, err, advs...)
 		}

@@ -87,7 +87,7 @@ func claimPartitions(ctx context.Context, w *sqlsink.Writer, src *batch.KafkaSou
 		return offsets.Claim{}, err
 	}
 	var claim offsets.Claim
-	_, err = withRetry(ctx, cfg.Logger, fmt.Sprintf("claiming partitions of job %q", cfg.Job), func() error {
+	_, err = withRetry(ctx, cfg.retry, fmt.Sprintf("claiming partitions of job %q", cfg.Job), func() error {
 		tx, err := w.DB().BeginTxx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("claiming partitions of job %q: %w", cfg.Job, err)

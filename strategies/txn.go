@@ -3,7 +3,6 @@ package strategies
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
@@ -21,7 +20,7 @@ func (t *txnStrategy) start(ctx context.Context, s session, d *batch.Driver) (in
 	if err != nil {
 		return 0, err
 	}
-	d.Task = (&txnTask{src: t.src, w: t.w, work: workloadOf(t.cfg), job: t.cfg.Job, log: t.log, crash: t.crash}).run
+	d.Task = (&txnTask{src: t.src, w: t.w, work: workloadOf(t.cfg), job: t.cfg.Job, retry: t.cfg.retry, crash: t.crash}).run
 	return epoch, nil
 }
 
@@ -34,14 +33,14 @@ type txnTask struct {
 	w     *sqlsink.Writer
 	work  workload
 	job   string
-	log   *slog.Logger
+	retry *retryPolicy
 	crash func(point string)
 }
 
 func (t *txnTask) run(ctx context.Context, b batch.Info, r record.Range) (batch.TaskResult, error) {
 	adv := offsets.Advance{Job: t.job, Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To, Epoch: b.Epoch, BatchID: b.ID}
 	var res batch.TaskResult
-	attempts, err := withRetry(ctx, t.log, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
+	attempts, err := withReadRetry(ctx, t.retry, fmt.Sprintf("batch %d %s", b.ID, r), func() error {
 		var err error
 		if res, err = t.once(ctx, adv, r); err == nil {
 			return nil

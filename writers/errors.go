@@ -37,8 +37,15 @@ var ErrBadValue = errors.New("writers: value not mergeable")
 const (
 	mysqlLockWaitTimeout = 1205
 	mysqlDeadlock        = 1213
-	sqliteBusy           = 5
-	sqliteLocked         = 6
+	// A failover or a restart: the server (still) refuses writes or is
+	// going away; the next connection may reach the new primary.
+	mysqlReadOnly       = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only
+	mysqlReadOnlyTxn    = 1792 // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+	mysqlReadOnlyMode   = 1836 // ER_READ_ONLY_MODE
+	mysqlServerShutdown = 1053 // ER_SERVER_SHUTDOWN
+	mariadbConnKilled   = 1927 // ER_CONNECTION_KILLED
+	sqliteBusy          = 5
+	sqliteLocked        = 6
 )
 
 // IsRetryable reports whether a failed SQL transaction may be run again
@@ -52,7 +59,11 @@ func IsRetryable(err error) bool {
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
-		return me.Number == mysqlDeadlock || me.Number == mysqlLockWaitTimeout
+		switch me.Number {
+		case mysqlDeadlock, mysqlLockWaitTimeout, mysqlReadOnly, mysqlReadOnlyTxn, mysqlReadOnlyMode, mysqlServerShutdown, mariadbConnKilled:
+			return true
+		}
+		return false
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {

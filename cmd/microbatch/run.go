@@ -96,6 +96,7 @@ works on a machine with nothing installed.`,
 	fs.String("metrics-addr", "", "serve Prometheus metrics (/metrics) and a live status page (/) on host:port; :port binds 127.0.0.1 (empty: off)")
 	fs.Bool("dry-run", false, "check the settings, reach Kafka and the sink, print what the job would do first, and exit (writes nothing)")
 	fs.Duration("connect-timeout", strategies.DefaultConnectTimeout, "how long start-up waits for Kafka and the sink to answer (exit 3 after)")
+	fs.Duration("outage-timeout", strategies.DefaultOutageTimeout, "how long the run waits out Kafka or the sink failing (lost connection, failover), retrying with backoff, before it exits 3; 0 waits forever")
 	fs.String("log-format", logText, "log format on stderr: text or json (text on a terminal shows progress as one live status line)")
 	fs.BoolP("quiet", "q", false, "log warnings and errors only: no progress")
 	addKafkaSecurityFlags(fs)
@@ -128,6 +129,12 @@ func runJob(ctx context.Context, s *settings) error {
 	}
 	if rp.cfg.ConnectTimeout, err = s.duration("connect-timeout"); err != nil {
 		return err
+	}
+	if rp.cfg.OutageTimeout, err = s.duration("outage-timeout"); err != nil {
+		return err
+	}
+	if rp.cfg.OutageTimeout == 0 {
+		rp.cfg.OutageTimeout = strategies.NoOutageTimeout // 0 waits forever
 	}
 	if dry, err := s.boolean("dry-run"); err != nil {
 		return err

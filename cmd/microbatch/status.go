@@ -50,6 +50,13 @@ func startStatus(s *settings, cfg *strategies.Config) (stop func(), err error) {
 			prev(p)
 		}
 	}
+	prevOutage := cfg.OnOutage
+	cfg.OnOutage = func(c strategies.OutageChange) {
+		rec.Outage(c.Server, c.Sink, c.Down, c.Since)
+		if prevOutage != nil {
+			prevOutage(c)
+		}
+	}
 	prevFail, prevRecover := cfg.Checkpoint.OnFailure, cfg.Checkpoint.OnRecovery
 	cfg.Checkpoint.OnFailure = func(err error) {
 		rec.CheckpointFailed(err)

@@ -82,6 +82,16 @@ type Snapshot struct {
 	Totals     Totals      `json:"totals"`
 	Partitions []Partition `json:"partitions"` // by partition
 	Batches    []Record    `json:"batches"`    // oldest first
+	// Waiting lists the servers the job has lost and is waiting for (an
+	// outage it rides out), by name; empty while all answer.
+	Waiting []Waiting `json:"waiting"`
+}
+
+// Waiting is a server the job is waiting for, since when.
+type Waiting struct {
+	Server string    `json:"server"`
+	Sink   bool      `json:"sink"`
+	Since  time.Time `json:"since"`
 }
 
 // Recorder keeps the metrics and recent history of one job. Its methods
@@ -98,6 +108,9 @@ type Recorder struct {
 	positions map[int32]batch.PartitionPosition
 	epoch     int64
 	totals    Totals
+	waiting   map[string]Waiting
+	// outages is the length of the outages that ended.
+	outages time.Duration
 }
 
 type metrics struct {
@@ -150,6 +163,14 @@ func NewRecorder(info Info, keep int) *Recorder {
 		}, []string{"partition"}),
 	}
 	reg.MustRegister(r.m.lag)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "microbatch_sink_up",
+		Help: "1 while the sink answers, 0 while the job waits for it (an outage it rides out, up to --outage-timeout).",
+	}, r.sinkUp))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "microbatch_outage_seconds_total",
+		Help: "Seconds the job spent waiting for a lost server (the sink or Kafka), the outage in progress included.",
+	}, r.outageSeconds))
 	info1 := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "microbatch_info", Help: "The job this process runs (always 1).",
 		ConstLabels: prometheus.Labels{"group": info.Group},
@@ -231,6 +252,44 @@ func (r *Recorder) Recovered() {
 	r.mu.Unlock()
 }
 
+// Outage records a server lost (down, since when) or back.
+func (r *Recorder) Outage(server string, sink, down bool, since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waiting == nil {
+		r.waiting = map[string]Waiting{}
+	}
+	if down {
+		r.waiting[server] = Waiting{Server: server, Sink: sink, Since: since}
+		return
+	}
+	if w, ok := r.waiting[server]; ok {
+		r.outages += time.Since(w.Since)
+		delete(r.waiting, server)
+	}
+}
+
+func (r *Recorder) sinkUp() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.waiting {
+		if w.Sink {
+			return 0
+		}
+	}
+	return 1
+}
+
+func (r *Recorder) outageSeconds() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.outages
+	for _, w := range r.waiting {
+		d += time.Since(w.Since)
+	}
+	return d.Seconds()
+}
+
 // Snapshot returns what /api/progress serves.
 func (r *Recorder) Snapshot() Snapshot {
 	r.mu.Lock()
@@ -246,6 +305,11 @@ func (r *Recorder) Snapshot() Snapshot {
 		s.Partitions = append(s.Partitions, Partition{Partition: part, Next: pos.Next, End: pos.End, Lag: pos.End - pos.Next})
 	}
 	slices.SortFunc(s.Partitions, func(a, b Partition) int { return cmp.Compare(a.Partition, b.Partition) })
+	s.Waiting = make([]Waiting, 0, len(r.waiting))
+	for _, w := range r.waiting {
+		s.Waiting = append(s.Waiting, w)
+	}
+	slices.SortFunc(s.Waiting, func(a, b Waiting) int { return cmp.Compare(a.Server, b.Server) })
 	s.Batches = slices.Clone(r.history)
 	if s.Batches == nil {
 		s.Batches = []Record{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -269,5 +270,58 @@ func TestServer(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + s.Addr() + "/"); err == nil {
 		t.Errorf("still serving after Close")
+	}
+}
+
+// TestOutageMetrics: while the job waits for its sink, microbatch_sink_up
+// is 0, the outage's seconds count in microbatch_outage_seconds_total, and
+// /api/progress (the page's "waiting for …") names the server; when it is
+// back, 1 again and the seconds stay counted.
+func TestOutageMetrics(t *testing.T) {
+	r := NewRecorder(Info{Job: "j", Strategy: "txn"}, 0)
+	h := r.Handler()
+	l := `{job="j",strategy="txn"}`
+	sample := func(name string) string {
+		_, body := get(t, h, "/metrics")
+		return metricValue(t, body, name+l)
+	}
+	waiting := func() []Waiting {
+		_, body := get(t, h, "/api/progress")
+		var s Snapshot
+		if err := json.Unmarshal([]byte(body), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Waiting
+	}
+	if got := sample("microbatch_sink_up"); got != "1" {
+		t.Errorf("sink_up before an outage: %s, want 1", got)
+	}
+	if got := sample("microbatch_outage_seconds_total"); got != "0" {
+		t.Errorf("outage seconds before an outage: %s, want 0", got)
+	}
+	since := time.Now().Add(-10 * time.Second)
+	r.Outage("mysql://db:3306/x", true, true, since)
+	r.Outage("Kafka k:9092", false, true, since)
+	if got := sample("microbatch_sink_up"); got != "0" {
+		t.Errorf("sink_up during an outage: %s, want 0", got)
+	}
+	if w := waiting(); len(w) != 2 || w[1].Server != "mysql://db:3306/x" || !w[1].Sink || !w[1].Since.Equal(since) {
+		t.Errorf("waiting during the outage: %+v", w)
+	}
+	r.Outage("Kafka k:9092", false, false, since)
+	r.Outage("mysql://db:3306/x", true, false, since)
+	if got := sample("microbatch_sink_up"); got != "1" {
+		t.Errorf("sink_up after the outage: %s, want 1", got)
+	}
+	if w := waiting(); len(w) != 0 {
+		t.Errorf("still waiting after the outage: %+v", w)
+	}
+	var secs float64
+	if _, err := fmt.Sscan(sample("microbatch_outage_seconds_total"), &secs); err != nil || secs < 20 {
+		t.Errorf("outage seconds after two outages of 10 s: %v (%v), want ≥ 20", secs, err)
+	}
+	_, page := get(t, h, "/")
+	if !strings.Contains(page, `"waiting for "`) {
+		t.Errorf("the status page does not show what it waits for")
 	}
 }

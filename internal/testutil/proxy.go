@@ -27,6 +27,7 @@ type CutProxy struct {
 	Messages atomic.Int64
 
 	dropReplies atomic.Bool
+	refusing    atomic.Bool
 	wg          sync.WaitGroup
 	mu          sync.Mutex
 	conns       map[net.Conn]bool
@@ -75,12 +76,22 @@ func StartCutProxy(t testing.TB, target string) *CutProxy {
 			if err != nil {
 				return
 			}
+			if p.refusing.Load() {
+				c.Close() // the server is gone
+				continue
+			}
 			s, err := net.Dial("tcp", target)
 			if err != nil {
 				c.Close()
 				continue
 			}
 			p.mu.Lock()
+			if p.refusing.Load() { // turned on while we dialed: under mu, so CutAll can't miss it
+				p.mu.Unlock()
+				c.Close()
+				s.Close()
+				continue
+			}
 			p.conns[c], p.conns[s] = true, true
 			p.mu.Unlock()
 			// dropNext: an armed cut forwarded this connection's message,
@@ -171,6 +182,19 @@ func (p *CutProxy) CutAll() {
 		delete(p.conns, c)
 	}
 	p.Cuts.Add(1)
+}
+
+// Refuse makes the server look gone while on — every open connection is
+// cut and each new one closed at once, before the server's greeting —
+// and reachable again when off. It is how a test takes the server away
+// for a while (an outage, a failover) without stopping the shared one.
+func (p *CutProxy) Refuse(on bool) {
+	p.mu.Lock()
+	p.refusing.Store(on)
+	p.mu.Unlock()
+	if on {
+		p.CutAll()
+	}
 }
 
 // DropReplies makes the proxy lose server replies (and close) while on.

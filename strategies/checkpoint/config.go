@@ -51,9 +51,6 @@ const (
 	maxOperatorParallelism = 64
 	minInterval            = 10 * time.Millisecond
 	maxXAJobBytes          = 64 // an XA branch qualifier holds the job name
-	// maxRestartsWithoutProgress stops a job whose checkpoints keep
-	// failing instead of restarting it forever.
-	maxRestartsWithoutProgress = 5
 )
 
 // Work is the job the pipeline runs. The zero value is the built-in job
@@ -121,7 +118,15 @@ type Config struct {
 	StateDir            string
 	KafkaTxnTimeout     time.Duration // Kafka sink's transaction timeout
 	MaxRestartTime      time.Duration // how long a restart may take; the txn timeout must cover it
-	UntilIdle           time.Duration // stop after a final checkpoint once idle this long; 0: never
+	// OutageTimeout is how long failed attempts (and a sink's commits, a
+	// source's reads) are retried, with backoff, while a server fails,
+	// before the run gives up with ErrUnreachable; 0 or less waits forever.
+	OutageTimeout time.Duration
+	// KafkaName is how messages name Kafka (its brokers); "Kafka" if empty.
+	KafkaName string
+	// OnOutage, when set, is told when a server is lost and when it is back.
+	OnOutage  func(OutageChange)
+	UntilIdle time.Duration // stop after a final checkpoint once idle this long; 0: never
 
 	Work Work
 	// NewSpool makes the XA sink's dead-letter spools; nil: they are held

@@ -25,11 +25,10 @@ const (
 	// sinkChunks are buffered before each sink: it stops reading while it
 	// pre-commits and commits (round trips to its server), and this much
 	// room lets the sources and operators go on meanwhile.
-	sinkChunks     = 32
-	readSpan       = 20_000
-	boundsPoll     = 20 * time.Millisecond
-	maxPollErrors  = 50 // consecutive failed offset polls before the attempt fails
-	commitAttempts = 20 // a Commit is retried this often before the attempt fails (and recovery retries it)
+	sinkChunks    = 32
+	readSpan      = 20_000
+	boundsPoll    = 20 * time.Millisecond
+	maxPollErrors = 50 // consecutive failed offset polls before the attempt fails
 )
 
 // item travels between stages: a chunk of records, or a barrier.
@@ -199,6 +198,7 @@ func (p *pipeline) complete(ctx context.Context, final bool, res *Result) (batch
 		c <- notice{n: n, final: final}
 	}
 	p.completed++
+	p.r.answered()
 	res.Batches++
 	res.Records += prog.Records
 	res.DeadLetters += prog.DeadLetters

@@ -7,6 +7,13 @@ import "github.com/microbatch/microbatch/strategies/internal/shared"
 // again: no restart cures it. It is strategies.ErrConfig too.
 var ErrConfig = shared.ErrConfig
 
+// ErrUnreachable means a server failed for longer than the outage
+// timeout; the message names it (strategies.ErrUnreachable).
+var ErrUnreachable = shared.ErrUnreachable
+
+// OutageChange is a server lost or back (Config.OnOutage).
+type OutageChange = shared.OutageChange
+
 // fatal marks an error that a restart can't cure.
 type fatal struct{ err error }
 

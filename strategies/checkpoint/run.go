@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,7 +49,9 @@ func Run(ctx context.Context, cfg Config, src *batch.KafkaSource) (Result, error
 		return Result{}, err
 	}
 	defer sinks.close()
-	r := &runner{cfg: cfg, log: cfg.Logger, src: src, store: store, sinks: sinks, crash: crash, started: time.Now()}
+	r := &runner{cfg: cfg, log: cfg.Logger, src: src, store: store, sinks: sinks, crash: crash, started: time.Now(),
+		kafka: cmp.Or(cfg.KafkaName, "Kafka")}
+	r.out = &shared.Outages{Timeout: cfg.OutageTimeout, Log: cfg.Logger, Sink: sinks.String(), OnChange: cfg.OnOutage}
 	return r.run(ctx)
 }
 
@@ -62,6 +65,25 @@ type runner struct {
 	crash      func(string)
 	started    time.Time
 	recoveries int
+	// out is the run's retry policy: failed attempts, commits and reads
+	// back off and count against the outage timeout of their server.
+	out   *shared.Outages
+	kafka string // Kafka's name in messages
+}
+
+// serverOf names the server a failed attempt is blamed on: Kafka for a
+// read, else the sink (its state backend is local).
+func (r *runner) serverOf(err error) string {
+	if batch.IsRetryable(err) {
+		return r.kafka
+	}
+	return r.out.Sink
+}
+
+// answered notes that both servers answered (a checkpoint completed).
+func (r *runner) answered() {
+	r.out.Up(r.kafka)
+	r.out.Up(r.out.Sink)
 }
 
 // run makes attempts until one ends well or an error no restart cures.
@@ -92,12 +114,16 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 			failures = 0
 		}
 		failures++
-		if failures > maxRestartsWithoutProgress {
-			return res, fmt.Errorf("giving up after %d restarts without a completed checkpoint: %w", failures-1, err)
+		// No attempt limit: failed attempts back off and count against
+		// the outage timeout of the server they failed on (one WARN per
+		// outage, see shared.Outages), as Flink's restarts do.
+		left, ferr := r.out.Failed(r.serverOf(err), "checkpoint attempt (restarting from the latest complete checkpoint)", err)
+		if ferr != nil {
+			return res, fmt.Errorf("no completed checkpoint: %w", ferr)
 		}
 		r.recoveries++
-		r.log.Warn("checkpoint attempt failed; restarting from the latest complete checkpoint", "err", err, "restart", failures)
-		if err := shared.SleepBackoff(ctx, failures); err != nil {
+		r.log.Debug("checkpoint attempt failed; restarting from the latest complete checkpoint", "err", err, "restart", failures)
+		if err := shared.Sleep(ctx, min(shared.Backoff(failures), left)); err != nil {
 			return res, err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/microbatch/microbatch/internal/exact"
 	"github.com/microbatch/microbatch/record"
-	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -135,18 +134,15 @@ func (s *sinkTask) commit(ctx context.Context, nt notice) error {
 // commit finishes a pre-committed transaction, retrying while the outcome
 // may change. It never aborts: a checkpoint lists this transaction.
 func (p *pipeline) commit(ctx context.Context, w subtask, pd writers.Pending) error {
-	for attempt := 1; ; attempt++ {
-		err := w.Commit(ctx, pd)
-		if err == nil {
-			return nil
-		}
-		// Commit is idempotent, so any other failure may be retried.
-		if errors.Is(err, writers.ErrTxnLost) || attempt >= commitAttempts {
-			return fmt.Errorf("committing %s transaction %s of checkpoint %d: %w", pd.Sink, pd.ID, pd.Txn, err)
-		}
-		p.r.log.Warn("retrying commit", "sink", pd.Sink, "txn", pd.ID, "attempt", attempt, "err", err)
-		if err := shared.SleepBackoff(ctx, min(attempt, 5)); err != nil {
-			return err
-		}
+	// Commit is idempotent, so any failure but a lost transaction may be
+	// retried: under the run's policy, until the sink has failed for
+	// longer than the outage timeout.
+	sink := p.r.out.Sink
+	_, err := p.r.out.Retry(ctx, fmt.Sprintf("committing %s transaction %s", pd.Sink, pd.ID), []string{sink},
+		func(err error) (string, bool) { return sink, !errors.Is(err, writers.ErrTxnLost) },
+		func() error { return w.Commit(ctx, pd) })
+	if err != nil {
+		return fmt.Errorf("committing %s transaction %s of checkpoint %d: %w", pd.Sink, pd.ID, pd.Txn, err)
 	}
+	return nil
 }

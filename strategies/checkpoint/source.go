@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -121,14 +122,21 @@ func (s *sourceTask) run(ctx context.Context) error {
 		r := record.Range{Topic: s.p.r.cfg.Topic, Partition: s.part, From: s.next, To: min(end, s.next+readSpan)}
 		err := s.p.read(ctx, r, func(rec *batch.Record) error { return s.emit(ctx, rec) })
 		if err != nil {
-			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil && readFails < shared.MaxAttempts {
+			if readFails++; batch.IsRetryable(err) && ctx.Err() == nil {
 				// Re-read from next: nothing past it was emitted.
-				if err := shared.SleepBackoff(ctx, readFails); err != nil {
+				left, ferr := s.p.r.out.Failed(s.p.r.kafka, fmt.Sprintf("reading %s", r), err)
+				if ferr != nil {
+					return ferr
+				}
+				if err := shared.Sleep(ctx, min(shared.Backoff(readFails), left)); err != nil {
 					return err
 				}
 				continue
 			}
 			return err
+		}
+		if readFails > 0 {
+			s.p.r.out.Up(s.p.r.kafka)
 		}
 		readFails = 0
 		s.mu.Lock()

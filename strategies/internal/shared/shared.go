@@ -85,20 +85,6 @@ const (
 	BackoffMax     = 5 * time.Second
 )
 
-// SleepBackoff waits before try attempt+1, or until ctx ends.
-func SleepBackoff(ctx context.Context, attempt int) error {
-	d := BackoffInitial << (attempt - 1)
-	if d > BackoffMax || d <= 0 {
-		d = BackoffMax
-	}
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("waiting to retry: %w", ctx.Err())
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // IsKafkaDSN reports a checkpoint-mode Kafka sink: kafka://brokers/topic.
 func IsKafkaDSN(dsn string) bool { return strings.HasPrefix(dsn, "kafka://") }
 
@@ -109,10 +95,6 @@ func IsFileDSN(dsn string) bool { return strings.HasPrefix(dsn, "file://") }
 func IsRedisDSN(dsn string) bool {
 	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
 }
-
-// MaxAttempts bounds the tries of one retryable step (a partition's
-// transaction, a checkpoint source's reads) before it fails for good.
-const MaxAttempts = 8
 
 // DefaultConnectTimeout is how long a run waits for Kafka and its sink to
 // answer at start (--connect-timeout).
