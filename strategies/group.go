@@ -277,8 +277,21 @@ func runGroup(ctx context.Context, cfg Config, client sarama.Client, all []int32
 			readTimeout = min(2*readTimeout, maxGroupReadTimeout)
 		}
 		wait := min(rejoinBackoffMin<<min(failures-1, 10), rejoinBackoffMax)
-		g.log.Warn("consumer group error: rejoining", "group", cfg.Group.ID, "attempt", failures, "retry_in", wait,
-			"read_timeout", readTimeout, "err", err)
+		if outage := kafkaOutage(err); outage && cfg.retry != nil {
+			// Kafka is down: an outage under the run's retry policy, logged
+			// once (and every 30 s while it lasts), not once per rejoin,
+			// and waited out for --outage-timeout, not forever.
+			left, ferr := cfg.retry.out.Failed(cfg.retry.kafka, "joining consumer group "+cfg.Group.ID, err)
+			if ferr != nil {
+				err = ferr
+				break
+			}
+			wait = min(wait, left)
+			g.log.Debug("consumer group error: rejoining", "group", cfg.Group.ID, "attempt", failures, "retry_in", wait, "err", err)
+		} else {
+			g.log.Warn("consumer group error: rejoining", "group", cfg.Group.ID, "attempt", failures, "retry_in", wait,
+				"read_timeout", readTimeout, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
@@ -385,6 +398,13 @@ func (g *groupRun) member(ctx context.Context, readTimeout time.Duration) (sessi
 
 // isTimeout: the error is a network timeout (a read that waited longer
 // than the client's read timeout).
+// kafkaOutage reports a group error that says Kafka does not answer (a
+// refused or lost connection, no broker left to talk to), as opposed to a
+// join the broker held past the read timeout or a rebalance.
+func kafkaOutage(err error) bool {
+	return isUnreachable(err) && !isTimeout(err)
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -460,6 +480,9 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 	g.mu.Lock()
 	g.sessions++
 	g.mu.Unlock()
+	if g.cfg.retry != nil {
+		g.cfg.retry.out.Up(g.cfg.retry.kafka) // the group answers: an outage of Kafka is over
+	}
 	g.log.Debug("joined consumer group", "generation", s.Generation, "partitions", len(parts))
 	d, epoch, err := g.start(context.WithoutCancel(sess.Context()), s)
 	if isFenced(err) {
