@@ -33,11 +33,17 @@ const (
 	brokerKillMaxWarns = 5
 	// brokerKillIdle is the run's --until-idle.
 	brokerKillIdle = 3 * time.Second
+	// brokerKillCkptIdle is the --until-idle of a run that does not
+	// notice the outage: its lag stays 0, so it counts the outage as idle
+	// time. It must outlast the outage and the restart and produce after
+	// it (2 s on a busy machine) by far.
+	brokerKillCkptIdle = brokerKillOutage + 20*time.Second
 )
 
 const (
 	brokerKillLostMarker = `msg="server unreachable`
 	brokerKillBackMarker = `msg="server is back"`
+	brokerKillCkptMarker = `msg="checkpoint completed"`
 )
 
 var brokerKillWarnRE = regexp.MustCompile(`\blevel=WARN\b`)
@@ -46,11 +52,19 @@ var brokerKillWarnRE = regexp.MustCompile(`\blevel=WARN\b`)
 type brokerKillCase struct {
 	name     string
 	strategy strategies.Strategy
-	// sink is the run's --sink; extra, more run flags.
-	sink   func(t *testing.T) string
+	// sink is the run's --sink (addr: the broker's); extra, more run flags.
+	sink   func(t *testing.T, addr string) string
 	extra  func(t *testing.T) []string
 	marker string // the log line of a committed batch or checkpoint
+	// idle is the run's --until-idle.
+	idle time.Duration
+	// silent: the run does not notice the outage (nothing logged), so
+	// its --until-idle must outlast the outage, and the outage lines are
+	// reported, not required.
+	silent bool
 }
+
+func brokerKillStateDir(t *testing.T) []string { return []string{"--state-dir", t.TempDir()} }
 
 // TestBrokerKill SIGKILLs the dev broker once the run has committed, keeps
 // it dead for brokerKillOutage — the run must still be running then — and
@@ -64,8 +78,21 @@ func TestBrokerKill(t *testing.T) {
 	t.Parallel()
 	for _, c := range []brokerKillCase{
 		{"txn/SQLite", strategies.StrategyTxn,
-			func(t *testing.T) string { return "sqlite://" + t.TempDir() + "/x.db" },
-			nil, committedMarker},
+			func(t *testing.T, _ string) string { return "sqlite://" + t.TempDir() + "/x.db" },
+			nil, committedMarker, brokerKillIdle, false},
+		// Checkpoint mode's readers retry a broker that is gone inside
+		// sarama (its partition consumers), and its end-offset poller
+		// keeps the last ends, without an error the run sees: checkpoints
+		// go on completing, empty, with lag=0, and nothing is logged — a
+		// --until-idle shorter than the outage ends the run during it,
+		// exit 0. It rides the outage out and stays exact;
+		// the outage's lines are what issue #25 still asks for. (Not with
+		// a kafka:// sink on the dev broker: its restart aborts the
+		// transactions open at the kill, the run's pre-committed one
+		// among them, which Apache Kafka keeps until their timeout.)
+		{"checkpoint/files", strategies.StrategyCheckpoint,
+			func(t *testing.T, _ string) string { return "file://" + t.TempDir() + "/out" },
+			brokerKillStateDir, brokerKillCkptMarker, brokerKillCkptIdle, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -103,8 +130,8 @@ func testBrokerKill(t *testing.T, c brokerKillCase) {
 	addr := b.Addr
 	events, amount := Produce(t, addr, topic, brokerKillSeed, 0, brokerKillBefore)
 
-	sink := c.sink(t)
-	args := defaultArgs(addr, topic, job, sink, "--strategy", string(c.strategy), "--until-idle", brokerKillIdle.String())
+	sink := c.sink(t, addr)
+	args := defaultArgs(addr, topic, job, sink, "--strategy", string(c.strategy), "--until-idle", c.idle.String())
 	if c.extra != nil {
 		args = append(args, c.extra(t)...)
 	}
@@ -116,9 +143,12 @@ func testBrokerKill(t *testing.T, c brokerKillCase) {
 	killed := time.Now()
 	// Still running at the kill, or the kill missed.
 	p.requireRunning(t)
-	lost := p.waitLine(t, killLine, brokerKillOutage, "the run to log the outage (\"server unreachable\")",
-		func(l string) bool { return strings.Contains(l, brokerKillLostMarker) })
-	t.Logf("the run noticed the kill %s after it: %s", time.Since(killed).Round(time.Millisecond), p.linesFrom(lost)[0])
+	lost := killLine
+	if !c.silent {
+		lost = p.waitLine(t, killLine, brokerKillOutage, "the run to log the outage (\"server unreachable\")",
+			func(l string) bool { return strings.Contains(l, brokerKillLostMarker) })
+		t.Logf("the run noticed the kill %s after it: %s", time.Since(killed).Round(time.Millisecond), p.linesFrom(lost)[0])
+	}
 	time.Sleep(brokerKillOutage - time.Since(killed))
 	p.requireRunning(t)
 
@@ -145,6 +175,15 @@ func testBrokerKill(t *testing.T, c brokerKillCase) {
 	if len(warns) > brokerKillMaxWarns {
 		t.Errorf("%d WARN lines from the kill on, want at most %d:\n%s", len(warns), brokerKillMaxWarns, strings.Join(warns, "\n"))
 	}
+	if c.silent {
+		n := 0
+		for _, l := range p.linesFrom(killLine) {
+			if strings.Contains(l, brokerKillLostMarker) {
+				n++
+			}
+		}
+		t.Logf("%d \"server unreachable\" lines (not required of this case)", n)
+	}
 	back := "no \"server is back\" line"
 	for _, l := range p.linesFrom(lost) {
 		if strings.Contains(l, brokerKillBackMarker) {
@@ -162,4 +201,40 @@ func testBrokerKill(t *testing.T, c brokerKillCase) {
 	}
 	t.Logf("%d events in %s; %s; %d WARN lines from the kill on:\n%s", events, time.Since(start).Round(time.Millisecond),
 		back, len(warns), strings.Join(warns, "\n"))
+}
+
+// TestBrokerKillOutageTimeout: with --outage-timeout 5s, a broker
+// SIGKILLed for good ends the run with exit 3 once the outage lasted that
+// long (counted from the run's first failure to reach it), its last line
+// naming the broker and the timeout.
+func TestBrokerKillOutageTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 5 * time.Second
+	dir := t.TempDir()
+	topic, job := UniqueName(t, "bkill"), shortJob("bkill")
+	b := brokerKillStart(t, "127.0.0.1:0", t.TempDir(), topic)
+	Produce(t, b.Addr, topic, brokerKillSeed, 0, brokerKillBefore)
+	p := startGroupProc(t, "run", dir, Env(), defaultArgs(b.Addr, topic, job, "sqlite://"+t.TempDir()+"/x.db",
+		"--strategy", string(strategies.StrategyTxn), "--until-idle", "1m", "--outage-timeout", timeout.String()))
+	p.waitLine(t, 0, groupWait, "the first commit", func(l string) bool { return strings.Contains(l, committedMarker) })
+
+	brokerKillSIGKILL(t, b)
+	killed := time.Now()
+	ps := p.exit(t, 2*time.Minute)
+	after := time.Since(killed)
+	lines := p.snapshot()
+	last := ""
+	if len(lines) > 0 {
+		last = lines[len(lines)-1]
+	}
+	t.Logf("exit %d %s after the kill; last line: %s", ps.ExitCode(), after.Round(time.Millisecond), last)
+	if ps.ExitCode() != 3 {
+		t.Fatalf("the run ended %v, want exit 3 (server unreachable); log %s:\n%s", ps, p.logPath, tail(lines, 40))
+	}
+	if after < timeout || after > timeout+30*time.Second {
+		t.Errorf("exit 3 %s after the kill, want once the outage lasted --outage-timeout %s", after.Round(time.Millisecond), timeout)
+	}
+	if !strings.Contains(last, "Kafka "+b.Addr) || !strings.Contains(last, "--outage-timeout "+timeout.String()) {
+		t.Errorf("the last line does not name the broker (Kafka %s) and the timeout (--outage-timeout %s): %s", b.Addr, timeout, last)
+	}
 }
