@@ -396,8 +396,6 @@ func (g *groupRun) member(ctx context.Context, readTimeout time.Duration) (sessi
 	}
 }
 
-// isTimeout: the error is a network timeout (a read that waited longer
-// than the client's read timeout).
 // kafkaOutage reports a group error that says Kafka does not answer (a
 // refused or lost connection, no broker left to talk to), as opposed to a
 // join the broker held past the read timeout or a rebalance.
@@ -405,6 +403,8 @@ func kafkaOutage(err error) bool {
 	return isUnreachable(err) && !isTimeout(err)
 }
 
+// isTimeout: the error is a network timeout (a read that waited longer
+// than the client's read timeout).
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
