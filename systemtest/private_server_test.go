@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -54,15 +55,35 @@ func serverBinary(t *testing.T, what string, names ...string) string {
 	return ""
 }
 
-// freePort is a loopback TCP port nobody listens on now.
+// freePort is a loopback TCP port nobody listens on now, below the
+// kernel's ephemeral range: a server restarted on it after a 20 s outage
+// must find it still free, and a port of that range may meanwhile have
+// become the local end of any process's outgoing connection.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	const first = 20_000
+	if low <= first+1000 {
+		low = 30_000
+	}
+	for range 100 {
+		port := first + rand.IntN(low-first)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	t.Fatalf("no free loopback port in [%d, %d) after 100 tries", first, low)
+	return 0
 }
 
 // privateServer is one server process the test owns. start runs argv
@@ -189,8 +210,11 @@ func startPrivateMariaDB(t *testing.T) (*privateServer, string) {
 		userOpt = []string{"--user=root"}
 	}
 	small := []string{"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M"}
-	install := exec.Command(installDB, append(append([]string{"--no-defaults", "--datadir=" + data,
+	// Its own tmpdir: bootstraps side by side in one tmpdir trip over
+	// each other's temporary tables ("Unknown table 'mysql.tmp_user_sys'").
+	install := exec.Command(installDB, append(append([]string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp,
 		"--auth-root-authentication-method=normal", "--skip-test-db"}, userOpt...), small...)...)
+	install.Env = append(os.Environ(), "TMPDIR="+tmp)
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", installDB, err, out)
 	}
