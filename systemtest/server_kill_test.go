@@ -48,7 +48,10 @@ const (
 	ckptDoneMarker    = `msg="checkpoint completed"`
 )
 
-var warnRE = regexp.MustCompile(`\blevel=WARN\b`)
+var (
+	warnRE   = regexp.MustCompile(`\blevel=WARN\b`)
+	joinedRE = regexp.MustCompile(`msg="joined consumer group" generation=(\d+)`)
+)
 
 // serverKillCase is a strategy on a private server.
 type serverKillCase struct {
@@ -201,5 +204,54 @@ func TestServerKillOutageTimeout(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(srv.port)
 	if !strings.Contains(last, addr) || !strings.Contains(last, "--outage-timeout "+killTimeout.String()) {
 		t.Errorf("the last line does not name the server (%s) and the timeout (--outage-timeout %s): %s", addr, killTimeout, last)
+	}
+}
+
+// TestServerKillRebalance: two processes of a job share its partitions
+// when the sink's server is SIGKILLed; one of them is stopped (SIGTERM)
+// during the outage, so the group rebalances and the other must claim the
+// whole topic while the server is still dead. The stopped one must exit 0;
+// the other must wait the outage out in its new session too, and the job
+// end exact once the server is back.
+func TestServerKillRebalance(t *testing.T) {
+	t.Parallel()
+	for _, c := range []serverKillCase{
+		{"txn/MariaDB", strategies.StrategyTxn, startPrivateMariaDB, nil},
+		{"idempotent/Redis", strategies.StrategyIdempotent, startPrivateRedis, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv, sink := c.start(t)
+			r, finish := startKillRun(t, c, sink, "--log-level", "debug")
+			p := r.p
+			q := startGroupProc(t, "run2", r.dir, Env(), p.cmd.Args[1:])
+			gen := waitSettled(t, "two processes to share the partitions", 0, p, q)
+
+			killLine := p.lineCount()
+			srv.kill(t)
+			killed := time.Now()
+			p.waitLine(t, killLine, killOutage, "the run to log the outage (\"server unreachable\")",
+				func(l string) bool { return strings.Contains(l, unreachableMarker) })
+			stopGroupProc(t, q)
+			// p's new session, with every partition, starts while the
+			// server is dead (its claim waits for the server).
+			p.waitLine(t, killLine, killOutage, "a new session", func(l string) bool {
+				m := joinedRE.FindStringSubmatch(l)
+				if m == nil {
+					return false
+				}
+				g, _ := strconv.Atoi(m[1])
+				return g > gen
+			})
+			t.Logf("%s stopped, the group rebalanced %s after the kill", q.name, time.Since(killed).Round(time.Millisecond))
+			time.Sleep(killOutage - time.Since(killed))
+			p.requireRunning(t)
+			srv.start(t)
+			produced, amount := finish()
+			if ps := p.exit(t, 3*time.Minute); ps.ExitCode() != 0 {
+				t.Fatalf("the run ended %v after a %s outage of its sink with a rebalance in it, want exit 0 at idle; log %s:\n%s", ps, killOutage, p.logPath, tail(p.snapshot(), 40))
+			}
+			checkGroupSink(t, openGroupSink(t, string(c.strategy), sink), r.brokers, r.topic, r.job, string(c.strategy), r.dir, produced, amount)
+		})
 	}
 }
