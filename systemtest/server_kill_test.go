@@ -212,46 +212,70 @@ func TestServerKillOutageTimeout(t *testing.T) {
 // during the outage, so the group rebalances and the other must claim the
 // whole topic while the server is still dead. The stopped one must exit 0;
 // the other must wait the outage out in its new session too, and the job
-// end exact once the server is back.
+// end exact once the server is back. In the "stop in the claim" cases the
+// other is stopped too, while its claim waits for the server: it must
+// exit 0 at once, not when the server is back (a final run drains then).
 func TestServerKillRebalance(t *testing.T) {
 	t.Parallel()
-	for _, c := range []serverKillCase{
-		{"txn/MariaDB", strategies.StrategyTxn, startPrivateMariaDB, nil},
-		{"idempotent/Redis", strategies.StrategyIdempotent, startPrivateRedis, nil},
+	for _, c := range []struct {
+		serverKillCase
+		stopInClaim bool
+	}{
+		{serverKillCase{"txn/MariaDB", strategies.StrategyTxn, startPrivateMariaDB, nil}, false},
+		{serverKillCase{"idempotent/Redis", strategies.StrategyIdempotent, startPrivateRedis, nil}, false},
+		{serverKillCase{"stop in the claim/txn/MariaDB", strategies.StrategyTxn, startPrivateMariaDB, nil}, true},
+		{serverKillCase{"stop in the claim/idempotent/Redis", strategies.StrategyIdempotent, startPrivateRedis, nil}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			srv, sink := c.start(t)
-			r, finish := startKillRun(t, c, sink, "--log-level", "debug")
-			p := r.p
-			q := startGroupProc(t, "run2", r.dir, Env(), p.cmd.Args[1:])
-			gen := waitSettled(t, "two processes to share the partitions", 0, p, q)
-
-			killLine := p.lineCount()
-			srv.kill(t)
-			killed := time.Now()
-			p.waitLine(t, killLine, killOutage, "the run to log the outage (\"server unreachable\")",
-				func(l string) bool { return strings.Contains(l, unreachableMarker) })
-			stopGroupProc(t, q)
-			// p's new session, with every partition, starts while the
-			// server is dead (its claim waits for the server).
-			p.waitLine(t, killLine, killOutage, "a new session", func(l string) bool {
-				m := joinedRE.FindStringSubmatch(l)
-				if m == nil {
-					return false
-				}
-				g, _ := strconv.Atoi(m[1])
-				return g > gen
-			})
-			t.Logf("%s stopped, the group rebalanced %s after the kill", q.name, time.Since(killed).Round(time.Millisecond))
-			time.Sleep(killOutage - time.Since(killed))
-			p.requireRunning(t)
-			srv.start(t)
-			produced, amount := finish()
-			if ps := p.exit(t, 3*time.Minute); ps.ExitCode() != 0 {
-				t.Fatalf("the run ended %v after a %s outage of its sink with a rebalance in it, want exit 0 at idle; log %s:\n%s", ps, killOutage, p.logPath, tail(p.snapshot(), 40))
-			}
-			checkGroupSink(t, openGroupSink(t, string(c.strategy), sink), r.brokers, r.topic, r.job, string(c.strategy), r.dir, produced, amount)
+			testServerKillRebalance(t, c.serverKillCase, c.stopInClaim)
 		})
 	}
+}
+
+func testServerKillRebalance(t *testing.T, c serverKillCase, stopInClaim bool) {
+	srv, sink := c.start(t)
+	r, finish := startKillRun(t, c, sink, "--log-level", "debug")
+	p := r.p
+	q := startGroupProc(t, "run2", r.dir, Env(), p.cmd.Args[1:])
+	gen := waitSettled(t, "two processes to share the partitions", 0, p, q)
+
+	killLine := p.lineCount()
+	srv.kill(t)
+	killed := time.Now()
+	p.waitLine(t, killLine, killOutage, "the run to log the outage (\"server unreachable\")",
+		func(l string) bool { return strings.Contains(l, unreachableMarker) })
+	stopGroupProc(t, q)
+	// p's new session, with every partition, starts while the server is
+	// dead (its claim waits for the server).
+	joined := p.waitLine(t, killLine, killOutage, "a new session", func(l string) bool {
+		m := joinedRE.FindStringSubmatch(l)
+		if m == nil {
+			return false
+		}
+		g, _ := strconv.Atoi(m[1])
+		return g > gen
+	})
+	t.Logf("%s stopped, the group rebalanced %s after the kill", q.name, time.Since(killed).Round(time.Millisecond))
+	if stopInClaim {
+		stopped := time.Now()
+		stopGroupProc(t, p)
+		if as := p.lastAssignment(); as.line > joined {
+			t.Fatalf("%s was assigned its partitions before the stop (%s): the stop missed the claim", p.name, p.linesFrom(as.line)[0])
+		}
+		t.Logf("%s stopped in its claim, %s after SIGTERM", p.name, time.Since(stopped).Round(time.Millisecond))
+	}
+	time.Sleep(killOutage - time.Since(killed))
+	if !stopInClaim {
+		p.requireRunning(t)
+	}
+	srv.start(t)
+	produced, amount := finish()
+	if stopInClaim {
+		p = startGroupProc(t, "final", r.dir, Env(), p.cmd.Args[1:])
+	}
+	if ps := p.exit(t, 3*time.Minute); ps.ExitCode() != 0 {
+		t.Fatalf("%s ended %v after a %s outage of its sink with a rebalance in it, want exit 0 at idle; log %s:\n%s", p.name, ps, killOutage, p.logPath, tail(p.snapshot(), 40))
+	}
+	checkGroupSink(t, openGroupSink(t, string(c.strategy), sink), r.brokers, r.topic, r.job, string(c.strategy), r.dir, produced, amount)
 }
