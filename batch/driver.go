@@ -175,6 +175,9 @@ type Driver struct {
 	// Prepare, when set, runs after a batch is planned and before any of
 	// its tasks: the place to log the plan durably (the `idempotent`
 	// strategy's offset log). An error stops the run before the batch.
+	// Its ctx carries the run's stop (WithStop): one that waits (for a
+	// sink that is down) may give up on it with ErrStopped, which ends the
+	// run as a stop, not a failure. So may BatchIDs.
 	Prepare func(ctx context.Context, b Info, ranges []record.Range) error
 
 	// Commit, when set, makes a whole batch durable at once after all its
@@ -315,11 +318,20 @@ func (r *run) idle(ctx context.Context, tick time.Time, bounds map[int32]Bounds)
 func (r *run) batch(ctx context.Context, ranges []record.Range, bounds map[int32]Bounds) (done bool, err error) {
 	d := r.d
 	if r.batchID, err = d.nextBatchID(ctx, r.batchID); err != nil {
+		if errors.Is(err, ErrStopped) && ctx.Err() != nil {
+			return true, nil // a stop while the sink was down: no batch began
+		}
 		return false, err
 	}
 	b := Info{ID: r.batchID, Epoch: d.Epoch}
 	if d.Prepare != nil {
-		if err := d.Prepare(context.WithoutCancel(ctx), b, ranges); err != nil {
+		// A stop ends a Prepare that waits (for a sink that is down) with
+		// ErrStopped: the batch reads nothing, and a plan that was
+		// recorded after all is finished by the next session's recovery.
+		if err := d.Prepare(WithStop(context.WithoutCancel(ctx), ctx.Done()), b, ranges); err != nil {
+			if errors.Is(err, ErrStopped) && ctx.Err() != nil {
+				return true, nil
+			}
 			err = fmt.Errorf("preparing batch %d: %w", b.ID, err)
 			if !d.drops(err) {
 				return false, err
@@ -514,7 +526,9 @@ func (d *Driver) nextBatchID(ctx context.Context, last int64) (int64, error) {
 	if d.BatchIDs == nil {
 		return last + 1, nil
 	}
-	id, err := d.BatchIDs(context.WithoutCancel(ctx))
+	// The stop is carried (WithStop): a BatchIDs that waits for a sink
+	// that is down gives up on it with ErrStopped.
+	id, err := d.BatchIDs(WithStop(context.WithoutCancel(ctx), ctx.Done()))
 	if err != nil {
 		return 0, fmt.Errorf("allocating a batch id: %w", err)
 	}

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -275,5 +276,59 @@ func (w *waitingRead) check(t *testing.T, r runResult) {
 	}
 	if n := len(w.log.calls()); n != 3 {
 		t.Errorf("%d tasks ran, want 3 (no batch after the stop)", n)
+	}
+}
+
+// TestDriverStopEndsWaitingPrepare: a stop while BatchIDs or Prepare waits
+// for a sink that is down (they retry until it answers, watching
+// StopRequested) ends the run at once, as a stop: Run returns nil and no
+// task ran. (Before, both got a context without the stop, and the run
+// waited for the sink — 15 minutes by default — past its stop.)
+func TestDriverStopEndsWaitingPrepare(t *testing.T) {
+	for _, step := range []string{"BatchIDs", "Prepare"} {
+		t.Run(step, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := map[int32]int64{0: 0}
+				src := newFakeSource(start, map[int32]int64{0: 5})
+				var log taskLog
+				waiting := make(chan struct{})
+				// wait stands for a step that retries a sink that is down:
+				// it ends on the stop, or after an hour.
+				wait := func(ctx context.Context) error {
+					close(waiting)
+					select {
+					case <-StopRequested(ctx):
+						return fmt.Errorf("waiting for the sink: %w", ErrStopped)
+					case <-time.After(time.Hour):
+						return errors.New("not stopped")
+					}
+				}
+				d := &Driver{Source: src, Task: readingTask(&log, src, 0), Topic: "events",
+					Next: maps.Clone(start), Interval: time.Second}
+				if step == "BatchIDs" {
+					d.BatchIDs = func(ctx context.Context) (int64, error) { return 1, wait(ctx) }
+				} else {
+					d.Prepare = func(ctx context.Context, b Info, ranges []record.Range) error { return wait(ctx) }
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan error, 1)
+				go func() {
+					_, err := d.Run(ctx)
+					done <- err
+				}()
+				<-waiting
+				began := time.Now()
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatalf("Run = %v, want nil (a stop)", err)
+				}
+				if el := time.Since(began); el != 0 {
+					t.Errorf("Run took %v of virtual time to stop, want 0", el)
+				}
+				if n := len(log.calls()); n != 0 {
+					t.Errorf("%d tasks ran, want none", n)
+				}
+			})
+		})
 	}
 }

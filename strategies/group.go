@@ -484,7 +484,17 @@ func (g *groupRun) Setup(sess sarama.ConsumerGroupSession) error {
 		g.cfg.retry.out.Up(g.cfg.retry.kafka) // the group answers: an outage of Kafka is over
 	}
 	g.log.Debug("joined consumer group", "generation", s.Generation, "partitions", len(parts))
-	d, epoch, err := g.start(context.WithoutCancel(sess.Context()), s)
+	// The claim is not cut short by the session's end (WithoutCancel), but
+	// carries it as its stop: a claim that waits for a server that is down
+	// (under --outage-timeout, minutes) gives up when the run stops or the
+	// group rebalances, and the next session claims again (a claim and a
+	// recovery may be repeated).
+	sctx := sess.Context()
+	d, epoch, err := g.start(batch.WithStop(context.WithoutCancel(sctx), sctx.Done()), s)
+	if errors.Is(err, batch.ErrStopped) && sctx.Err() != nil {
+		g.log.Debug("session ended during the claim", "generation", s.Generation, "err", err)
+		return nil
+	}
 	if isFenced(err) {
 		// The group moved on while we claimed: this session is stale.
 		g.log.Warn("claim fenced: rejoining the group", "generation", s.Generation, "err", err)

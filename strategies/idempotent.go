@@ -56,15 +56,27 @@ func (s *idempotentStrategy) stored(ctx context.Context) (map[int32]int64, error
 
 // start claims the partitions (startIdempotent), finishes their logged
 // batches, and plans from their offsets.
+//
+// A session can start while Redis is down (a rebalance during an outage):
+// the whole start is retried under the run's retry policy, as the SQL
+// strategies' claim is. Each step may be repeated: a repeated claim takes
+// a newer epoch, and finishing a logged batch again overwrites the same
+// keys.
 func (s *idempotentStrategy) start(ctx context.Context, sess session, d *batch.Driver) (int64, error) {
-	st, err := startIdempotent(ctx, s.j, s.src, s.cfg, sess, s.crash)
-	if err != nil {
-		return 0, err
-	}
-	if err := st.recover(ctx, s.cfg.Topic, sess.Partitions); err != nil {
-		return 0, err
-	}
-	all, err := s.j.Offsets(ctx, s.cfg.Topic)
+	var (
+		st  *idempotent
+		all map[int32]int64
+	)
+	_, err := withRetry(ctx, s.cfg.retry, fmt.Sprintf("claiming partitions of job %q", s.cfg.Job), func() (err error) {
+		if st, err = startIdempotent(ctx, s.j, s.src, s.cfg, sess, s.crash); err != nil {
+			return err
+		}
+		if err = st.recover(ctx, s.cfg.Topic, sess.Partitions); err != nil {
+			return err
+		}
+		all, err = s.j.Offsets(ctx, s.cfg.Topic)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}

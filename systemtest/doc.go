@@ -24,6 +24,11 @@
 //   - group_*_test.go: processes of one job in a consumer group: scale-out,
 //     a fenced zombie, jobs kept apart, a newcomer refused, kills during
 //     the join.
+//   - server_kill_test.go: the sink's server (a private MariaDB or Redis,
+//     private_server_test.go) SIGKILLed mid-run and back after 20 s on the
+//     same data: txn, checkpoint (XA, write-ahead) and idempotent runs wait
+//     it out and end exact, a rebalance during the outage too; with
+//     --outage-timeout they exit 3.
 //   - restart_test.go: restarts with default flags, --until-idle with dead
 //     members, processes on one host.
 //   - aborted_tail_test.go, overflow_test.go, deadletters_memory_test.go,
