@@ -186,7 +186,14 @@ func TestServerKillOutageTimeout(t *testing.T) {
 	p := r.p
 
 	srv.kill(t)
-	killed := time.Now()
+	requireOutageExit(t, p, time.Now(), killTimeout, "127.0.0.1:"+strconv.Itoa(srv.port))
+}
+
+// requireOutageExit waits for p, whose server was killed at killed and
+// left dead: it must exit 3 once the outage lasted timeout (within 30 s
+// more), its last line naming the server and the timeout.
+func requireOutageExit(t *testing.T, p *groupProc, killed time.Time, timeout time.Duration, server string) {
+	t.Helper()
 	ps := p.exit(t, 2*time.Minute)
 	after := time.Since(killed)
 	lines := p.snapshot()
@@ -198,12 +205,11 @@ func TestServerKillOutageTimeout(t *testing.T) {
 	if ps.ExitCode() != 3 {
 		t.Fatalf("the run ended %v, want exit 3 (server unreachable); log %s:\n%s", ps, p.logPath, tail(lines, 40))
 	}
-	if after < killTimeout || after > killTimeout+30*time.Second {
-		t.Errorf("exit 3 %s after the kill, want once the outage lasted --outage-timeout %s", after.Round(time.Millisecond), killTimeout)
+	if after < timeout || after > timeout+30*time.Second {
+		t.Errorf("exit 3 %s after the kill, want once the outage lasted --outage-timeout %s", after.Round(time.Millisecond), timeout)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(srv.port)
-	if !strings.Contains(last, addr) || !strings.Contains(last, "--outage-timeout "+killTimeout.String()) {
-		t.Errorf("the last line does not name the server (%s) and the timeout (--outage-timeout %s): %s", addr, killTimeout, last)
+	if !strings.Contains(last, server) || !strings.Contains(last, "--outage-timeout "+timeout.String()) {
+		t.Errorf("the last line does not name the server (%s) and the timeout (--outage-timeout %s): %s", server, timeout, last)
 	}
 }
 
