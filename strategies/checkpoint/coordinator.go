@@ -28,7 +28,7 @@ const (
 	sinkChunks    = 32
 	readSpan      = 20_000
 	boundsPoll    = 20 * time.Millisecond
-	maxPollErrors = 50 // consecutive failed offset polls before the attempt fails
+	staleBounds   = time.Second // ends older than this leave the lag unknown
 )
 
 // item travels between stages: a chunk of records, or a barrier.
@@ -82,6 +82,7 @@ type pipeline struct {
 	sinkDone chan int // a sink finished its final commit
 
 	bounds    atomic.Pointer[map[int32]batch.Bounds]
+	boundsAt  atomic.Int64 // unix nanoseconds of the last successful poll
 	read      func(context.Context, record.Range, func(*batch.Record) error) error // r.src.Read; tests replace it
 	completed int64
 	nextID    int64
@@ -158,7 +159,9 @@ func (p *pipeline) run(ctx context.Context, res *Result) error {
 		if final {
 			return p.finish(gctx, g, cancelTasks)
 		}
-		if prog.Lag != 0 {
+		if prog.Lag != 0 || p.boundsStale() {
+			// Ends not read lately (Kafka does not answer) leave the lag
+			// unknown, not zero: not idle.
 			idleSince = time.Time{}
 		} else if idleSince.IsZero() {
 			idleSince = time.Now()
@@ -333,14 +336,22 @@ func (p *pipeline) pollBounds(ctx context.Context) error {
 		return fmt.Errorf("reading offsets of topic %q: %w", p.r.cfg.Topic, err)
 	}
 	p.bounds.Store(&b)
+	p.boundsAt.Store(time.Now().UnixNano())
 	return nil
 }
 
-// poller keeps the last stable offsets fresh for the sources.
+// boundsStale reports that the partitions' ends were not read for
+// staleBounds: the lag computed from them may be a stale zero.
+func (p *pipeline) boundsStale() bool {
+	return time.Since(time.Unix(0, p.boundsAt.Load())) > staleBounds
+}
+
+// poller keeps the last stable offsets fresh for the sources. Kafka not
+// answering is an outage under the run's retry policy: logged once, and
+// the attempt fails once it lasted past the outage timeout.
 func (p *pipeline) poller(ctx context.Context) error {
 	t := time.NewTicker(boundsPoll)
 	defer t.Stop()
-	fails := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -348,12 +359,12 @@ func (p *pipeline) poller(ctx context.Context) error {
 		case <-t.C:
 		}
 		if err := p.pollBounds(ctx); err != nil {
-			if fails++; fails >= maxPollErrors {
-				return err
+			if _, ferr := p.r.out.Failed(p.r.kafka, "reading the topic's offsets", err); ferr != nil {
+				return fatal{ferr}
 			}
 			continue
 		}
-		fails = 0
+		p.r.out.Up(p.r.kafka)
 	}
 }
 
