@@ -297,13 +297,14 @@ func runGroup(ctx context.Context, cfg Config, client sarama.Client, all []int32
 		case <-time.After(wait):
 		}
 	}
-	if cfg.Group.InstanceID != "" && !errors.Is(err, sarama.ErrFencedInstancedId) {
+	if cfg.Group.InstanceID != "" && !errors.Is(err, sarama.ErrFencedInstancedId) && !errors.Is(err, ErrUnreachable) {
 		// A static member stays in the group after its client closes, until
 		// its session times out: that is what lets a crashed process's
 		// restart take its place. A process that stops on purpose leaves by
 		// its instance id instead, so that the others take its partitions
 		// now. (Fenced: the id is another process's now; leaving would
-		// remove that one.)
+		// remove that one. Unreachable: Kafka did not answer for the whole
+		// outage timeout; its session times the member out.)
 		if lerr := leaveStatic(client, cfg.Group.ID, cfg.Group.InstanceID); lerr != nil {
 			g.log.Warn("leaving consumer group", "group", cfg.Group.ID, "instance", cfg.Group.InstanceID, "err", lerr)
 		}

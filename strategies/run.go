@@ -2,6 +2,7 @@ package strategies
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"time"
@@ -174,9 +175,11 @@ func (r *batchRun) run(ctx context.Context) (res Result, err error) {
 	}
 	res.Summary, res.Epoch, err = runGroup(ctx, *cfg, r.client, r.src.Partitions(), r.startSession, onStart)
 	res.Started = res.Epoch != 0
-	if res.Started {
+	if res.Started && !errors.Is(err, ErrUnreachable) {
 		// The run's last word on lag is the whole job's, whichever process
 		// holds which partition: "lag=0" must mean nothing is left behind.
+		// (Not after an outage that ended the run: its server just failed
+		// for the whole outage timeout.)
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if bounds, berr := r.src.Bounds(lctx); berr == nil {

@@ -211,6 +211,12 @@ func requireOutageExit(t *testing.T, p *groupProc, killed time.Time, timeout tim
 	if !strings.Contains(last, server) || !strings.Contains(last, "--outage-timeout "+timeout.String()) {
 		t.Errorf("the last line does not name the server (%s) and the timeout (--outage-timeout %s): %s", server, timeout, last)
 	}
+	// Its lag is not known: the last one (0) would read as caught up.
+	for _, l := range lines {
+		if strings.Contains(l, `msg="run finished"`) && !strings.Contains(l, "lag=unknown") {
+			t.Errorf("the run's last lag after an outage that ended it: %s", l)
+		}
+	}
 }
 
 // TestServerKillRebalance: two processes of a job share its partitions

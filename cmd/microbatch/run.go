@@ -311,7 +311,7 @@ func (rp runPlan) run(ctx context.Context, s *settings, out *output) error {
 		return configError{err}
 	}
 	if res.Started {
-		logFinished(log, cfg, res)
+		logFinished(log, cfg, res, err)
 	}
 	out.done()
 	if err != nil {
@@ -363,15 +363,21 @@ func (e allDeadLettersError) Error() string {
 		e.res.DeadLetters, e.res.DeadLetterReason, e.job)
 }
 
-// logFinished logs a started run's outcome.
-func logFinished(log *slog.Logger, cfg strategies.Config, res strategies.Result) {
+// logFinished logs a started run's outcome, err its error. After an
+// outage that ended the run the lag is not known: its last value would
+// read as caught up.
+func logFinished(log *slog.Logger, cfg strategies.Config, res strategies.Result, err error) {
 	rate := 0.0
 	if res.Elapsed > 0 {
 		rate = float64(res.Records+res.DeadLetters) / res.Elapsed.Seconds()
 	}
+	var lag any = res.Lag
+	if errors.Is(err, strategies.ErrUnreachable) {
+		lag = "unknown"
+	}
 	log.Info("run finished", "job", cfg.Job, "strategy", cfg.Strategy, "epoch", res.Epoch, "batches", res.Batches,
 		"records", res.Records, "dead_letters", res.DeadLetters, "fenced", res.Fenced, "elapsed", res.Elapsed.Round(time.Millisecond),
-		"records_per_sec", int64(rate), "lag", res.Lag, "rolled_back", res.RolledBack)
+		"records_per_sec", int64(rate), "lag", lag, "rolled_back", res.RolledBack)
 }
 
 // groupSettings reads the consumer-group settings.

@@ -25,10 +25,10 @@ const (
 	// sinkChunks are buffered before each sink: it stops reading while it
 	// pre-commits and commits (round trips to its server), and this much
 	// room lets the sources and operators go on meanwhile.
-	sinkChunks    = 32
-	readSpan      = 20_000
-	boundsPoll    = 20 * time.Millisecond
-	staleBounds   = time.Second // ends older than this leave the lag unknown
+	sinkChunks  = 32
+	readSpan    = 20_000
+	boundsPoll  = 20 * time.Millisecond
+	staleBounds = time.Second // ends older than this leave the lag unknown
 )
 
 // item travels between stages: a chunk of records, or a barrier.
@@ -82,7 +82,7 @@ type pipeline struct {
 	sinkDone chan int // a sink finished its final commit
 
 	bounds    atomic.Pointer[map[int32]batch.Bounds]
-	boundsAt  atomic.Int64 // unix nanoseconds of the last successful poll
+	boundsAt  atomic.Int64                                                         // unix nanoseconds of the last successful poll
 	read      func(context.Context, record.Range, func(*batch.Record) error) error // r.src.Read; tests replace it
 	completed int64
 	nextID    int64
