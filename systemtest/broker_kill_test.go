@@ -28,22 +28,11 @@ const (
 	brokerKillBefore = 20_000
 	brokerKillAfter  = 10_000
 	brokerKillSeed   = 25
-	// brokerKillMaxWarns bounds the WARN lines the run may log from the
-	// kill to its end.
-	brokerKillMaxWarns = 5
 	// brokerKillIdle is the run's --until-idle: far shorter than the
 	// outage, which must not count as idle time (the lag is unknown while
 	// Kafka does not answer, not zero).
 	brokerKillIdle = 3 * time.Second
 )
-
-const (
-	brokerKillLostMarker = `msg="server unreachable`
-	brokerKillBackMarker = `msg="server is back"`
-	brokerKillCkptMarker = `msg="checkpoint completed"`
-)
-
-var brokerKillWarnRE = regexp.MustCompile(`\blevel=WARN\b`)
 
 var brokerKillDownRE = regexp.MustCompile(`msg="server is back".* down_for=(\S+)`)
 
@@ -83,7 +72,7 @@ func TestBrokerKill(t *testing.T) {
 		// among them, which Apache Kafka keeps until their timeout.
 		{"checkpoint/files", strategies.StrategyCheckpoint,
 			func(t *testing.T, _ string) string { return "file://" + t.TempDir() + "/out" },
-			brokerKillStateDir, brokerKillCkptMarker, brokerKillIdle},
+			brokerKillStateDir, ckptDoneMarker, brokerKillIdle},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -135,7 +124,7 @@ func testBrokerKill(t *testing.T, c brokerKillCase) {
 	// Still running at the kill, or the kill missed.
 	p.requireRunning(t)
 	lost := p.waitLine(t, killLine, brokerKillOutage, "the run to log the outage (\"server unreachable\")",
-		func(l string) bool { return strings.Contains(l, brokerKillLostMarker) })
+		func(l string) bool { return strings.Contains(l, unreachableMarker) })
 	t.Logf("the run noticed the kill %s after it: %s", time.Since(killed).Round(time.Millisecond), p.linesFrom(lost)[0])
 	time.Sleep(brokerKillOutage - time.Since(killed))
 	p.requireRunning(t)
@@ -154,22 +143,7 @@ func testBrokerKill(t *testing.T, c brokerKillCase) {
 	if ps := p.exit(t, 2*time.Minute); ps.ExitCode() != 0 {
 		t.Fatalf("the run ended %v after a %s outage of its broker, want exit 0 at idle; log %s:\n%s", ps, brokerKillOutage, p.logPath, tail(p.snapshot(), 40))
 	}
-	var warns []string
-	for _, l := range p.linesFrom(killLine) {
-		if brokerKillWarnRE.MatchString(l) {
-			warns = append(warns, l)
-		}
-	}
-	if len(warns) > brokerKillMaxWarns {
-		t.Errorf("%d WARN lines from the kill on, want at most %d:\n%s", len(warns), brokerKillMaxWarns, strings.Join(warns, "\n"))
-	}
-	back := ""
-	for _, l := range p.linesFrom(lost) {
-		if strings.Contains(l, brokerKillBackMarker) {
-			back = l
-			break
-		}
-	}
+	warns, back := outageLines(t, p, killLine, lost)
 	// Back once the broker answered again, not at the first empty
 	// checkpoint completed during the outage.
 	if m := brokerKillDownRE.FindStringSubmatch(back); m == nil {

@@ -146,21 +146,9 @@ func testServerKill(t *testing.T, c serverKillCase) {
 	if ps := p.exit(t, 3*time.Minute); ps.ExitCode() != 0 {
 		t.Fatalf("the run ended %v after a %s outage of its sink, want exit 0 at idle; log %s:\n%s", ps, killOutage, p.logPath, tail(p.snapshot(), 40))
 	}
-	var warns []string
-	for _, l := range p.linesFrom(killLine) {
-		if warnRE.MatchString(l) {
-			warns = append(warns, l)
-		}
-	}
-	if len(warns) > killMaxWarns {
-		t.Errorf("%d WARN lines from the kill on, want at most %d:\n%s", len(warns), killMaxWarns, strings.Join(warns, "\n"))
-	}
-	back := "no \"server is back\" line"
-	for _, l := range p.linesFrom(lost) {
-		if strings.Contains(l, backMarker) {
-			back = l
-			break
-		}
+	warns, back := outageLines(t, p, killLine, lost)
+	if back == "" {
+		back = "no \"server is back\" line"
 	}
 	t.Logf("%d events; %s; %d WARN lines from the kill on:\n%s", produced, back, len(warns), strings.Join(warns, "\n"))
 	if c.strategy == strategies.StrategyCheckpoint {
@@ -187,6 +175,27 @@ func TestServerKillOutageTimeout(t *testing.T) {
 
 	srv.kill(t)
 	requireOutageExit(t, p, time.Now(), killTimeout, "127.0.0.1:"+strconv.Itoa(srv.port))
+}
+
+// outageLines checks that p logged at most killMaxWarns WARN lines from
+// line killLine on, and returns them with the first "server is back" line
+// from line lost on ("" if none).
+func outageLines(t *testing.T, p *groupProc, killLine, lost int) (warns []string, back string) {
+	t.Helper()
+	for _, l := range p.linesFrom(killLine) {
+		if warnRE.MatchString(l) {
+			warns = append(warns, l)
+		}
+	}
+	if len(warns) > killMaxWarns {
+		t.Errorf("%d WARN lines from the kill on, want at most %d:\n%s", len(warns), killMaxWarns, strings.Join(warns, "\n"))
+	}
+	for _, l := range p.linesFrom(lost) {
+		if strings.Contains(l, backMarker) {
+			return warns, l
+		}
+	}
+	return warns, ""
 }
 
 // requireOutageExit waits for p, whose server was killed at killed and
