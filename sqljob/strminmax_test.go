@@ -2,6 +2,7 @@ package sqljob_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -114,6 +115,12 @@ func testStringMinMaxSink(t *testing.T, dsn string, opts sqljob.Options) string 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return strRows(t, rows)
+}
+
+// strRows reads rows of (k, lo, hi, up, n) as text, the bytes quoted.
+func strRows(t *testing.T, rows *sql.Rows) string {
+	t.Helper()
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
@@ -129,6 +136,9 @@ func testStringMinMaxSink(t *testing.T, dsn string, opts sqljob.Options) string 
 			return fmt.Sprintf("%q", b)
 		}
 		out = append(out, fmt.Sprintf("%s %s %s %s %d", k, show(lo), show(hi), show(up), n))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return strings.Join(out, "; ")
 }
@@ -172,27 +182,11 @@ func TestStringMinMaxMariaDB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var their []string
 	rows, err := db.Query("SELECT k, MIN(name), MAX(name), MAX(UPPER(CONVERT(name USING utf8mb4) COLLATE utf8mb4_bin)), COUNT(*) FROM raw GROUP BY k ORDER BY k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var k, lo, hi, up []byte
-		var n int64
-		if err := rows.Scan(&k, &lo, &hi, &up, &n); err != nil {
-			t.Fatal(err)
-		}
-		show := func(b []byte) string {
-			if b == nil {
-				return "NULL"
-			}
-			return fmt.Sprintf("%q", b)
-		}
-		their = append(their, fmt.Sprintf("%s %s %s %s %d", k, show(lo), show(hi), show(up), n))
-	}
-	if got := strings.Join(their, "; "); got != strSinkWant {
+	if got := strRows(t, rows); got != strSinkWant {
 		t.Errorf("MariaDB's MIN/MAX %s, the job's %s", got, strSinkWant)
 	}
 }
