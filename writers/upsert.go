@@ -33,7 +33,27 @@ const (
 	MergeMinBytes
 	// MergeMaxBytes keeps the greatest text, as MergeMinBytes.
 	MergeMaxBytes
+	// MergeAppend inserts every row as a row of its own: an Upsert
+	// without Keys (a row job's append, as INSERT INTO … SELECT), where
+	// two equal rows are two rows. Only as Upsert.Merge, never in Merges.
+	MergeAppend
 )
+
+// Delete, as the first value column's value of a row of a MergeReplace
+// upsert, makes that row a delete of its key: the row with the key, if
+// any, is removed (a Kafka tombstone in a row job). The row's other value
+// columns are ignored. Within one write, the last row of a key wins,
+// whether it replaces or deletes.
+var Delete any = deleteRow{}
+
+type deleteRow struct{}
+
+func (deleteRow) String() string { return "DELETE" }
+
+// IsDelete reports whether row, a row of u, deletes its key (Delete).
+func (u Upsert) IsDelete(row []any) bool {
+	return u.Merge == MergeReplace && u.Merges == nil && len(row) > len(u.Keys) && row[len(u.Keys)] == Delete
+}
 
 // Bytes reports whether m keeps the least or the greatest text
 // (MergeMinBytes, MergeMaxBytes): its values are strings, not numbers.
@@ -68,6 +88,8 @@ func (m Merge) String() string {
 		return "min bytes"
 	case MergeMaxBytes:
 		return "max bytes"
+	case MergeAppend:
+		return "append"
 	}
 	return fmt.Sprintf("Merge(%d)", int(m))
 }
@@ -111,11 +133,16 @@ var Totals = Upsert{Table: TotalsTable, Keys: []string{"job", "k"}, Values: []st
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-// Validate checks the names, that there are key and value columns, and
-// the merge rules: Merge is MergeAdd or MergeReplace; Merges, if not nil,
-// has a known rule for each value column.
+// Validate checks the names, that there are key and value columns (value
+// columns only for MergeAppend), and the merge rules: Merge is MergeAdd,
+// MergeReplace or MergeAppend; Merges, if not nil, has a known rule for
+// each value column.
 func (u Upsert) Validate() error {
-	if len(u.Keys) == 0 || len(u.Values) == 0 {
+	if u.Merge == MergeAppend {
+		if len(u.Keys) != 0 || len(u.Values) == 0 || u.Merges != nil {
+			return fmt.Errorf("%w: an append into %q has value columns only: no Keys, no Merges", ErrBadMerge, u.Table)
+		}
+	} else if len(u.Keys) == 0 || len(u.Values) == 0 {
 		return fmt.Errorf("%w: upsert into %q needs key and value columns", ErrBadIdentifier, u.Table)
 	}
 	for _, n := range append(append([]string{u.Table}, u.Keys...), u.Values...) {
@@ -124,7 +151,7 @@ func (u Upsert) Validate() error {
 		}
 	}
 	if u.Merges == nil {
-		if u.Merge != MergeAdd && u.Merge != MergeReplace {
+		if u.Merge != MergeAdd && u.Merge != MergeReplace && u.Merge != MergeAppend {
 			return fmt.Errorf("%w: upsert into %s has Merge %v; MergeMin and MergeMax are per-column rules (Merges)", ErrBadMerge, u.Table, u.Merge)
 		}
 		return nil
@@ -133,7 +160,7 @@ func (u Upsert) Validate() error {
 		return fmt.Errorf("%w: upsert into %s has %d merge rules for %d value columns %v", ErrBadMerge, u.Table, len(u.Merges), len(u.Values), u.Values)
 	}
 	for i, m := range u.Merges {
-		if m < MergeAdd || m > MergeMaxBytes {
+		if m < MergeAdd || m > MergeMaxBytes { // MergeAppend is a whole upsert's, not a column's
 			return fmt.Errorf("%w: upsert into %s: column %s has unknown rule %v", ErrBadMerge, u.Table, u.Values[i], m)
 		}
 	}
