@@ -272,8 +272,8 @@ func (r *run) step(ctx context.Context, tick time.Time) (ranges []record.Range, 
 	d := r.d
 	bounds, err := d.Source.Bounds(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, true, nil // a stop, not a failure
+		if ctx.Err() != nil || errors.Is(err, ErrStopped) {
+			return nil, true, nil // a stop, not a failure (a source that retries gives up on the stop request)
 		}
 		return nil, false, fmt.Errorf("reading partition offsets: %w", err)
 	}

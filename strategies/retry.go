@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/IBM/sarama"
+
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies/internal/shared"
@@ -99,4 +101,34 @@ func settle(ctx context.Context, w *sqlsink.Writer, err error, advs ...offsets.A
 		}
 	}
 	return nil
+}
+
+// boundsSource is the run's source with its partition bounds — read
+// before every batch — read under the run's retry policy: a broker that
+// stops answering between batches is an outage to wait out (logged once,
+// for --outage-timeout), not the end of the run. (The source's own few
+// quick retries cover a leader that moved; its records are read by the
+// partition tasks, under withReadRetry.)
+type boundsSource struct {
+	batch.Source
+	retry *retryPolicy
+}
+
+func (s boundsSource) Bounds(ctx context.Context) (map[int32]batch.Bounds, error) {
+	var b map[int32]batch.Bounds
+	_, err := s.retry.out.Retry(ctx, "reading partition offsets", []string{s.retry.kafka}, s.classifyBounds, func() (err error) {
+		b, err = s.Source.Bounds(ctx)
+		return err
+	})
+	return b, err
+}
+
+// classifyBounds: a bounds read that failed is Kafka's, and worth another
+// attempt unless it was refused for good — access denied, the topic gone —
+// or the run is stopping.
+func (s boundsSource) classifyBounds(err error) (string, bool) {
+	permanent := errors.Is(err, sarama.ErrTopicAuthorizationFailed) || errors.Is(err, sarama.ErrClusterAuthorizationFailed) ||
+		errors.Is(err, sarama.ErrSASLAuthenticationFailed) || errors.Is(err, sarama.ErrUnknownTopicOrPartition) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, batch.ErrStopped)
+	return s.retry.kafka, !permanent
 }

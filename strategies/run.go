@@ -196,7 +196,7 @@ func (r *batchRun) run(ctx context.Context) (res Result, err error) {
 func (r *batchRun) startSession(ctx context.Context, s session) (*batch.Driver, int64, error) {
 	cfg := r.cfg
 	d := &batch.Driver{
-		Source:      r.src,
+		Source:      boundsSource{Source: r.src, retry: cfg.retry},
 		Topic:       cfg.Topic,
 		Interval:    cfg.Interval,
 		MaxRecords:  cfg.MaxBatchRecords,
