@@ -109,8 +109,11 @@ type Recorder struct {
 	epoch     int64
 	totals    Totals
 	waiting   map[string]Waiting
-	// outages is the length of the outages that ended.
-	outages time.Duration
+	// outages is the time spent waiting in the outages that ended; while
+	// one lasts, waitingSince is when the job began waiting (outages of
+	// two servers at once count once: it is the job's waiting time).
+	outages      time.Duration
+	waitingSince time.Time
 }
 
 type metrics struct {
@@ -169,7 +172,7 @@ func NewRecorder(info Info, keep int) *Recorder {
 	}, r.sinkUp))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "microbatch_outage_seconds_total",
-		Help: "Seconds the job spent waiting for a lost server (the sink or Kafka), the outage in progress included.",
+		Help: "Seconds the job spent waiting for a lost server (the sink or Kafka; both lost at once count once), the outage in progress included.",
 	}, r.outageSeconds))
 	info1 := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "microbatch_info", Help: "The job this process runs (always 1).",
@@ -260,12 +263,17 @@ func (r *Recorder) Outage(server string, sink, down bool, since time.Time) {
 		r.waiting = map[string]Waiting{}
 	}
 	if down {
+		if len(r.waiting) == 0 || since.Before(r.waitingSince) {
+			r.waitingSince = since
+		}
 		r.waiting[server] = Waiting{Server: server, Sink: sink, Since: since}
 		return
 	}
-	if w, ok := r.waiting[server]; ok {
-		r.outages += time.Since(w.Since)
+	if _, ok := r.waiting[server]; ok {
 		delete(r.waiting, server)
+		if len(r.waiting) == 0 {
+			r.outages += time.Since(r.waitingSince)
+		}
 	}
 }
 
@@ -284,8 +292,8 @@ func (r *Recorder) outageSeconds() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := r.outages
-	for _, w := range r.waiting {
-		d += time.Since(w.Since)
+	if len(r.waiting) > 0 {
+		d += time.Since(r.waitingSince)
 	}
 	return d.Seconds()
 }
