@@ -8,6 +8,8 @@
 #   scripts/services.sh status   show what is running (exit 0 only if all three answer)
 #   scripts/services.sh stop     stop them (SIGTERM, then SIGKILL after a bound) and remove the state dir
 #   scripts/services.sh kafka-tool CLASS ARGS...   run a Kafka CLI class (TopicCommand, ConsoleProducer, ...)
+#   scripts/services.sh kafka-libs   print the directory of the Kafka jars (exit 1 if `start` has not installed them);
+#                                    the system tests start private brokers from it
 #
 # No systemd/service is used: every server is a plain background process, so
 # this works in a bare container or CI. Needs root (or sudo) only to apt-get
@@ -937,8 +939,17 @@ cmd_kafka_tool() {
 	exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "${conf[@]}" -cp "$libs/*" "$@"
 }
 
+# Print the directory of the cached Kafka jars (of the version running, or
+# else of the wanted one), for tests that start a private broker of their own.
+cmd_kafka_libs() {
+	local libs
+	libs="$(kafka_libs_dir "$(kafka_running_version)")"
+	[[ -f $libs/.complete ]] || die "no Kafka jars in $libs yet; scripts/services.sh start installs them"
+	printf '%s\n' "$libs"
+}
+
 usage() {
-	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 case "${1:-}" in
@@ -950,6 +961,7 @@ kafka-tool)
 	shift
 	cmd_kafka_tool "$@"
 	;;
+kafka-libs) cmd_kafka_libs ;;
 -h | --help | help)
 	usage
 	exit 0

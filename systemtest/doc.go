@@ -29,9 +29,11 @@
 //     same data: txn, checkpoint (XA, write-ahead) and idempotent runs wait
 //     it out and end exact, a rebalance during the outage too; with
 //     --outage-timeout they exit 3.
-//   - broker_kill_test.go: the dev broker (its own process, --data-dir)
-//     SIGKILLed mid-run and back after 20 s on its port: txn waits it out
-//     and ends exact, checkpoint mode too; with --outage-timeout txn exits 3.
+//   - broker_kill_test.go: the input's broker — a private Apache Kafka
+//     (private_kafka_test.go) and the dev broker (--data-dir), each its own
+//     process — SIGKILLed mid-run and back after 20 s on its port: txn waits
+//     it out and ends exact, checkpoint mode too; with --outage-timeout txn
+//     exits 3.
 //   - restart_test.go: restarts with default flags, --until-idle with dead
 //     members, processes on one host.
 //   - aborted_tail_test.go, overflow_test.go, deadletters_memory_test.go,
