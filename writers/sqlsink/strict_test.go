@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/microbatch/microbatch/writers"
 )
 
 // Every parsed MySQL DSN carries the strict sql_mode, unless it sets one.
@@ -85,5 +87,15 @@ func TestSQLSessionStrictWhateverTheServer(t *testing.T) {
 	}
 	if n := mysqlErrNo(err); n != 1406 { // ER_DATA_TOO_LONG
 		t.Fatalf("too long a string: %v (error %d), want error 1406", err, n)
+	}
+	// So is one in a row job's prepared multi-row INSERT (insertRowsPer).
+	rows := make([][]any, 2*rowsPerStatement+1)
+	for i := range rows {
+		rows[i] = []any{"abc"}
+	}
+	rows[rowsPerStatement+7][0] = "abcd"
+	err = w.insertRows(ctx, conn, writers.Upsert{Table: table, Values: []string{"s"}, Merge: writers.MergeAppend}, rows)
+	if n := mysqlErrNo(err); n != 1406 {
+		t.Fatalf("too long a string in a prepared INSERT: %v (error %d), want error 1406", err, n)
 	}
 }
