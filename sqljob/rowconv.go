@@ -106,14 +106,17 @@ func decConv(p, s int, unsigned bool, typ string) conv {
 		case neg && unsigned:
 			return nil, fmt.Errorf("%s is negative; the column is %s", v.show(), typ)
 		}
+		// The column's own text: s digits after the point, as the
+		// server gives the value back ("1.5" is "1.50" in DECIMAL(10,2)),
+		// and no negative zero.
 		t := ip
 		if t == "" {
 			t = "0"
 		}
-		if fp != "" {
-			t += "." + fp
+		if s > 0 {
+			t += "." + fp + strings.Repeat("0", s-len(fp))
 		}
-		if neg {
+		if neg && strings.Trim(t, "0.") != "" {
 			t = "-" + t
 		}
 		return t, nil

@@ -3,6 +3,7 @@ package sqljob_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -94,6 +95,13 @@ func TestRowJobExistingTableMySQL(t *testing.T) {
 		}
 		if got := insertRow(t, conn, q, r, c.col); got != c.want {
 			t.Errorf("%s: reads back %q, want %q", rec, got, c.want)
+		}
+		// The row holds the text the server gives back (verify --sql
+		// compares the two as text): "-1.50", not "-1.5".
+		for i, col := range q.Upsert().Values {
+			if col == c.col && r.Values[i] != nil && fmt.Sprint(r.Values[i]) != c.want {
+				t.Errorf("%s: the row holds %q, the table gives back %q", rec, fmt.Sprint(r.Values[i]), c.want)
+			}
 		}
 	}
 	for _, c := range []struct{ col, json, want string }{
