@@ -415,12 +415,16 @@ type Evaluated struct {
 // a record the WHERE filters out, a *Rejection for bad input. Safe for
 // concurrent use. Checkpoint mode evaluates where it reads and adds at
 // the barrier (AddEvaluated), so each record is scanned once.
-func (q *Query) Evaluate(record []byte) (*Evaluated, error) {
+func (q *Query) Evaluate(record []byte) (*Evaluated, error) { return q.evaluate(record, Meta{}) }
+
+func (q *Query) evaluate(record []byte, m Meta) (*Evaluated, error) {
 	a, _ := q.pool.Get().(*Aggregate)
 	if a == nil {
 		a = q.NewAggregate()
 	}
 	defer q.pool.Put(a)
+	a.e.meta = m
+	defer func() { a.e.meta = Meta{} }()
 	ok, err := a.eval(record)
 	if err != nil || !ok {
 		return nil, err

@@ -66,7 +66,8 @@ type expr func(e *env) (val, error)
 
 // env is one record's evaluation state.
 type env struct {
-	sc scanner
+	sc   scanner
+	meta Meta // the record's own fields (_key, _partition, …)
 }
 
 // Column is one column of the query's table.
@@ -77,11 +78,16 @@ type Column struct {
 	Window time.Duration
 	agg    aggKind
 	eval   expr
-	str    bool // MIN/MAX of a string (its argument is statically one): compared as bytes
+	str    bool    // MIN/MAX of a string (its argument is statically one): compared as bytes
+	typ    colType // a row job's column: the type its table gets
+	rule   string  // a row job's column: its Rule
 }
 
 // Rule is how the sink merges a new value into the stored one.
 func (c Column) Rule() string {
+	if c.rule != "" {
+		return c.rule
+	}
 	switch c.agg {
 	case aggKey:
 		return "key"
@@ -116,6 +122,7 @@ type Query struct {
 	vals   []int // indices of aggregate columns in cols
 	keyW   int   // bytes of a text key column
 	pool   sync.Pool
+	row    *rowJob // a row job's state; nil for an aggregate job
 }
 
 // Table is the table the query writes.
@@ -133,6 +140,9 @@ func (q *Query) Columns() []Column { return append([]Column(nil), q.cols...) }
 // Upsert is the query's table as the sinks write it: the GROUP BY columns
 // as keys, the aggregates as values with their merge rules.
 func (q *Query) Upsert() writers.Upsert {
+	if q.row != nil {
+		return q.rowUpsert()
+	}
 	u := writers.Upsert{Table: q.table, Merge: writers.MergeAdd}
 	for _, i := range q.keys {
 		u.Keys = append(u.Keys, q.cols[i].Name)
@@ -161,6 +171,7 @@ type compiler struct {
 	sql   string
 	alias string   // FROM's alias, a qualifier that names the record
 	paths []string // the fields read, in first-use order
+	st    *statement
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
@@ -175,7 +186,7 @@ func Compile(sql string, opts Options) (*Query, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &compiler{q: &Query{sql: sql, opts: opts, root: &pathNode{field: -1}}, sql: sql}
+	c := &compiler{q: &Query{sql: sql, opts: opts, root: &pathNode{field: -1}}, sql: sql, st: st}
 	if err := c.statement(st); err != nil {
 		return nil, err
 	}
@@ -189,8 +200,8 @@ func (c *compiler) errAt(pos int, construct, format string, args ...any) error {
 
 func (c *compiler) statement(st *statement) error {
 	q := c.q
-	if st.verb != "insert" {
-		return c.errAt(st.verbPos, "REPLACE INTO", "not supported: a SQL job aggregates with INSERT INTO <table> SELECT … GROUP BY …")
+	if err := c.verb(st); err != nil {
+		return err
 	}
 	q.table = st.table
 	if !identRE.MatchString(q.table) {
@@ -222,11 +233,7 @@ func (c *compiler) statement(st *statement) error {
 // columns compiles the SELECT list against the GROUP BY.
 func (c *compiler) columns(sel *selectStmt) error {
 	q := c.q
-	type item struct {
-		name string
-		x    node
-	}
-	var items []item
+	var items []colItem
 	aliases := map[string]node{}
 	for _, it := range sel.items {
 		name := it.alias
@@ -247,7 +254,7 @@ func (c *compiler) columns(sel *selectStmt) error {
 				return c.errAt(it.x.at(), "column "+name, "named twice: give one a column name of its own with AS")
 			}
 		}
-		items = append(items, item{name, it.x})
+		items = append(items, colItem{name, it.x})
 		aliases[strings.ToLower(name)] = it.x
 	}
 	// A GROUP BY expression is matched with a SELECT expression by its
@@ -276,7 +283,7 @@ func (c *compiler) columns(sel *selectStmt) error {
 	used := map[string]bool{}
 	global := sel.groupPos == 0
 	if global && !c.anyAggregate(sel) {
-		return c.errAt(sel.p, "GROUP BY", "missing: a query without GROUP BY keeps one row of aggregates (COUNT(*), SUM, MIN, MAX); one that keeps each record (a row job) is not supported yet")
+		return c.rowColumns(items)
 	}
 	for _, it := range items {
 		col := Column{Name: it.name, Expr: exprText(it.x)}
@@ -335,7 +342,12 @@ func (c *compiler) columns(sel *selectStmt) error {
 // of one expression compare equal.
 func (c *compiler) canonical(x node) string {
 	var b strings.Builder
-	printNode(&b, x, func(n *colRef) string { return "\x00" + strings.Join(c.colPath(n), "\x00") })
+	printNode(&b, x, func(n *colRef) string {
+		if name, ok := metaName(n); ok {
+			return "\x01" + name // the record's own field, not a JSON field of that name
+		}
+		return "\x00" + strings.Join(c.colPath(n), "\x00")
+	})
 	return b.String()
 }
 

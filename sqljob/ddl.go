@@ -11,6 +11,9 @@ import (
 
 // SQLType is column c's type in the sink's database.
 func (q *Query) SQLType(c Column) string {
+	if q.row != nil {
+		return q.rowSQLType(c)
+	}
 	if q.opts.SQLite {
 		switch {
 		case c.Key:
@@ -45,6 +48,9 @@ func quote(name string) string { return "`" + name + "`" }
 // trailing spaces, and the others merge case or Unicode forms; bytes keep
 // every distinct key its own row. Windows are DATETIME(3) in UTC.
 func (q *Query) DDL() string {
+	if q.row != nil {
+		return q.rowDDL()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", quote(q.table))
 	for _, c := range q.cols {
@@ -72,6 +78,9 @@ func (q *Query) DDL() string {
 // Plan is what run --dry-run prints: fields read, filter, key columns,
 // each output column with its type and merge rule, and the DDL.
 func (q *Query) Plan() string {
+	if q.row != nil {
+		return q.rowPlan()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "topic:  %s\ntable:  %s\n", q.topic, q.table)
 	fmt.Fprintf(&b, "fields read: %s\n", strings.Join(q.fields, ", "))
@@ -130,6 +139,9 @@ func (q *Query) EnsureTable(ctx context.Context, db *sqlx.DB) error {
 func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 	if isSQLite(db) != q.opts.SQLite {
 		return fmt.Errorf("the query was compiled for %s, the database is %s (set Options.SQLite for a SQLite sink)", dialectName(q.opts.SQLite), dialectName(isSQLite(db)))
+	}
+	if q.row != nil {
+		return q.checkRowTable(ctx, db)
 	}
 	if q.opts.SQLite {
 		return q.checkSQLiteTable(ctx, db)

@@ -19,6 +19,16 @@
 // the same query merge (Merge), so partitions can aggregate apart.
 // strategies.SQLTransform runs a Query as a job with any strategy.
 //
+// A query without aggregates and without GROUP BY is a row job
+// (Query.RowJob): Query.Row turns each record, with its own fields
+// (Meta: _key, _partition, _offset, _timestamp), into one row. INSERT
+// INTO appends every row (Upsert's Merge is writers.MergeAppend);
+// REPLACE INTO t (PRIMARY KEY (…)) SELECT … keeps the latest row per key
+// (MergeReplace), and a tombstone deletes its _key's row. EnsureTable
+// binds each column's exact converter to an existing table's real type:
+// a value the column can't hold exactly is a *Rejection, never
+// truncated or rounded by the server.
+//
 // A table has no job column, so it belongs to one job and one query:
 // Query.Claim records the job and the query's Fingerprint in
 // mb_sql_tables and refuses another job, or the job with another query

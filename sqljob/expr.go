@@ -15,6 +15,9 @@ import (
 func (c *compiler) expr(x node) (expr, error) {
 	switch n := x.(type) {
 	case *colRef:
+		if name, ok := metaName(n); ok {
+			return metaExpr(name), nil
+		}
 		return c.field(c.colPath(n))
 	case *pathRef:
 		return c.jsonPath(n)

@@ -323,7 +323,7 @@ func betweenExpr(x, lo, hi expr, neg bool, what string) expr {
 
 // castType is the type of a CAST.
 type castType struct {
-	kind byte // 'S' SIGNED, 'D' DECIMAL(p,s), 'C' CHAR or CHAR(n)
+	kind byte // 'S' SIGNED, 'D' DECIMAL(p,s), 'C' CHAR or CHAR(n), 'T' DATETIME(p), 'J' JSON
 	p, s int
 	n    int // CHAR(n): at most n characters; -1 for CHAR
 }
@@ -334,6 +334,13 @@ func (t castType) String() string {
 		return "SIGNED"
 	case 'D':
 		return fmt.Sprintf("DECIMAL(%d,%d)", t.p, t.s)
+	case 'T':
+		if t.p == 0 {
+			return "DATETIME"
+		}
+		return fmt.Sprintf("DATETIME(%d)", t.p)
+	case 'J':
+		return "JSON"
 	}
 	if t.n >= 0 {
 		return fmt.Sprintf("CHAR(%d)", t.n)
@@ -376,8 +383,18 @@ func newCastType(name string, p, s int, hasP, hasS bool) (castType, string) {
 			t.n = p
 		}
 		return t, ""
+	case "datetime":
+		if hasS || p > 6 {
+			return castType{}, "DATETIME(p) takes one size, 0 to 6 digits after the second"
+		}
+		return castType{kind: 'T', p: p}, ""
+	case "json":
+		if hasP {
+			return castType{}, "JSON takes no size"
+		}
+		return castType{kind: 'J'}, ""
 	}
-	return castType{}, fmt.Sprintf("CAST AS %s is not supported: SIGNED, DECIMAL(p,s) and CHAR are", name)
+	return castType{}, fmt.Sprintf("CAST AS %s is not supported: SIGNED, DECIMAL(p,s), CHAR, DATETIME(3) and JSON are", name)
 }
 
 // Kind is the static kind of a CAST to t.
@@ -397,6 +414,9 @@ var (
 // (with a warning) is refused instead: 1.5 AS SIGNED, 1.25 AS
 // DECIMAL(5,1), 'abc' AS CHAR(2), '12x' AS SIGNED.
 func castExpr(a expr, t castType, what string) expr {
+	if t.kind == 'T' || t.kind == 'J' {
+		return castTimeJSON(a, t, what)
+	}
 	return func(e *env) (val, error) {
 		x, err := a(e)
 		if err != nil || x.k == kNull {

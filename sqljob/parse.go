@@ -25,7 +25,11 @@ type statement struct {
 	verbPos  int
 	table    string
 	tablePos int
-	sel      selectStmt
+	// keyCols are the names of REPLACE INTO t (PRIMARY KEY (c1, …)): an
+	// upsert row job's key (nil: no key clause; keyPos is where it is).
+	keyCols []string
+	keyPos  int
+	sel     selectStmt
 }
 
 type selectStmt struct {
@@ -174,6 +178,11 @@ func (p *parser) statement() (*statement, error) {
 		return nil, p.errAt(pos, "INSERT INTO", "want a table name without a database (the sink's DSN names the database)")
 	}
 	st.table, st.tablePos = name, pos
+	if p.is("(") && p.isAt(1, "primary") {
+		if err := p.keyClause(st); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case p.is("("):
 		return nil, p.errAt(p.peek().pos, "INSERT column list", "not supported: the SELECT's names (AS) are the table's columns")
@@ -391,4 +400,31 @@ func (p *parser) from(s *selectStmt) error {
 		return p.errAt(t.pos, "WINDOW", "not supported: a tumbling window (ksqlDB's WINDOW TUMBLING (SIZE 1 MINUTE)) is written as a group key: GROUP BY TUMBLE(ts, '1m')")
 	}
 	return nil
+}
+
+// keyClause reads an upsert's key, (PRIMARY KEY (c1, …)), as MySQL's
+// CREATE TABLE t (PRIMARY KEY (id)) REPLACE SELECT … names it.
+func (p *parser) keyClause(st *statement) error {
+	st.keyPos = p.next().pos // (
+	p.next()                 // PRIMARY
+	if err := p.expect("key", "KEY after PRIMARY"); err != nil {
+		return err
+	}
+	if err := p.expect("(", "( and the key's column names: (PRIMARY KEY (id))"); err != nil {
+		return err
+	}
+	for {
+		name, _, err := p.name("a column name of the key")
+		if err != nil {
+			return err
+		}
+		st.keyCols = append(st.keyCols, name)
+		if !p.accept(",") {
+			break
+		}
+	}
+	if err := p.expect(")", ") after the key's column names"); err != nil {
+		return err
+	}
+	return p.expect(")", ") closing the key clause: (PRIMARY KEY (id))")
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // sqlFlagHelp is --sql's help, the same for run and verify.
-const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] [GROUP BY …] (FROM names the topic; sinks: mysql://, sqlite:// (integer sums, MIN/MAX of strings only), or redis:// with --strategy idempotent)"
+const sqlFlagHelp = "a SQL job instead of the built-in one: INSERT INTO <table> SELECT … FROM <topic> [WHERE …] [GROUP BY …] aggregates (without GROUP BY and aggregates, each record is a row: a row job; REPLACE INTO <table> (PRIMARY KEY (<col>)) SELECT … keeps one row per key) (FROM names the topic; sinks: mysql://, sqlite:// (integer sums, MIN/MAX of strings only), or redis:// with --strategy idempotent, upserts only)"
 
 // given reports whether setting name is set anywhere: on the command line,
 // in its MICROBATCH_* variable (even set empty) or in the config file.
@@ -155,6 +155,10 @@ func compileSQL(s *settings, strategy strategies.Strategy, dsn string) (*sqljob.
 	q, err := sqljob.Compile(text, opts)
 	if err != nil {
 		return nil, configError{err}
+	}
+	if q.RowJob() && !q.Upserting() && isRedisDSN(dsn) {
+		// Redis keeps a table's rows by key, in one hash per column.
+		return nil, badConfig("sql: a row job that appends (INSERT INTO … SELECT without GROUP BY) can't write to Redis, which keeps rows by key: write REPLACE INTO %s (PRIMARY KEY (<column>)) SELECT … to keep one row per key, or use a mysql:// or sqlite:// sink", q.Table())
 	}
 	if s.given("topic") && s.str("topic") != q.Topic() {
 		return nil, badConfig("topic: --topic %q and the query's FROM %q disagree (FROM names the topic: leave --topic out, or make them the same)", s.str("topic"), q.Topic())

@@ -134,15 +134,31 @@ func verifySQL(ctx context.Context, out io.Writer, v sqlVerify) (bool, error) {
 			v.oj.job, v.oj.strategy, where, nparts, v.whereFlags())
 		return false, nil
 	}
-	exp, err := v.recompute(ctx, k, next)
-	if err != nil {
-		return false, err
-	}
-	c := newComparison(v.q, exp.agg.Rows(), v.show)
-	dl := newDeadLetterMerge(&exp.rejects, v.q.Topic(), exp.start)
-	sink, err := v.compareSink(ctx, c, dl, k.src.Partitions())
-	if err != nil {
-		return false, err
+	var (
+		exp  expectation
+		dl   *deadLetterMerge
+		sink string
+		// judge prints the rows' counts and listing: true when all match.
+		judge func(io.Writer) bool
+		okMsg string
+	)
+	if v.q.RowJob() {
+		var c *rowsCheck
+		if exp, c, sink, err = v.verifyRows(ctx, k, next); err != nil {
+			return false, err
+		}
+		dl = c.dl
+		judge, okMsg = c.print, fmt.Sprintf("all %d rows match", c.matching)
+	} else {
+		if exp, err = v.recompute(ctx, k, next); err != nil {
+			return false, err
+		}
+		c := newComparison(v.q, exp.agg.Rows(), v.show)
+		dl = newDeadLetterMerge(&exp.rejects, v.q.Topic(), exp.start)
+		if sink, err = v.compareSink(ctx, c, dl, k.src.Partitions()); err != nil {
+			return false, err
+		}
+		judge, okMsg = c.print, fmt.Sprintf("all %d groups match", c.matching)
 	}
 	dl.finish()
 	fmt.Fprintf(out, "job %s, table %s in %s (strategy %s)\n", v.oj.job, v.q.Table(), sink, v.oj.strategy)
@@ -155,7 +171,7 @@ func verifySQL(ctx context.Context, out io.Writer, v sqlVerify) (bool, error) {
 	if dl.beforeStart > 0 {
 		fmt.Fprintf(out, "  note: %d dead letters are of offsets deleted from the log: not compared\n", dl.beforeStart)
 	}
-	ok := c.print(out)
+	ok := judge(out)
 	if p := dl.problem(); p != "" {
 		ok = false
 		fmt.Fprintf(out, "FAIL: %s\n", p)
@@ -168,9 +184,9 @@ func verifySQL(ctx context.Context, out io.Writer, v sqlVerify) (bool, error) {
 	switch {
 	case !ok:
 	case exp.records == 0:
-		fmt.Fprintf(out, "OK: 0 records up to the job's positions, and the sink holds no group and no dead letter\n")
+		fmt.Fprintf(out, "OK: 0 records up to the job's positions, and the sink holds no row and no dead letter\n")
 	default:
-		fmt.Fprintf(out, "OK: all %d groups match\n", c.matching)
+		fmt.Fprintf(out, "OK: %s\n", okMsg)
 	}
 	return ok, nil
 }
@@ -424,18 +440,23 @@ func (v sqlVerify) compareRedis(ctx context.Context, c *comparison, dl *deadLett
 		c.sinkRow(f, strconv.Quote(f), vals)
 	}
 	c.finish(true)
-	// The dead letters of the topic's partitions (mb:{job}:dead:…).
+	return r.String(), v.redisDeadLetters(ctx, j, dl, parts)
+}
+
+// redisDeadLetters streams the job's dead letters of the topic's
+// partitions (mb:{job}:dead:…) into dl.
+func (v sqlVerify) redisDeadLetters(ctx context.Context, j *redissink.Job, dl *deadLetterMerge, parts []int32) error {
 	parts = slices.Sorted(slices.Values(parts))
 	for _, p := range parts {
 		offs, err := j.DeadLetterOffsets(ctx, v.q.Topic(), p)
 		if err != nil {
-			return r.String(), err
+			return err
 		}
 		for _, off := range offs {
 			dl.sink(v.q.Topic(), p, off)
 		}
 	}
-	return r.String(), nil
+	return nil
 }
 
 // comparison holds the expected groups and what the sink's rows made of

@@ -75,7 +75,8 @@
 //	                               "a:"+table+":"+column+NUL+row key -> sum,
 //	                               "s:"+table+":"+column+NUL+row key -> text,
 //	                               "u:"+table+":"+column+NUL+row key -> ""
-//	                                 (delete: a per-column replace with nil),
+//	                                 (delete: a per-column replace with nil,
+//	                                 or a row job's delete row),
 //	                               "n:"+table+":"+column+NUL+row key -> least,
 //	                               "x:"+table+":"+column+NUL+row key -> greatest,
 //	                               "l:"+table+":"+column+NUL+row key -> least text,
@@ -106,7 +107,11 @@
 // A user-defined job (strategies.NewTransform) writes rows of an Upsert
 // instead of per-key totals (Job.WriteRowsContribution, Job.FoldRows): the
 // same plan, contribution keys, fencing and fold, so the same guarantee,
-// with the rows hashes in place of the totals hashes.
+// with the rows hashes in place of the totals hashes. A row job can only
+// upsert here (REPLACE INTO … (PRIMARY KEY …)): its delete rows (a Kafka
+// tombstone, writers.Delete) remove the key's field from every value hash
+// in the fold; an append (writers.MergeAppend) is refused, since a hash
+// keeps one field per key and two equal rows could never be two.
 //
 // # Scripts
 //

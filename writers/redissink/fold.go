@@ -43,7 +43,7 @@ func (j *Job) Fold(ctx context.Context, epoch, batchID int64, ranges []record.Ra
 // rows of another table or column than u's is refused (offsets.ErrConflict)
 // and nothing changes.
 func (j *Job) FoldRows(ctx context.Context, epoch, batchID int64, ranges []record.Range, u writers.Upsert) (folded int, err error) {
-	if err := u.Validate(); err != nil {
+	if err := checkUpsert(u); err != nil {
 		return 0, err
 	}
 	rows := make([]string, len(u.Values))

@@ -102,7 +102,11 @@ func rowsSuffix(table, column string) string { return table + ":" + column }
 //
 // Rows with the same key combine here first: sums add, the least of the
 // mins and the greatest of the maxes are kept (the first of equal ones),
-// the last row's value replaces. With u.Merges set (a per-column upsert),
+// the last row's value replaces. A delete row (writers.Delete, in a
+// MergeReplace upsert without Merges: a row job's tombstone) removes its
+// key's field from every value hash (HDEL), in the same fold, exactly once
+// as the rest; of a key's rows in one contribution the last one, delete
+// or not, wins. With u.Merges set (a per-column upsert),
 // a nil value is SQL NULL, "no value": it adds nothing and keeps the
 // least and greatest as they are (a key without a stored value takes the
 // first non-nil one), while a replacing nil removes the field. Without
@@ -110,6 +114,9 @@ func rowsSuffix(table, column string) string { return table + ":" + column }
 // the whole call with ErrValue, naming the column, and writes nothing.
 // The contribution replaces the range's as WriteContribution's does, with
 // the same fencing and replay rules.
+//
+// An append (writers.MergeAppend) is refused with writers.ErrBadMerge:
+// Redis keeps one field per row key, so two equal rows could never be two.
 func (j *Job) WriteRowsContribution(ctx context.Context, epoch int64, r record.Range, u writers.Upsert, rows [][]any, dls []record.DeadLetter) error {
 	c, err := j.NewContribution(epoch, r)
 	if err != nil {
@@ -124,7 +131,7 @@ func (j *Job) WriteRowsContribution(ctx context.Context, epoch int64, r record.R
 // letters staged before stay staged, invisible, until the range is
 // written again).
 func (c *Contribution) Rows(ctx context.Context, u writers.Upsert, rows [][]any, dls []record.DeadLetter) error {
-	if err := u.Validate(); err != nil {
+	if err := checkUpsert(u); err != nil {
 		return err
 	}
 	f, err := rowFields(u, rows)
@@ -144,12 +151,25 @@ func (c *Contribution) Rows(ctx context.Context, u writers.Upsert, rows [][]any,
 	return c.finish(ctx, args, dls)
 }
 
+// checkUpsert validates u and refuses what Redis can't keep: an append.
+func checkUpsert(u writers.Upsert) error {
+	if err := u.Validate(); err != nil {
+		return err
+	}
+	if u.Merge == writers.MergeAppend {
+		return fmt.Errorf("%w: Redis keeps rows by key (a hash field per key), so it can't append rows to %s, where two equal rows are two rows; "+
+			"a row job into Redis must be an upsert: REPLACE INTO %s (PRIMARY KEY (…)) SELECT …, or write the append to a SQL sink",
+			writers.ErrBadMerge, u.Table, u.Table)
+	}
+	return nil
+}
+
 // Contribution field prefixes of a user-defined job's rows; each is
 // followed by table:column NUL row key (see fold.lua).
 const (
 	fieldAdd   = "a:" // MergeAdd: the rows' exact sum, added with HINCRBY
 	fieldSet   = "s:" // MergeReplace: the text, set with HSET
-	fieldUnset = "u:" // MergeReplace of nil (per-column): HDEL; value ""
+	fieldUnset = "u:" // MergeReplace of nil (per-column), or a delete row: HDEL; value ""
 	fieldMin   = "n:" // MergeMin: a decimal, kept if less than the stored one
 	fieldMax   = "x:" // MergeMax: a decimal, kept if greater than the stored one
 	fieldMinB  = "l:" // MergeMinBytes: a text, kept if less (byte order) than the stored one
@@ -179,6 +199,17 @@ func rowFields(u writers.Upsert, rows [][]any) (contribFields, error) {
 		key, err := RowField(row[:nk])
 		if err != nil {
 			return f, fmt.Errorf("%s %v: %w", u.Table, u.Keys, err)
+		}
+		if row[nk] == writers.Delete {
+			if !u.IsDelete(row) {
+				return f, fmt.Errorf("%w: the row of key %q of %s is a delete (writers.Delete), which only a MergeReplace upsert without per-column rules takes",
+					ErrValue, key, u.Table)
+			}
+			for i := range u.Values {
+				delete(f.texts, fieldSet+cols[i]+key)
+				f.texts[fieldUnset+cols[i]+key] = ""
+			}
+			continue
 		}
 		for i, v := range row[nk:] {
 			if err := f.add(u, i, key, cols[i]+key, v); err != nil {

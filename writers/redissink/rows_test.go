@@ -321,3 +321,53 @@ func TestRedisContributionFieldOrder(t *testing.T) {
 		}
 	}
 }
+
+// A row job's tombstone (writers.Delete) removes its key's field from
+// every value hash in the fold; of a key's rows in one contribution the
+// last wins, delete or not. Folding the batch again changes nothing.
+func TestRedisRowsDelete(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	ctx := t.Context()
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	u := writers.Upsert{Table: "orders", Keys: []string{"id"}, Values: []string{"total", "status"}, Merge: writers.MergeReplace}
+	mustWriteRows(t, w, job, epoch, ranges[0], u, [][]any{{"a", 1, "new"}, {"b", 2, "new"}, {"c", 3, "new"}, {"d", 4, "new"}}, nil)
+	mustFoldRows(t, w, job, epoch, 1, ranges, u, 1)
+	next := []record.Range{{Topic: "in", Partition: 0, From: 10, To: 20}}
+	if err := job.LogPlan(ctx, epoch, 2, next); err != nil {
+		t.Fatal(err)
+	}
+	del := writers.Delete
+	mustWriteRows(t, w, job, epoch, next[0], u, [][]any{
+		{"a", del, nil}, {"b", del, nil}, {"b", 5, "back"}, {"c", 6, "gone"}, {"c", del, "ignored"}, {"e", del, nil},
+	}, nil)
+	for want := 1; want >= 0; want-- {
+		mustFoldRows(t, w, job, epoch, 2, next, u, want)
+		wantRows(t, w, job, "orders", "total", map[string]string{"b": "5", "d": "4"})
+		wantRows(t, w, job, "orders", "status", map[string]string{"b": "back", "d": "new"})
+	}
+}
+
+// Redis keeps rows by key: an append is refused, with the form to write
+// instead, and nothing is written; a Delete outside a MergeReplace upsert
+// is the rows' error.
+func TestRedisRowsAppendRefused(t *testing.T) {
+	w := openRedisSink(t)
+	job := redisJob(t, w)
+	epoch, ranges := jobSetup(t, w, job, 1, 10)
+	before := snapshot(t, w, job)
+	app := writers.Upsert{Table: "orders", Values: []string{"id", "total"}, Merge: writers.MergeAppend}
+	err := job.WriteRowsContribution(t.Context(), epoch, ranges[0], app, [][]any{{"a", 1}}, nil)
+	if !errors.Is(err, writers.ErrBadMerge) || !strings.Contains(err.Error(), "REPLACE INTO orders (PRIMARY KEY (") {
+		t.Fatalf("an append into Redis: %v, want ErrBadMerge with the upsert form", err)
+	}
+	if _, err := job.FoldRows(t.Context(), epoch, 1, ranges, app); !errors.Is(err, writers.ErrBadMerge) {
+		t.Fatalf("FoldRows of an append: %v, want ErrBadMerge", err)
+	}
+	if err := job.WriteRowsContribution(t.Context(), epoch, ranges[0], rowsAdd, [][]any{{"a", writers.Delete, 1}}, nil); !errors.Is(err, ErrValue) {
+		t.Fatalf("a Delete in a MergeAdd upsert: %v, want ErrValue", err)
+	}
+	if after := snapshot(t, w, job); !reflect.DeepEqual(before, after) {
+		t.Fatalf("refused writes changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+}

@@ -15,7 +15,9 @@ import (
 // can't find the row to merge into: MySQL would silently insert duplicate
 // rows, SQLite fails every batch. It also refuses per-column rules the
 // database can't apply (writers.ErrBadMerge: MergeMin and MergeMax in
-// SQLite). Call it once before writing.
+// SQLite). An append (writers.MergeAppend) needs the columns only: its
+// rows are inserted, never merged, so the table needs no key. Call it
+// once before writing.
 func (w *Writer) CheckUpsert(ctx context.Context, u writers.Upsert) error {
 	if err := u.Validate(); err != nil {
 		return err
@@ -30,6 +32,9 @@ func (w *Writer) CheckUpsert(ctx context.Context, u writers.Upsert) error {
 	}
 	if err := rows.Close(); err != nil {
 		return err
+	}
+	if u.Merge == writers.MergeAppend {
+		return nil
 	}
 	keys, err := w.uniqueKeys(ctx, u.Table)
 	if err != nil {

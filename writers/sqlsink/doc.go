@@ -14,6 +14,19 @@
 // other source's position (Tx.AdvanceSource). CreateTables makes the
 // built-in tables; CheckUpsert checks a user's table before writing.
 //
+// # Row jobs and strict mode
+//
+// A row job's append (writers.MergeAppend: no keys, equal rows are two
+// rows) goes in as multi-row INSERTs of up to 1,000 rows (rowsPerStatement,
+// within 30,000 placeholders and about 4 MiB of values), prepared once per
+// write when it takes two statements or more; its upsert may hold delete
+// rows (writers.Delete), folded per key in Go (the last row wins) into one
+// multi-row upsert and one multi-row DELETE. The XA and WAL writers use the
+// same statements; the WAL keeps a delete as {"delete": true} in the
+// checkpoint. Every MySQL/MariaDB session runs in StrictSQLMode (set on
+// connect, unless the DSN names its own sql_mode), so a value that does
+// not fit its column is an error, never truncated, rounded or zero-filled.
+//
 // # Source positions
 //
 // Sources that are not Kafka (offsets/source.go): a plain batch job

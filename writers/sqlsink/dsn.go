@@ -34,7 +34,9 @@ type Target struct {
 //	sqlite:///abs/path/file.db
 //
 // MySQL connections always get parseTime, utf8mb4, clientFoundRows and
-// interpolateParams (one round trip a statement).
+// interpolateParams (one round trip a statement), and run in strict SQL
+// mode (StrictSQLMode) whatever the server's global sql_mode, unless the
+// DSN sets sql_mode itself.
 func ParseDSN(dsn string) (Target, error) {
 	switch {
 	case dsn == "":
@@ -74,7 +76,30 @@ func ParseDSN(dsn string) (Target, error) {
 	}
 }
 
+// StrictSQLMode is the sql_mode of every MySQL/MariaDB session a sink
+// opens (the driver sets it on connect, so the XA writer's connections,
+// taken from the same pool, have it too). A server whose global sql_mode
+// is not strict truncates a too-long string, rounds a fraction into an
+// INT, zero-fills an invalid date and clips an out-of-range number with
+// only a warning; in this mode each is an error, so a value is stored
+// exactly or the write fails. ONLY_FULL_GROUP_BY is left out: it refuses
+// queries, it does not change what is stored. The mode is fixed rather
+// than added to the server's, so the server's other flags (ANSI_QUOTES,
+// PIPES_AS_CONCAT, …) can't change what our statements mean.
+//
+// A DSN that sets sql_mode itself (?sql_mode=…) is taken at its word and
+// replaces this: whoever sets it answers for what a non-strict mode
+// stores.
+const StrictSQLMode = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+
 func mysqlTarget(cfg *mysql.Config) Target {
+	if _, ok := cfg.Params["sql_mode"]; !ok {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		// The driver sends "SET sql_mode = <value>": the quotes are ours.
+		cfg.Params["sql_mode"] = "'" + StrictSQLMode + "'"
+	}
 	cfg.ParseTime = true
 	cfg.ClientFoundRows = true
 	cfg.InterpolateParams = true

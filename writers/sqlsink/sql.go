@@ -205,6 +205,14 @@ func (w *Writer) upsertParts(u writers.Upsert) upsertParts {
 		return p
 	}
 	cols := append(append([]string{}, u.Keys...), u.Values...)
+	if u.Merge == writers.MergeAppend { // a plain INSERT: every row its own
+		p := upsertParts{
+			head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", quoteIdent(u.Table), quoteIdents(cols)),
+			tuple: "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")",
+		}
+		w.stmts[key] = p
+		return p
+	}
 	sets := make([]string, len(u.Values))
 	for i, v := range u.Values {
 		v = quoteIdent(v)
@@ -336,40 +344,6 @@ func (t *Tx) Upsert(ctx context.Context, u writers.Upsert, rows [][]any) error {
 // accept a partly written batch.
 func (w *Writer) Upsert(ctx context.Context, u writers.Upsert, rows [][]any) error {
 	return w.upsert(ctx, w.db, u, rows)
-}
-
-func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Upsert, rows [][]any) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	if err := u.Validate(); err != nil {
-		return err
-	}
-	if err := w.checkPerColumn(u); err != nil {
-		return err
-	}
-	width := len(u.Keys) + len(u.Values)
-	per := maxParams / width
-	args := make([]any, 0, min(len(rows), per)*width)
-	for start := 0; start < len(rows); start += per {
-		chunk := rows[start:min(start+per, len(rows))]
-		args = args[:0]
-		for _, r := range chunk {
-			if len(r) != width {
-				return fmt.Errorf("upserting into %s: row has %d values, want %d", u.Table, len(r), width)
-			}
-			if u.Merges != nil {
-				if err := w.checkMergeable(u, r); err != nil {
-					return err
-				}
-			}
-			args = append(args, r...)
-		}
-		if _, err := ex.ExecContext(ctx, w.upsertSQL(u, len(chunk)), args...); err != nil {
-			return fmt.Errorf("upserting into %s: %w", u.Table, err)
-		}
-	}
-	return nil
 }
 
 // deadLetterChunkBytes bounds one INSERT's payload so it stays far below

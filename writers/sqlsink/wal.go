@@ -78,19 +78,26 @@ type walUpsert struct {
 //
 //	{"str": "cGFnZS3/"}   a string that is not valid UTF-8
 //	{"bytes": "AAH/"}     a []byte
+//	{"delete": true}      writers.Delete: the row deletes its key
 //
-// Rows never held objects before, so checkpoints written by older versions
-// (plain values only) read as they always did.
+// A value is never a JSON object otherwise (a string that reads
+// {"delete": true} is a JSON string), so no value can be taken for a
+// tag. Rows never held objects before, so checkpoints written by older
+// versions (plain values only) read as they always did.
 type walRows [][]any
 
 // walTagged is the object form of a value in walRows.
 type walTagged struct {
-	Str   *[]byte `json:"str,omitempty"`
-	Bytes *[]byte `json:"bytes,omitempty"`
+	Str    *[]byte `json:"str,omitempty"`
+	Bytes  *[]byte `json:"bytes,omitempty"`
+	Delete bool    `json:"delete,omitempty"`
 }
 
 func (r walRows) MarshalJSON() ([]byte, error) {
 	tagged := func(v any) (walTagged, bool) {
+		if v == writers.Delete {
+			return walTagged{Delete: true}, true
+		}
 		switch x := v.(type) {
 		case string:
 			if !utf8.ValidString(x) {
@@ -128,12 +135,15 @@ func (r walRows) MarshalJSON() ([]byte, error) {
 
 // walValue turns a value decoded from walRows (with UseNumber) back into
 // what was written: int64 for integers, float64 for other numbers, and the
-// tagged forms' string or []byte.
+// tagged forms' string, []byte or writers.Delete.
 func walValue(v any) (any, error) {
 	switch x := v.(type) {
 	case json.Number:
 		return fromJSONNumber(x), nil
 	case map[string]any:
+		if len(x) == 1 && x["delete"] == true {
+			return writers.Delete, nil
+		}
 		if len(x) == 1 {
 			for tag, enc := range x {
 				s, ok := enc.(string)
