@@ -14,6 +14,7 @@ import (
 	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/strategies/internal/shared"
+	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/kafkasink"
 )
 
@@ -357,6 +358,9 @@ func (c Config) Validate() error {
 		return bad("sink: strategy idempotent writes to Redis: want redis://[:password@]host:port/db")
 	case c.Strategy != StrategyIdempotent && shared.IsRedisDSN(c.Sink):
 		return bad("sink: a redis:// sink needs --strategy idempotent (strategy %s writes to SQL)", c.Strategy)
+	case shared.IsRedisDSN(c.Sink) && c.Transform != nil && c.Transform.Upsert().Merge == writers.MergeAppend:
+		return bad("transform: Redis keeps rows by key (a hash field per key), so it can't append rows to %s: make the job an upsert (a SQL row job: REPLACE INTO %s (PRIMARY KEY (…)) SELECT …) or write the append to a SQL sink",
+			c.Transform.Upsert().Table, c.Transform.Upsert().Table)
 	case c.Interval < 0:
 		return bad("interval %s is negative", c.Interval)
 	case c.Parallelism < 0:

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/writers"
 )
 
 func validConfig() Config {
@@ -91,6 +94,16 @@ func TestConfigValidate(t *testing.T) {
 		{"rebalance shorter than session", func(c *Config) { c.Group.SessionTimeout, c.Group.RebalanceTimeout = 30*time.Second, 20*time.Second }, "rebalance-timeout"},
 		{"rebalance shorter than a batch", func(c *Config) { c.Interval, c.Group.RebalanceTimeout = time.Minute, time.Minute }, "rebalance-timeout"},
 		{"instance id with slash", func(c *Config) { c.Group.InstanceID = "a/b" }, "instance-id"},
+		{"append into Redis", func(c *Config) {
+			c.Strategy, c.Sink = StrategyIdempotent, "redis://127.0.0.1:6379/0"
+			c.Transform = NewTransform(writers.Upsert{Table: "t", Values: []string{"v"}, Merge: writers.MergeAppend},
+				func(*batch.Record) (string, error) { return "", nil }, func([]string) [][]any { return nil })
+		}, "transform"},
+		{"upsert into Redis", func(c *Config) {
+			c.Strategy, c.Sink = StrategyIdempotent, "redis://127.0.0.1:6379/0"
+			c.Transform = NewTransform(writers.Upsert{Table: "t", Keys: []string{"k"}, Values: []string{"v"}, Merge: writers.MergeReplace},
+				func(*batch.Record) (string, error) { return "", nil }, func([]string) [][]any { return nil })
+		}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
