@@ -17,8 +17,9 @@ import (
 // row per key, the latest record's (see docs/sql-jobs.md, "Row jobs").
 
 // RowBatch is the most rows the sinks put in one INSERT statement of a
-// row job (a multi-row INSERT … VALUES (…), (…), …), as Plan says.
-const RowBatch = 1000
+// row job (a multi-row INSERT … VALUES (…), (…), …), as Plan says:
+// writers.RowsPerStatement.
+const RowBatch = writers.RowsPerStatement
 
 // Meta is a record's own fields, which a query reads as _key,
 // _partition, _offset and _timestamp.

@@ -172,7 +172,7 @@ func (q *Query) rowPlan() string {
 		}
 		ins += "; a tombstone: DELETE by key"
 	}
-	fmt.Fprintf(&b, "insert: %s\n        multi-row INSERT, up to %d rows per statement\n", ins, RowBatch)
+	fmt.Fprintf(&b, "insert: %s\n        multi-row INSERT, up to %d rows per statement (fewer for wide rows: 30,000 values, about 4 MiB)\n", ins, RowBatch)
 	fmt.Fprintf(&b, "DDL:\n%s;\n", q.DDL())
 	return b.String()
 }

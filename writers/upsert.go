@@ -39,6 +39,12 @@ const (
 	MergeAppend
 )
 
+// RowsPerStatement is the most rows a SQL sink puts in one multi-row
+// statement of a row job (INSERT … VALUES (…), (…), …, its upsert, a
+// DELETE's keys); wide rows take fewer, a statement holding at most
+// 30,000 values and about 4 MiB of them (writers/sqlsink).
+const RowsPerStatement = 1000
+
 // Delete, as the first value column's value of a row of a MergeReplace
 // upsert, makes that row a delete of its key: the row with the key, if
 // any, is removed (a Kafka tombstone in a row job). The row's other value

@@ -31,7 +31,7 @@ import (
 // aggregate jobs are bounded by maxParams and statementBytes only, as
 // they always were.
 const (
-	rowsPerStatement = 1000
+	rowsPerStatement = writers.RowsPerStatement
 	statementBytes   = 4 << 20
 )
 
