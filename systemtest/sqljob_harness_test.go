@@ -51,6 +51,9 @@ type sqlInput struct {
 	topic   string
 	rng     *rand.Rand
 	n, bad  int64 // records written, of them bad
+	// msg, when set, makes record i's message instead (row jobs' input:
+	// keys, tombstones, repeated records); it counts the bad ones.
+	msg func(i int64) *sarama.ProducerMessage
 }
 
 func newSQLInput(t *testing.T, brokers, topic string, seed uint64) *sqlInput {
@@ -61,7 +64,8 @@ func newSQLInput(t *testing.T, brokers, topic string, seed uint64) *sqlInput {
 	return in
 }
 
-// produce writes n more records, round-robin over the partitions.
+// produce writes n more records, round-robin over the partitions (or as
+// msg makes them).
 func (in *sqlInput) produce(t *testing.T, n int64) {
 	t.Helper()
 	cfg := kafkautil.Config("sqljob-input")
@@ -76,6 +80,10 @@ func (in *sqlInput) produce(t *testing.T, n int64) {
 	for range n {
 		i := in.n
 		in.n++
+		if in.msg != nil {
+			msgs = append(msgs, in.msg(i))
+			continue
+		}
 		msgs = append(msgs, &sarama.ProducerMessage{Topic: in.topic, Partition: int32(i % crashPartitions), Value: sarama.ByteEncoder(in.record(i))})
 	}
 	if err := p.SendMessages(msgs); err != nil {
