@@ -73,6 +73,10 @@ type colItem struct {
 // RowJob reports whether q is a row job (no aggregate, no GROUP BY).
 func (q *Query) RowJob() bool { return q.row != nil }
 
+// Tombstones reports whether a tombstone (a null value) deletes its key:
+// an upsert whose key columns are all _key.
+func (q *Query) Tombstones() bool { return q.row != nil && q.row.tombstone }
+
 // Upserting reports whether q is a row job that keeps one row per key
 // (REPLACE INTO t (PRIMARY KEY (…)) SELECT …).
 func (q *Query) Upserting() bool { return q.row != nil && q.row.upsert }

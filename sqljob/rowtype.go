@@ -136,7 +136,9 @@ func (q *Query) rowPlan() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "topic:  %s\ntable:  %s\n", q.topic, q.table)
 	if q.row.upsert {
-		fmt.Fprintf(&b, "mode:   upsert: one row per key, the latest record's (a tombstone deletes its key: %s)\n", map[bool]string{true: "yes", false: "no, the key is not _key"}[q.row.tombstone])
+		fmt.Fprintf(&b, "mode:   upsert: one row per key, the latest record's; %s\n", map[bool]string{
+			true:  "a tombstone (null value) deletes its key",
+			false: "a null value is a dead letter (only a key of _key is deleted by tombstones)"}[q.row.tombstone])
 	} else {
 		b.WriteString("mode:   append: every record the filter accepts is a row of its own\n")
 	}

@@ -105,7 +105,11 @@ func printSQLPlan(w io.Writer, q *sqljob.Query, cfg strategies.Config) {
 		}
 		fmt.Fprintf(w, "    %-40s %-28s %s\n", redissink.RowsKey(cfg.Job, q.Table(), c.Name), c.Expr, rule)
 	}
-	fmt.Fprintf(w, "  sums: integers only, exact at any size; a record whose SUM argument has digits after the point is dead-lettered (\"this sink sums integers only\"); MIN and MAX keep decimals exactly\n")
+	if q.RowJob() {
+		fmt.Fprintf(w, "  values: each key's latest record's, as text (HSET)%s\n", map[bool]string{true: "; a tombstone's key is removed from every hash (HDEL)"}[q.Tombstones()])
+	} else {
+		fmt.Fprintf(w, "  sums: integers only, exact at any size; a record whose SUM argument has digits after the point is dead-lettered (\"this sink sums integers only\"); MIN and MAX keep decimals exactly\n")
+	}
 	fmt.Fprintf(w, "  dead letters: mb:{%s}:dead:%s:<partition>, offset → dead letter; positions: %s (see docs/redis-layout.md)\n",
 		cfg.Job, q.Topic(), redissink.OffsetsKey(cfg.Job))
 }
