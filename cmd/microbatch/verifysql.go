@@ -263,10 +263,21 @@ type expectation struct {
 // recompute reads each partition from its log start up to next and
 // aggregates the records as the job does.
 func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]int64) (expectation, error) {
-	exp := expectation{agg: v.q.NewAggregate(), start: map[int32]int64{}}
+	exp := expectation{agg: v.q.NewAggregate()}
+	err := v.readJob(ctx, k, next, &exp, func(rec *batch.Record) error {
+		return exp.agg.AddRecord(rec.Value, sqljob.Meta{Key: rec.Key, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp})
+	})
+	return exp, err
+}
+
+// readJob reads each partition from its log start up to next into add,
+// counting the records in exp and the ones add rejects (a
+// *sqljob.Rejection) as dead letters to expect.
+func (v sqlVerify) readJob(ctx context.Context, k *topicConn, next map[int32]int64, exp *expectation, add func(*batch.Record) error) error {
+	exp.start = map[int32]int64{}
 	bounds, err := k.src.Bounds(ctx)
 	if err != nil {
-		return exp, fmt.Errorf("reading offsets of topic %q: %w", v.q.Topic(), err)
+		return fmt.Errorf("reading offsets of topic %q: %w", v.q.Topic(), err)
 	}
 	for p, b := range bounds {
 		exp.start[p] = b.Start
@@ -278,7 +289,7 @@ func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]i
 		}
 		b := bounds[p]
 		if to > b.End {
-			return exp, fmt.Errorf("job %s's position %d in partition %d is past the topic's last stable offset %d: the sink holds a job of another topic or cluster (see offsets show)", v.oj.job, to, p, b.End)
+			return fmt.Errorf("job %s's position %d in partition %d is past the topic's last stable offset %d: the sink holds a job of another topic or cluster (see offsets show)", v.oj.job, to, p, b.End)
 		}
 		if b.Start > 0 {
 			exp.notes = append(exp.notes, fmt.Sprintf("partition %d: offsets before %d were deleted from the log; the recomputation can't count them", p, b.Start))
@@ -286,7 +297,7 @@ func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]i
 		r := record.Range{Topic: v.q.Topic(), Partition: p, From: b.Start, To: to}
 		err := k.src.Read(ctx, r, func(rec *batch.Record) error {
 			exp.records++
-			if err := exp.agg.Add(rec.Value); err != nil {
+			if err := add(rec); err != nil {
 				if !sqljob.IsRejection(err) {
 					return fmt.Errorf("partition %d offset %d: %w", p, rec.Offset, err)
 				}
@@ -295,10 +306,10 @@ func (v sqlVerify) recompute(ctx context.Context, k *topicConn, next map[int32]i
 			return nil
 		})
 		if err != nil {
-			return exp, fmt.Errorf("reading %s: %w", r, err)
+			return fmt.Errorf("reading %s: %w", r, err)
 		}
 	}
-	return exp, nil
+	return nil
 }
 
 // compareSink reads the sink's rows into c and its dead letters for the

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
-	"github.com/microbatch/microbatch/record"
 	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers/redissink"
@@ -252,45 +251,16 @@ func (c *rowsCheck) print(out io.Writer) bool {
 // recomputeRows reads each partition from its log start up to next and
 // makes the job's rows of the records.
 func (v sqlVerify) recomputeRows(ctx context.Context, k *topicConn, next map[int32]int64) (expectation, *rowsWant, error) {
-	exp := expectation{start: map[int32]int64{}}
+	var exp expectation
 	want := newRowsWant(v.q)
-	bounds, err := k.src.Bounds(ctx)
-	if err != nil {
-		return exp, nil, fmt.Errorf("reading offsets of topic %q: %w", v.q.Topic(), err)
-	}
-	for p, b := range bounds {
-		exp.start[p] = b.Start
-	}
-	for _, p := range k.src.Partitions() {
-		to, ok := next[p]
-		if !ok {
-			continue
-		}
-		b := bounds[p]
-		if to > b.End {
-			return exp, nil, fmt.Errorf("job %s's position %d in partition %d is past the topic's last stable offset %d: the sink holds a job of another topic or cluster (see offsets show)", v.oj.job, to, p, b.End)
-		}
-		if b.Start > 0 {
-			exp.notes = append(exp.notes, fmt.Sprintf("partition %d: offsets before %d were deleted from the log; the recomputation can't count them", p, b.Start))
-		}
-		r := record.Range{Topic: v.q.Topic(), Partition: p, From: b.Start, To: to}
-		err := k.src.Read(ctx, r, func(rec *batch.Record) error {
-			exp.records++
-			row, err := v.q.Row(rec.Value, sqljob.Meta{Key: rec.Key, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp})
-			if err != nil {
-				if !sqljob.IsRejection(err) {
-					return fmt.Errorf("partition %d offset %d: %w", p, rec.Offset, err)
-				}
-				exp.rejects.add(p, rec.Offset, err.Error())
-				return nil
-			}
-			return want.add(p, row)
-		})
+	err := v.readJob(ctx, k, next, &exp, func(rec *batch.Record) error {
+		row, err := v.q.Row(rec.Value, sqljob.Meta{Key: rec.Key, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp})
 		if err != nil {
-			return exp, nil, fmt.Errorf("reading %s: %w", r, err)
+			return err
 		}
-	}
-	return exp, want, nil
+		return want.add(rec.Partition, row)
+	})
+	return exp, want, err
 }
 
 // openRowsSink opens the SQL sink and binds the query to its table, so

@@ -95,4 +95,15 @@ func TestVerifySQLRowJobs(t *testing.T) {
 		exec("INSERT INTO vrows_upsert VALUES ('d', 1)")
 		wantVerifyFail(t, verify(), "missing 1", "extra 1", "different 0", `"c" - (row) (no row)`, `"d" - (no row) (row)`)
 	})
+
+	t.Run("aggregate of the record's fields", func(t *testing.T) {
+		// verify recomputes with each record's own fields too (it read
+		// _partition as NULL: every group was wrong).
+		verify := job("parts", fmt.Sprintf("INSERT INTO vrows_parts SELECT _partition AS p, COUNT(*) AS n FROM `%s` WHERE `key` IS NOT NULL GROUP BY p", topic))
+		r := verify()
+		if r.Code != 0 {
+			t.Fatalf("verify --sql of the run's table: exit %d\n%s", r.Code, r)
+		}
+		wantLines(t, r, "groups recomputed 2", "OK: all 2 groups match")
+	})
 }
