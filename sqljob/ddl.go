@@ -146,30 +146,11 @@ func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
 	if q.opts.SQLite {
 		return q.checkSQLiteTable(ctx, db)
 	}
-	type colInfo struct {
-		Name     string  `db:"COLUMN_NAME"`
-		DataType string  `db:"DATA_TYPE"`
-		ColType  string  `db:"COLUMN_TYPE"`
-		Scale    *int64  `db:"NUMERIC_SCALE"`
-		TimePrec *int64  `db:"DATETIME_PRECISION"`
-		Prec     *int64  `db:"NUMERIC_PRECISION"`
-		MaxLen   *int64  `db:"CHARACTER_MAXIMUM_LENGTH"`
-		Nullable string  `db:"IS_NULLABLE"`
-		Default  *string `db:"COLUMN_DEFAULT"`
-		Key      string  `db:"COLUMN_KEY"`
-		Extra    string  `db:"EXTRA"`
-	}
-	var cols []colInfo
-	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_SCALE, DATETIME_PRECISION, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
-		IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY, EXTRA
-		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, q.table)
+	cols, err := mysqlColumns(ctx, db, q.table)
 	if err != nil {
-		return fmt.Errorf("reading the columns of %s: %w", q.table, err)
+		return err
 	}
-	if len(cols) == 0 {
-		return fmt.Errorf("table %s does not exist", q.table)
-	}
-	have := map[string]colInfo{}
+	have := map[string]mysqlColumn{}
 	for _, c := range cols {
 		have[strings.ToLower(c.Name)] = c
 	}
@@ -331,20 +312,9 @@ func dialectName(sqlite bool) string {
 // (TEXT keys without a collation that merges, INTEGER counts, untyped
 // sums) and the primary key.
 func (q *Query) checkSQLiteTable(ctx context.Context, db *sqlx.DB) error {
-	type colInfo struct {
-		CID     int     `db:"cid"`
-		Name    string  `db:"name"`
-		Type    string  `db:"type"`
-		NotNull int     `db:"notnull"`
-		Default *string `db:"dflt_value"`
-		PK      int     `db:"pk"`
-	}
-	var cols []colInfo
-	if err := db.SelectContext(ctx, &cols, "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?)", q.table); err != nil {
-		return fmt.Errorf("reading the columns of %s: %w", q.table, err)
-	}
-	if len(cols) == 0 {
-		return fmt.Errorf("table %s does not exist", q.table)
+	cols, err := sqliteColumns(ctx, db, q.table)
+	if err != nil {
+		return err
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("table %s exists and doesn't fit the query: %s (drop it, or write to a new table)", q.table, fmt.Sprintf(format, args...))
@@ -356,7 +326,7 @@ func (q *Query) checkSQLiteTable(ctx context.Context, db *sqlx.DB) error {
 	if strings.Contains(strings.ToUpper(ddl), "COLLATE") {
 		return bad("it declares a collation, which can merge keys that differ in case or spaces")
 	}
-	have := map[string]colInfo{}
+	have := map[string]sqliteColumn{}
 	for _, c := range cols {
 		have[strings.ToLower(c.Name)] = c
 	}

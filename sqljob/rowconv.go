@@ -1,12 +1,15 @@
 package sqljob
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/big"
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // Converters of a row job into an existing table's columns: each value
@@ -252,7 +255,45 @@ type mysqlColumn struct {
 	Collation *string `db:"COLLATION_NAME"`
 	Nullable  string  `db:"IS_NULLABLE"`
 	Default   *string `db:"COLUMN_DEFAULT"`
+	Key       string  `db:"COLUMN_KEY"`
 	Extra     string  `db:"EXTRA"`
+}
+
+// mysqlColumns reads table's columns; a table without any does not exist.
+func mysqlColumns(ctx context.Context, db *sqlx.DB, table string) ([]mysqlColumn, error) {
+	var cols []mysqlColumn
+	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_SCALE, DATETIME_PRECISION, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
+		CHARACTER_SET_NAME, COLLATION_NAME, IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY, EXTRA
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("table %s does not exist", table)
+	}
+	return cols, nil
+}
+
+// sqliteColumn is a column of pragma_table_info.
+type sqliteColumn struct {
+	CID     int     `db:"cid"`
+	Name    string  `db:"name"`
+	Type    string  `db:"type"`
+	NotNull int     `db:"notnull"`
+	Default *string `db:"dflt_value"`
+	PK      int     `db:"pk"`
+}
+
+// sqliteColumns reads table's columns; a table without any does not exist.
+func sqliteColumns(ctx context.Context, db *sqlx.DB, table string) ([]sqliteColumn, error) {
+	var cols []sqliteColumn
+	if err := db.SelectContext(ctx, &cols, "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?)", table); err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("table %s does not exist", table)
+	}
+	return cols, nil
 }
 
 var textSizes = map[string]int64{"tinytext": 255, "text": 65535, "mediumtext": 1<<24 - 1, "longtext": math.MaxUint32,

@@ -75,15 +75,9 @@ func (q *Query) checkKeys(pk []string, uniques []uniqueKey, autoInc map[string]b
 }
 
 func (q *Query) bindMySQL(ctx context.Context, db *sqlx.DB, bad func(string, ...any) error) ([]conv, error) {
-	var cols []mysqlColumn
-	err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_SCALE, DATETIME_PRECISION, NUMERIC_PRECISION, CHARACTER_MAXIMUM_LENGTH,
-		CHARACTER_SET_NAME, COLLATION_NAME, IS_NULLABLE, COLUMN_DEFAULT, EXTRA
-		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, q.table)
+	cols, err := mysqlColumns(ctx, db, q.table)
 	if err != nil {
-		return nil, fmt.Errorf("reading the columns of %s: %w", q.table, err)
-	}
-	if len(cols) == 0 {
-		return nil, fmt.Errorf("table %s does not exist", q.table)
+		return nil, err
 	}
 	// MariaDB's JSON is LONGTEXT with CHECK (json_valid(`c`)): such a
 	// column takes JSON text only. Another CHECK could refuse a row the
@@ -175,19 +169,9 @@ func (q *Query) bindMySQL(ctx context.Context, db *sqlx.DB, bad func(string, ...
 }
 
 func (q *Query) bindSQLite(ctx context.Context, db *sqlx.DB, bad func(string, ...any) error) ([]conv, error) {
-	var cols []struct {
-		CID     int     `db:"cid"`
-		Name    string  `db:"name"`
-		Type    string  `db:"type"`
-		NotNull int     `db:"notnull"`
-		Default *string `db:"dflt_value"`
-		PK      int     `db:"pk"`
-	}
-	if err := db.SelectContext(ctx, &cols, "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?)", q.table); err != nil {
-		return nil, fmt.Errorf("reading the columns of %s: %w", q.table, err)
-	}
-	if len(cols) == 0 {
-		return nil, fmt.Errorf("table %s does not exist", q.table)
+	cols, err := sqliteColumns(ctx, db, q.table)
+	if err != nil {
+		return nil, err
 	}
 	var ddl string
 	if err := db.GetContext(ctx, &ddl, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE", q.table); err != nil {
