@@ -929,6 +929,13 @@ pg_ensure_user() {
 	done
 }
 
+# pg_q S: S as a quoted libpq conninfo value (a path may hold spaces).
+pg_q() {
+	local s=${1//\\/\\\\}
+	s=${s//\'/\\\'}
+	printf "'%s'" "$s"
+}
+
 # pg_psql USER CONNINFO-REST ARGS...: run psql (of the server's version), quietly, no psqlrc.
 pg_psql() {
 	local user=$1 conn=$2
@@ -944,13 +951,13 @@ postgres_answers() {
 # As the TLS-only user, the server's certificate verified against the test CA.
 postgres_tls_answers() {
 	[[ -f $TLS_CA ]] || return 1
-	[[ "$(pg_psql "$PG_TLS_USER" "host=127.0.0.1 port=$PG_PORT dbname=$PG_DB sslmode=verify-full sslrootcert=$TLS_CA" \
+	[[ "$(pg_psql "$PG_TLS_USER" "host=127.0.0.1 port=$PG_PORT dbname=$PG_DB sslmode=verify-full sslrootcert=$(pg_q "$TLS_CA")" \
 		-c 'select ssl from pg_stat_ssl where pid = pg_backend_pid()' 2>/dev/null || true)" == t ]]
 }
 
 # Superuser over the unix socket (trust; the socket's dir is 0700).
 pg_super() {
-	pg_psql postgres "host=$(pg_socket_dir) port=$PG_PORT dbname=postgres" "$@"
+	pg_psql postgres "host=$(pg_q "$(pg_socket_dir)") port=$PG_PORT dbname=postgres" "$@"
 }
 
 postgres_launch() {
