@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Real servers for the integration tests, all on loopback, all state in one
-# directory: MariaDB, Redis and a single-node Apache Kafka 4.x (KRaft).
+# directory: MariaDB, PostgreSQL, Redis and a single-node Apache Kafka 4.x (KRaft).
 #
-#   scripts/services.sh start    install what is missing, start (or reuse) all three, wait until they answer
+#   scripts/services.sh start    install what is missing, start (or reuse) all four, wait until they answer
 #                                (each also serves TLS, see below; the test CA is made once per state dir)
 #   scripts/services.sh env      print `export MICROBATCH_TEST_*=...` lines (use: eval "$(scripts/services.sh env)")
-#   scripts/services.sh status   show what is running (exit 0 only if all three answer)
-#   scripts/services.sh stop     stop them (SIGTERM, then SIGKILL after a bound) and remove the state dir
+#   scripts/services.sh status   show what is running (exit 0 only if all four answer)
+#   scripts/services.sh stop     stop them (SIGTERM, SIGINT for PostgreSQL; SIGKILL after a bound), remove the state dir
 #   scripts/services.sh kafka-tool CLASS ARGS...   run a Kafka CLI class (TopicCommand, ConsoleProducer, ...)
 #   scripts/services.sh kafka-libs   print the directory of the Kafka jars (exit 1 if `start` has not installed them);
 #                                    the system tests start private brokers from it
 #
 # No systemd/service is used: every server is a plain background process, so
 # this works in a bare container or CI. Needs root (or sudo) only to apt-get
-# install mariadb-server / redis-server / chromium when they are missing.
+# install mariadb-server / postgresql / redis-server / chromium when they are
+# missing. PostgreSQL refuses to run as root: run as root, the script runs it
+# as a system user it creates (mbpostgres).
 #
 # TLS: a self-signed test CA and a server certificate for 127.0.0.1/localhost
-# (openssl, <state dir>/tls). MariaDB offers TLS on its port (user mbtls must
-# use it), Redis has a second, TLS-only port, and Kafka a second listener,
+# (openssl, <state dir>/tls). MariaDB and PostgreSQL offer TLS on their port
+# (user mbtls must use it; PostgreSQL logins are SCRAM-SHA-256), Redis has a
+# second, TLS-only port, and Kafka a second listener,
 # SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; one test user for all
 # three). `env` prints where they are and the test-only credentials;
 # <state dir>/kafka/client-sasl-ssl.properties is a --command-config for kafka-tool.
@@ -25,6 +28,7 @@
 # Environment (all optional):
 #   MICROBATCH_SERVICES_DIR            state dir (default: <repo>/.services)
 #   MICROBATCH_TEST_MYSQL_PORT         MariaDB port, plaintext and TLS (default 13306)
+#   MICROBATCH_TEST_POSTGRES_PORT      PostgreSQL port, plaintext and TLS (default 15432)
 #   MICROBATCH_TEST_REDIS_PORT         Redis port              (default 16379)
 #   MICROBATCH_TEST_REDIS_TLS_PORT     Redis TLS port          (default 16380)
 #   MICROBATCH_TEST_KAFKA_PORT         Kafka broker port       (default 19092)
@@ -32,7 +36,7 @@
 #   MICROBATCH_TEST_KAFKA_SASL_SSL_PORT    Kafka SASL_SSL port   (default 19094)
 #   MICROBATCH_KAFKA_VERSION           Apache Kafka 4.x version (default 4.3.1)
 #   MICROBATCH_KAFKA_HEAP              Kafka max heap          (default 1g)
-#   MICROBATCH_SERVICES_TIMEOUT_KAFKA  seconds to wait for Kafka (default 120); _MYSQL (60), _REDIS (30)
+#   MICROBATCH_SERVICES_TIMEOUT_KAFKA  seconds to wait for Kafka (default 120); _MYSQL (60), _POSTGRES (60), _REDIS (30)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -40,6 +44,7 @@ DIR="$(realpath -m "${MICROBATCH_SERVICES_DIR:-$REPO/.services}")"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/microbatch"
 
 MYSQL_PORT="${MICROBATCH_TEST_MYSQL_PORT:-13306}"
+PG_PORT="${MICROBATCH_TEST_POSTGRES_PORT:-15432}"
 REDIS_PORT="${MICROBATCH_TEST_REDIS_PORT:-16379}"
 REDIS_TLS_PORT="${MICROBATCH_TEST_REDIS_TLS_PORT:-16380}"
 KAFKA_PORT="${MICROBATCH_TEST_KAFKA_PORT:-19092}"
@@ -49,6 +54,7 @@ KAFKA_VERSION_WANTED="${MICROBATCH_KAFKA_VERSION:-4.3.1}"
 KAFKA_HEAP="${MICROBATCH_KAFKA_HEAP:-1g}"
 TIMEOUT_KAFKA="${MICROBATCH_SERVICES_TIMEOUT_KAFKA:-120}"
 TIMEOUT_MYSQL="${MICROBATCH_SERVICES_TIMEOUT_MYSQL:-60}"
+TIMEOUT_POSTGRES="${MICROBATCH_SERVICES_TIMEOUT_POSTGRES:-60}"
 TIMEOUT_REDIS="${MICROBATCH_SERVICES_TIMEOUT_REDIS:-30}"
 STOP_TIMEOUT="${MICROBATCH_SERVICES_STOP_TIMEOUT:-30}"
 
@@ -57,6 +63,12 @@ MYSQL_USER=mb
 MYSQL_PASS=mbpass
 # Like mb, but REQUIRE SSL: a connection as mbtls is proof of TLS.
 MYSQL_TLS_USER=mbtls
+
+# PostgreSQL: the same names; mbtls may log in over TLS only (pg_hba.conf).
+PG_DB=mbtest
+PG_USER=mb
+PG_PASS=mbpass
+PG_TLS_USER=mbtls
 
 # The Kafka SASL_SSL listener's user, for PLAIN and both SCRAMs. Test-only:
 # the broker listens on loopback. No ',', ']' or '"' (kafka-storage --add-scram syntax).
@@ -123,12 +135,13 @@ pid_of() {
 	printf '%s\n' "$pid"
 }
 
-# stop_pid NAME PID: SIGTERM, wait up to STOP_TIMEOUT s, then SIGKILL.
+# stop_pid NAME PID [SIGNAL]: SIGNAL (default TERM), wait up to
+# STOP_TIMEOUT s, then SIGKILL.
 stop_pid() {
-	local name=$1 pid=$2 i
+	local name=$1 pid=$2 sig=${3:-TERM} i
 	proc_ours "$pid" || return 0
 	log "stopping $name (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
+	kill -"$sig" "$pid" 2>/dev/null || true
 	for ((i = 0; i < STOP_TIMEOUT * 5; i++)); do
 		proc_ours "$pid" || return 0
 		sleep 0.2
@@ -150,12 +163,27 @@ stray_pids() {
 		[[ $p == "$$" || $p == "$BASHPID" ]] && continue
 		comm="$(cat "/proc/$p/comm" 2>/dev/null || true)"
 		case $comm in
-		mariadbd | mysqld | redis-server | redis-check-aof | java) ;;
+		mariadbd | mysqld | postgres | redis-server | redis-check-aof | java) ;;
 		*) continue ;;
 		esac
 		proc_ours "$p" && printf '%s\n' "$p"
 	done
 	return 0
+}
+
+# url_path_escape S: S with every byte but [A-Za-z0-9/._~-] %-escaped (for a
+# file path in a URL's query).
+url_path_escape() {
+	local s=$1 out="" c i
+	local LC_ALL=C
+	for ((i = 0; i < ${#s}; i++)); do
+		c=${s:i:1}
+		case $c in
+		[A-Za-z0-9/._~-]) out+=$c ;;
+		*) out+="$(printf '%%%02X' "'$c")" ;;
+		esac
+	done
+	printf '%s\n' "$out"
 }
 
 tail_log() {
@@ -280,6 +308,10 @@ install_missing() {
 	find_mariadbd >/dev/null || pkgs+=(mariadb-server)
 	find_install_db >/dev/null || pkgs+=(mariadb-server)
 	find_mysql_client >/dev/null || pkgs+=(mariadb-client)
+	# Debian's postgresql (the distribution's major version): initdb, postgres,
+	# psql and pg_isready in /usr/lib/postgresql/<major>/bin.
+	pg_bin_dir >/dev/null || pkgs+=(postgresql)
+	[[ $EUID -ne 0 ]] || command -v setpriv >/dev/null 2>&1 || pkgs+=(util-linux)
 	command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 	command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
 	command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
@@ -294,6 +326,9 @@ install_missing() {
 		apt_install "${pkgs[@]}"
 	fi
 	find_mariadbd >/dev/null || die "mariadbd not found even after installing mariadb-server"
+	pg_bin_dir >/dev/null || die "initdb/postgres not found even after installing postgresql"
+	[[ -x "$(pg_bin_dir)/psql" && -x "$(pg_bin_dir)/pg_isready" ]] ||
+		die "psql/pg_isready not found next to $(pg_bin_dir)/postgres (apt-get install postgresql-client)"
 	local jv
 	jv="$(java_major || true)"
 	if [[ -z $jv || $jv -lt 17 ]]; then
@@ -821,6 +856,227 @@ kafka_wait() {
 	log "Kafka: ready (Apache Kafka $(kafka_running_version), KRaft, metadata request OK, over SASL_SSL too)"
 }
 
+# ---------------------------------------------------------------- PostgreSQL
+
+# The cluster lives in $PG_DIR (mode 0700, owned by the user that runs it):
+# data/ (initdb), tls/ (copies of the server certificate and key, 0600),
+# postgres.log, and the unix socket (superuser access over it is trust, so
+# only that user and root can reach it). PostgreSQL refuses to run as root:
+# as root the script runs it as $PG_SYS_USER, a system user it creates.
+PG_DIR="$DIR/postgres"
+PG_PIDFILE="$PG_DIR/postgres.pid"
+PG_LOG="$PG_DIR/postgres.log"
+PG_SYS_USER=mbpostgres
+
+# pg_bin_dir: the directory with initdb and postgres. Debian puts them in
+# /usr/lib/postgresql/<major>/bin (the newest installed wins); elsewhere
+# they may be on PATH.
+pg_bin_dir() {
+	local d best=""
+	for d in /usr/lib/postgresql/*/bin; do
+		[[ -x $d/initdb && -x $d/postgres ]] || continue
+		best="$(printf '%s\n%s\n' "$best" "$d" | sed '/^$/d' | sort -V | tail -n1)"
+	done
+	if [[ -z $best ]] && command -v initdb >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1; then
+		best="$(dirname "$(command -v postgres)")"
+	fi
+	[[ -n $best ]] || return 1
+	printf '%s\n' "$best"
+}
+
+pg_socket_dir() {
+	# unix socket paths are limited to 107 bytes: <dir>/.s.PGSQL.<port>
+	if ((${#PG_DIR} > 80)); then
+		printf '/tmp\n'
+	else
+		printf '%s\n' "$PG_DIR"
+	fi
+}
+
+# AS_PG: the prefix that runs a command as the user the server runs as
+# (empty unless root). setpriv (util-linux) needs no PAM session and execs
+# without forking, so a launched server's pid is the postmaster's.
+AS_PG=()
+if [[ $EUID -eq 0 ]]; then
+	AS_PG=(setpriv --reuid="$PG_SYS_USER" --regid="$PG_SYS_USER" --init-groups
+		env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME="$PG_DIR")
+fi
+
+# pg_ensure_user: as root, the system user that runs the server, and a path
+# it can walk to $PG_DIR. Directories above the state dir that it cannot
+# traverse get an ACL entry for it (or, without setfacl, o+x: search, not read).
+pg_ensure_user() {
+	[[ $EUID -eq 0 ]] || return 0
+	if ! getent passwd "$PG_SYS_USER" >/dev/null; then
+		command -v useradd >/dev/null 2>&1 || die "PostgreSQL: useradd not found; create a system user $PG_SYS_USER yourself"
+		log "PostgreSQL: creating the system user $PG_SYS_USER (PostgreSQL refuses to run as root)"
+		useradd --system --user-group --no-create-home --home-dir /nonexistent \
+			--shell /usr/sbin/nologin --comment 'microbatch scripts/services.sh PostgreSQL' "$PG_SYS_USER" ||
+			die "PostgreSQL: useradd $PG_SYS_USER failed"
+	fi
+	command -v setpriv >/dev/null 2>&1 || die "PostgreSQL: setpriv not found (apt-get install util-linux)"
+	local d path="" parts
+	IFS=/ read -r -a parts <<<"${DIR#/}"
+	for d in "${parts[@]}"; do
+		path="$path/$d"
+		"${AS_PG[@]}" test -x "$path" && continue
+		if command -v setfacl >/dev/null 2>&1 && setfacl -m "u:$PG_SYS_USER:x" "$path" 2>/dev/null; then
+			log "PostgreSQL: $path was closed to $PG_SYS_USER; gave it search (x) by ACL, so the server can reach $PG_DIR"
+		else
+			chmod o+x "$path" || die "PostgreSQL: $PG_SYS_USER cannot reach $PG_DIR, and chmod o+x $path failed"
+			log "PostgreSQL: $path was closed to $PG_SYS_USER; made it o+x (search, not read), so the server can reach $PG_DIR"
+		fi
+	done
+}
+
+# pg_q S: S as a quoted libpq conninfo value (a path may hold spaces).
+pg_q() {
+	local s=${1//\\/\\\\}
+	s=${s//\'/\\\'}
+	printf "'%s'" "$s"
+}
+
+# pg_psql USER CONNINFO-REST ARGS...: run psql (of the server's version), quietly, no psqlrc.
+pg_psql() {
+	local user=$1 conn=$2
+	shift 2
+	PGCONNECT_TIMEOUT=5 PGPASSWORD="$PG_PASS" timeout 20 "$(pg_bin_dir)/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
+		"$conn user=$user" "$@" </dev/null
+}
+
+postgres_answers() {
+	[[ "$(pg_psql "$PG_USER" "host=127.0.0.1 port=$PG_PORT dbname=$PG_DB sslmode=disable" -c 'select 1' 2>/dev/null || true)" == 1 ]]
+}
+
+# As the TLS-only user, the server's certificate verified against the test CA.
+postgres_tls_answers() {
+	[[ -f $TLS_CA ]] || return 1
+	[[ "$(pg_psql "$PG_TLS_USER" "host=127.0.0.1 port=$PG_PORT dbname=$PG_DB sslmode=verify-full sslrootcert=$(pg_q "$TLS_CA")" \
+		-c 'select ssl from pg_stat_ssl where pid = pg_backend_pid()' 2>/dev/null || true)" == t ]]
+}
+
+# Superuser over the unix socket (trust; the socket's dir is 0700).
+pg_super() {
+	pg_psql postgres "host=$(pg_q "$(pg_socket_dir)") port=$PG_PORT dbname=postgres" "$@"
+}
+
+postgres_launch() {
+	local pid
+	if pid="$(pid_of "$PG_PIDFILE")"; then
+		if postgres_answers && postgres_tls_answers; then
+			log "PostgreSQL: reusing running server (pid $pid) on 127.0.0.1:$PG_PORT"
+			PG_STATE=reused
+			return 0
+		fi
+		log "PostgreSQL: pid $pid is there but does not answer (or not over TLS as $PG_TLS_USER); restarting it"
+		stop_pid PostgreSQL "$pid" INT
+	fi
+	if port_open "$PG_PORT"; then
+		die "$(port_taken_msg "$PG_PORT" MICROBATCH_TEST_POSTGRES_PORT)"
+	fi
+	local bin owner sock
+	PG_T0=$SECONDS
+	bin="$(pg_bin_dir)" || die "PostgreSQL: initdb/postgres not found even after installing postgresql"
+	sock="$(pg_socket_dir)"
+	pg_ensure_user
+	rm -rf "$PG_DIR"
+	rm -f "$sock/.s.PGSQL.$PG_PORT" "$sock/.s.PGSQL.$PG_PORT.lock"
+	mkdir -p "$PG_DIR/tls"
+	install -m 0600 "$TLS_CERT" "$PG_DIR/tls/server.pem"
+	install -m 0600 "$TLS_KEY" "$PG_DIR/tls/server.key"
+	if [[ $EUID -eq 0 ]]; then
+		chown -R "$PG_SYS_USER:$PG_SYS_USER" "$PG_DIR"
+	fi
+	chmod 0700 "$PG_DIR" "$PG_DIR/tls"
+	owner="$(id -un)"
+	[[ $EUID -eq 0 ]] && owner=$PG_SYS_USER
+	log "PostgreSQL: initializing a fresh cluster in $PG_DIR/data ($("$bin/postgres" --version), as $owner)"
+	if ! (
+		cd "$PG_DIR"
+		"${AS_PG[@]}" "$bin/initdb" -D "$PG_DIR/data" -U postgres --encoding=UTF8 --locale=C \
+			--auth-local=trust --auth-host=scram-sha-256 --no-sync
+	) >"$PG_DIR/initdb.log" 2>&1 </dev/null; then
+		tail_log "$PG_DIR/initdb.log"
+		die "PostgreSQL: initdb failed"
+	fi
+	# Later settings win over initdb's.
+	cat >>"$PG_DIR/data/postgresql.conf" <<EOCONF
+
+# ---- scripts/services.sh (test server: loopback only, not durable across an OS crash)
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$sock'
+unix_socket_permissions = 0700
+max_connections = 400
+max_prepared_transactions = 64
+password_encryption = 'scram-sha-256'
+ssl = on
+ssl_cert_file = '$PG_DIR/tls/server.pem'
+ssl_key_file = '$PG_DIR/tls/server.key'
+fsync = off
+full_page_writes = off
+timezone = 'UTC'
+lc_messages = 'C'
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d '
+EOCONF
+	# First match wins: the TLS user never without TLS; everyone else over
+	# TCP with a SCRAM password; the unix socket (0700 dir) is trust.
+	cat >"$PG_DIR/data/pg_hba.conf" <<EOHBA
+# generated by scripts/services.sh
+local     all  all             trust
+hostnossl all  $PG_TLS_USER    127.0.0.1/32  reject
+host      all  all             127.0.0.1/32  scram-sha-256
+EOHBA
+	[[ $EUID -eq 0 ]] && chown "$PG_SYS_USER:$PG_SYS_USER" "$PG_DIR/data/postgresql.conf" "$PG_DIR/data/pg_hba.conf"
+	launch "$PG_DIR" "$PG_LOG" "${AS_PG[@]}" "$bin/postgres" -D "$PG_DIR/data"
+	pid=$LAUNCHED_PID
+	printf '%s\n' "$pid" >"$PG_PIDFILE"
+	PG_STATE=started
+	log "PostgreSQL: started pid $pid on 127.0.0.1:$PG_PORT"
+}
+
+postgres_wait() {
+	[[ ${PG_STATE:-} == started ]] || return 0
+	local deadline=$((SECONDS + TIMEOUT_POSTGRES)) bin
+	bin="$(pg_bin_dir)"
+	until "$bin/pg_isready" -q -h "$(pg_socket_dir)" -p "$PG_PORT" -U postgres -d postgres -t 2 >/dev/null 2>&1 &&
+		pg_super -c 'select 1' >/dev/null 2>&1; do
+		if ! pid_of "$PG_PIDFILE" >/dev/null; then
+			tail_log "$PG_LOG"
+			die "PostgreSQL exited during startup"
+		fi
+		if ((SECONDS >= deadline)); then
+			tail_log "$PG_LOG"
+			die "PostgreSQL did not answer within ${TIMEOUT_POSTGRES}s"
+		fi
+		sleep 0.2
+	done
+	# mb owns the test database and may create more (fresh databases per
+	# test); mbtls (TLS only) acts as mb. Neither is a superuser: the sinks
+	# must work without. pg_signal_backend: tests may end sessions (57P01).
+	# (One -c each: CREATE DATABASE cannot run inside a transaction block.)
+	if ! pg_super \
+		-c "CREATE ROLE $PG_USER LOGIN CREATEDB PASSWORD '$PG_PASS'" \
+		-c "CREATE ROLE $PG_TLS_USER LOGIN PASSWORD '$PG_PASS'" \
+		-c "GRANT $PG_USER TO $PG_TLS_USER" \
+		-c "GRANT pg_signal_backend TO $PG_USER" \
+		-c "CREATE DATABASE $PG_DB OWNER $PG_USER" \
+		>"$PG_DIR/setup.log" 2>&1; then
+		tail_log "$PG_DIR/setup.log" "$PG_LOG"
+		die "PostgreSQL: creating the roles/database failed"
+	fi
+	if ! postgres_answers; then
+		tail_log "$PG_LOG"
+		die "PostgreSQL answers as the superuser but not as $PG_USER@127.0.0.1:$PG_PORT (password, scram-sha-256)"
+	fi
+	if ! postgres_tls_answers; then
+		tail_log "$PG_LOG"
+		die "PostgreSQL answers, but not over TLS (as $PG_TLS_USER, sslmode=verify-full against $TLS_CA)"
+	fi
+	log "PostgreSQL: ready $((SECONDS - PG_T0))s after initdb began, TLS too ($(pg_psql "$PG_USER" "host=127.0.0.1 port=$PG_PORT dbname=$PG_DB sslmode=disable" -c 'show server_version' 2>/dev/null || echo '?'))"
+}
+
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
@@ -830,20 +1086,23 @@ cmd_start() {
 	take_lock
 	log "state dir: $DIR"
 	ensure_tls
-	# Launch all three, then wait for all three (they boot in parallel).
+	# Launch all four, then wait for all four (they boot in parallel).
 	kafka_launch
 	mysql_launch
+	postgres_launch
 	redis_launch
 	mysql_wait
+	postgres_wait
 	redis_wait
 	kafka_wait
-	log "all services up in $((SECONDS - t0))s: mysql 127.0.0.1:$MYSQL_PORT (TLS too), redis 127.0.0.1:$REDIS_PORT (TLS :$REDIS_TLS_PORT), kafka 127.0.0.1:$KAFKA_PORT (SASL_SSL :$KAFKA_SASL_SSL_PORT)"
+	log "all services up in $((SECONDS - t0))s: mysql 127.0.0.1:$MYSQL_PORT (TLS too), postgres 127.0.0.1:$PG_PORT (TLS too), redis 127.0.0.1:$REDIS_PORT (TLS :$REDIS_TLS_PORT), kafka 127.0.0.1:$KAFKA_PORT (SASL_SSL :$KAFKA_SASL_SSL_PORT)"
 }
 
 cmd_env() {
 	printf "export MICROBATCH_TEST_KAFKA='127.0.0.1:%s'\n" "$KAFKA_PORT"
 	printf "export MICROBATCH_TEST_KAFKA_KIND='apache-kafka-%s'\n" "$(kafka_running_version)"
 	printf "export MICROBATCH_TEST_MYSQL='mysql://%s:%s@127.0.0.1:%s/%s'\n" "$MYSQL_USER" "$MYSQL_PASS" "$MYSQL_PORT" "$MYSQL_DB"
+	printf "export MICROBATCH_TEST_POSTGRES='postgres://%s:%s@127.0.0.1:%s/%s?sslmode=disable'\n" "$PG_USER" "$PG_PASS" "$PG_PORT" "$PG_DB"
 	printf "export MICROBATCH_TEST_REDIS='redis://127.0.0.1:%s/0'\n" "$REDIS_PORT"
 	# TLS (all three servers' certificates are signed by this CA) and Kafka SASL.
 	printf "export MICROBATCH_TEST_TLS_CA='%s'\n" "$TLS_CA"
@@ -852,6 +1111,8 @@ cmd_env() {
 	printf "export MICROBATCH_TEST_KAFKA_SASL_PASSWORD='%s'\n" "$KAFKA_SASL_PASS"
 	printf "export MICROBATCH_TEST_MYSQL_TLS='mysql://%s:%s@127.0.0.1:%s/%s'\n" "$MYSQL_TLS_USER" "$MYSQL_PASS" "$MYSQL_PORT" "$MYSQL_DB"
 	printf "export MICROBATCH_TEST_REDIS_TLS='rediss://127.0.0.1:%s/0'\n" "$REDIS_TLS_PORT"
+	printf "export MICROBATCH_TEST_POSTGRES_TLS='postgres://%s:%s@127.0.0.1:%s/%s?sslmode=verify-full&sslrootcert=%s'\n" \
+		"$PG_TLS_USER" "$PG_PASS" "$PG_PORT" "$PG_DB" "$(url_path_escape "$TLS_CA")"
 }
 
 cmd_status() {
@@ -868,6 +1129,20 @@ cmd_status() {
 		fi
 	else
 		echo "mariadb: not running"
+		all=1
+	fi
+	if pid="$(pid_of "$PG_PIDFILE")"; then
+		if postgres_answers && postgres_tls_answers; then
+			echo "postgres: running, pid $pid, 127.0.0.1:$PG_PORT, answering, TLS too (log $PG_LOG)"
+		elif postgres_answers; then
+			echo "postgres: running, pid $pid, 127.0.0.1:$PG_PORT, answering but NOT over TLS (log $PG_LOG)"
+			all=1
+		else
+			echo "postgres: running, pid $pid, 127.0.0.1:$PG_PORT, NOT answering (log $PG_LOG)"
+			all=1
+		fi
+	else
+		echo "postgres: not running"
 		all=1
 	fi
 	if pid="$(pid_of "$RD_PIDFILE")"; then
@@ -915,12 +1190,14 @@ cmd_stop() {
 	if pid="$(pid_of "$KF_PIDFILE")"; then stop_pid Kafka "$pid"; fi
 	if pid="$(pid_of "$RD_PIDFILE")"; then stop_pid Redis "$pid"; fi
 	if pid="$(pid_of "$MY_PIDFILE")"; then stop_pid MariaDB "$pid"; fi
+	# SIGINT is PostgreSQL's fast shutdown (SIGTERM waits for clients to leave).
+	if pid="$(pid_of "$PG_PIDFILE")"; then stop_pid PostgreSQL "$pid" INT; fi
 	# Anything of ours left over (e.g. a pid file lost in a crash).
 	local stray
 	for stray in $(stray_pids); do
 		stop_pid "$(cat "/proc/$stray/comm" 2>/dev/null || echo process)" "$stray"
 	done
-	rm -f "$(mysql_socket)"
+	rm -f "$(mysql_socket)" "$(pg_socket_dir)/.s.PGSQL.$PG_PORT" "$(pg_socket_dir)/.s.PGSQL.$PG_PORT.lock"
 	case $DIR in
 	/ | "$HOME" | "$REPO") die "refusing to remove $DIR" ;;
 	esac
@@ -949,7 +1226,7 @@ cmd_kafka_libs() {
 }
 
 usage() {
-	sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 case "${1:-}" in

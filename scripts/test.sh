@@ -6,7 +6,7 @@
 #                                        (no package given -> ./... is added; go vet is skipped
 #                                         unless MICROBATCH_VET=1)
 #
-# Starts MariaDB, Redis and Apache Kafka on loopback with scripts/services.sh
+# Starts MariaDB, PostgreSQL, Redis and Apache Kafka on loopback with scripts/services.sh
 # (installing them on first use), exports MICROBATCH_TEST_* for the tests and
 # stops the servers again at exit -- unless they were already running before
 # (then they are someone else's and are left alone) or MICROBATCH_KEEP_SERVICES=1.
@@ -67,9 +67,10 @@ trap 'exit 143' TERM
 eval "$("$SERVICES" env)"
 
 log "using servers:"
-log "  Kafka:   $MICROBATCH_TEST_KAFKA ($MICROBATCH_TEST_KAFKA_KIND, KRaft single node)"
-log "  MariaDB: $MICROBATCH_TEST_MYSQL"
-log "  Redis:   $MICROBATCH_TEST_REDIS"
+log "  Kafka:      $MICROBATCH_TEST_KAFKA ($MICROBATCH_TEST_KAFKA_KIND, KRaft single node)"
+log "  MariaDB:    $MICROBATCH_TEST_MYSQL"
+log "  PostgreSQL: $MICROBATCH_TEST_POSTGRES (TLS: $MICROBATCH_TEST_POSTGRES_TLS)"
+log "  Redis:      $MICROBATCH_TEST_REDIS"
 log "$(go version)"
 
 vet_rc=0

@@ -45,9 +45,14 @@ func LeakedGoroutines(wait time.Duration) string {
 
 // Environment variables naming the real servers; scripts/test.sh sets them.
 const (
-	EnvKafka = "MICROBATCH_TEST_KAFKA"
-	EnvMySQL = "MICROBATCH_TEST_MYSQL"
-	EnvRedis = "MICROBATCH_TEST_REDIS"
+	EnvKafka    = "MICROBATCH_TEST_KAFKA"
+	EnvMySQL    = "MICROBATCH_TEST_MYSQL"
+	EnvPostgres = "MICROBATCH_TEST_POSTGRES"
+	EnvRedis    = "MICROBATCH_TEST_REDIS"
+
+	// EnvPostgresTLS names the same PostgreSQL as a user that may only log
+	// in over TLS, with sslmode=verify-full against the services' test CA.
+	EnvPostgresTLS = "MICROBATCH_TEST_POSTGRES_TLS"
 )
 
 // ServersRequired reports whether this run is one in which the servers
