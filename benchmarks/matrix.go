@@ -232,8 +232,12 @@ func (o Options) Validate() error {
 		return bad("baseline-events: want at least 2")
 	}
 	if o.MySQL != "" {
-		if _, err := sqlsink.ParseDSN(o.MySQL); err != nil {
+		t, err := sqlsink.ParseDSN(o.MySQL)
+		if err != nil {
 			return bad("mysql: %v", err)
+		}
+		if t.Dialect == offsets.Postgres {
+			return bad("mysql: %s is PostgreSQL, which the benchmarks don't run yet: give a mysql:// or sqlite:// DSN", t.Display)
 		}
 	}
 	if o.Redis != "" {

@@ -33,13 +33,8 @@ type Change struct {
 // it. The next run claims with a higher epoch still and starts from the
 // new offsets.
 func Reset(ctx context.Context, tx Queryer, d Dialect, job, topic string, to map[int32]int64) (int64, []Change, error) {
-	lock := ""
-	if d == MySQL {
-		lock = " FOR UPDATE"
-	}
 	var maxEpoch sql.NullInt64
-	if err := tx.QueryRowContext(ctx,
-		`SELECT MAX(epoch) FROM mb_offsets WHERE job = ?`+lock, job).Scan(&maxEpoch); err != nil {
+	if err := lockJob(ctx, tx, d, job, "MAX(epoch)", &maxEpoch); err != nil {
 		return 0, nil, fmt.Errorf("resetting offsets of job %q: %w", job, err)
 	}
 	epoch := maxEpoch.Int64 + 1
@@ -51,6 +46,10 @@ func Reset(ctx context.Context, tx Queryer, d Dialect, job, topic string, to map
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
+	lock := ""
+	if d == MySQL || d == Postgres {
+		lock = " FOR UPDATE"
+	}
 	now := time.Now().UTC()
 	changes := make([]Change, 0, len(parts))
 	for _, p := range parts {

@@ -17,6 +17,17 @@ const MaxSourcePositionBytes = 1024
 
 // SourceSchema returns the CREATE TABLE statement of mb_source_positions.
 func SourceSchema(d Dialect) string {
+	if d == Postgres {
+		return `CREATE TABLE IF NOT EXISTS mb_source_positions (
+  job VARCHAR(128) COLLATE "C" NOT NULL,
+  source VARCHAR(255) COLLATE "C" NOT NULL,
+  position BYTEA NOT NULL,
+  epoch BIGINT NOT NULL,
+  chunks BIGINT NOT NULL,
+  updated_at TIMESTAMP(6) NOT NULL,
+  PRIMARY KEY (job, source)
+)`
+	}
 	if d == MySQL {
 		return `CREATE TABLE IF NOT EXISTS mb_source_positions (
   job VARCHAR(128) NOT NULL,
@@ -87,7 +98,11 @@ func ClaimSource(ctx context.Context, tx Queryer, d Dialect, job, source string)
 	// SELECT … FOR UPDATE of a missing row locks.
 	upsert := `INSERT INTO mb_source_positions (job, source, position, epoch, chunks, updated_at) VALUES (?, ?, ?, 1, 0, ?)
  ON CONFLICT (job, source) DO UPDATE SET epoch = epoch + 1, updated_at = excluded.updated_at`
-	if d == MySQL {
+	switch d {
+	case Postgres: // which epoch, the stored or the excluded, must be said
+		upsert = `INSERT INTO mb_source_positions (job, source, position, epoch, chunks, updated_at) VALUES (?, ?, ?, 1, 0, ?)
+ ON CONFLICT (job, source) DO UPDATE SET epoch = mb_source_positions.epoch + 1, updated_at = excluded.updated_at`
+	case MySQL:
 		upsert = `INSERT INTO mb_source_positions (job, source, position, epoch, chunks, updated_at) VALUES (?, ?, ?, 1, 0, ?)
  ON DUPLICATE KEY UPDATE epoch = epoch + 1, updated_at = VALUES(updated_at)`
 	}

@@ -13,8 +13,9 @@ type Dialect string
 
 // Supported dialects.
 const (
-	MySQL  Dialect = "mysql"
-	SQLite Dialect = "sqlite"
+	MySQL    Dialect = "mysql"
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
 )
 
 // Queryer is what this package needs from *sql.DB, *sql.Tx, *sqlx.DB or
@@ -31,6 +32,18 @@ const Table = "mb_offsets"
 
 // Schema returns the CREATE TABLE statement of mb_offsets.
 func Schema(d Dialect) string {
+	if d == Postgres {
+		return `CREATE TABLE IF NOT EXISTS mb_offsets (
+  job VARCHAR(128) COLLATE "C" NOT NULL,
+  topic VARCHAR(249) COLLATE "C" NOT NULL,
+  part INTEGER NOT NULL,
+  next_offset BIGINT NOT NULL,
+  epoch BIGINT NOT NULL,
+  batch_id BIGINT NOT NULL,
+  updated_at TIMESTAMP(6) NOT NULL,
+  PRIMARY KEY (job, topic, part)
+)`
+	}
 	if d == MySQL {
 		return `CREATE TABLE IF NOT EXISTS mb_offsets (
   job VARCHAR(128) NOT NULL,
@@ -134,13 +147,8 @@ func Init(ctx context.Context, tx Queryer, d Dialect, job, topic string, partiti
 // start-from is resolved once for the whole topic, not by each member at
 // the time it happens to claim. Claim.Positions holds mine only.
 func ClaimPartitions(ctx context.Context, tx Queryer, d Dialect, job, topic string, all, mine []int32, minEpoch int64, start StartFunc) (Claim, error) {
-	lock := ""
-	if d == MySQL {
-		lock = " FOR UPDATE"
-	}
 	var maxEpoch, maxBatch sql.NullInt64
-	if err := tx.QueryRowContext(ctx,
-		`SELECT MAX(epoch), MAX(batch_id) FROM mb_offsets WHERE job = ?`+lock, job).Scan(&maxEpoch, &maxBatch); err != nil {
+	if err := lockJob(ctx, tx, d, job, "MAX(epoch), MAX(batch_id)", &maxEpoch, &maxBatch); err != nil {
 		return Claim{}, fmt.Errorf("claiming partitions of job %q: %w", job, err)
 	}
 	c := Claim{Epoch: max(minEpoch, maxEpoch.Int64+1), LastBatch: maxBatch.Int64}
@@ -180,6 +188,28 @@ func ClaimPartitions(ctx context.Context, tx Queryer, d Dialect, job, topic stri
 		c.Positions[p] = pos
 	}
 	return c, nil
+}
+
+// lockJob locks the job's rows (reading the aggregates cols over them,
+// into dest) until the transaction ends, so that a claim or a reset waits
+// for a commit in flight on any of them and then reads what it left.
+// MySQL locks with FOR UPDATE (gaps too, so that two first claims of a new
+// job queue). PostgreSQL refuses FOR UPDATE beside an aggregate, so it
+// locks the rows in a subquery, after the job's transaction-scoped
+// advisory lock, which covers what row locks can't: a job with no rows
+// yet. SQLite's write transaction holds the whole database.
+func lockJob(ctx context.Context, tx Queryer, d Dialect, job, cols string, dest ...any) error {
+	q := `SELECT ` + cols + ` FROM mb_offsets WHERE job = ?`
+	switch d {
+	case MySQL:
+		q += ` FOR UPDATE`
+	case Postgres:
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('mb_offsets'), hashtext(?))`, job); err != nil {
+			return err
+		}
+		q = `SELECT ` + cols + ` FROM (SELECT epoch, batch_id FROM mb_offsets WHERE job = ? FOR UPDATE) AS t`
+	}
+	return tx.QueryRowContext(ctx, q, job).Scan(dest...)
 }
 
 // Advance moves one partition's offset from From to To for batch BatchID.

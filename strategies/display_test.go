@@ -14,7 +14,10 @@ func TestSinkDisplay(t *testing.T) {
 		{"kafka://k1:9092,k2:9092/out", "kafka://k1:9092,k2:9092/out"},
 		{"file:///tmp/out/", "file:///tmp/out"},
 		{"mysql://app:s3cret@db1:notaport/analytics", "mysql://…"},
-		{"postgres://app:s3cret@db1/x", "postgres://…"},
+		{"postgres://app:s3cret@db1/x", "postgres://app:xxxxx@db1:5432/x"},
+		{"postgresql://app@db1:5433/x?password=s3cret", "postgresql://app:xxxxx@db1:5433/x"},
+		{"postgres://app:s3cret@db1:notaport/x", "postgres://…"},
+		{"oracle://app:s3cret@db1/x", "oracle://…"},
 		{"app:s3cret@garbage", "(sink)"},
 	}
 	for _, tc := range tests {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/microbatch/microbatch/batch"
 	"github.com/microbatch/microbatch/internal/kafkautil"
@@ -72,6 +73,13 @@ func isDenied(err error) bool {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case 1044, 1045, 1142, 1143, 1227: // db / user access denied, table / column / privilege
+			return true
+		}
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "28P01", "28000", "42501": // bad password, no such role or not allowed (pg_hba), insufficient privilege
 			return true
 		}
 	}

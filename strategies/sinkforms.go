@@ -21,12 +21,18 @@ type SinkForm struct {
 var SinkForms = []SinkForm{
 	{"mysql", "mysql://user:pass@host:port/db[?params]", sqlUse},
 	{"", "user:pass@tcp(host:port)/db[?params] (go-sql-driver)", sqlUse},
+	{"postgres", "postgres://user:pass@host:port/db[?sslmode=…]", postgresUse},
+	{"postgresql", "postgresql://… (as postgres://)", postgresUse},
 	{"sqlite", "sqlite://path", "txn, single, at-least-once, at-most-once, checkpoint with --sink-mode wal"},
 	{"redis", "redis://[[user]:password@]host[:port][/db]", string(StrategyIdempotent)},
 	{"rediss", "rediss://… (redis:// over TLS)", string(StrategyIdempotent)},
 	{"kafka", "kafka://host:port[,host:port]/topic", string(StrategyCheckpoint)},
 	{"file", "file:///dir", string(StrategyCheckpoint)},
 }
+
+// postgresUse: checkpoint mode and SQL jobs don't write to PostgreSQL
+// yet (Config.Validate refuses them).
+const postgresUse = "txn, single, at-least-once, at-most-once (the built-in job)"
 
 const sqlUse = "txn, single, at-least-once, at-most-once, checkpoint (XA, or --sink-mode wal)"
 

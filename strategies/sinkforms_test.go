@@ -20,6 +20,9 @@ func TestSinkFormsAreWhatCheckSinkTakes(t *testing.T) {
 		"rediss": "rediss://u:pw@cache:6380/1",
 		"kafka":  "kafka://k1:9092,k2:9092/out",
 		"file":   "file:///var/lib/out",
+
+		"postgres":   "postgres://u:pw@db:5432/app?sslmode=verify-full",
+		"postgresql": "postgresql://u:pw@db/app",
 	}
 	forms := map[string]bool{}
 	for _, f := range SinkForms {
@@ -44,7 +47,7 @@ func TestSinkFormsAreWhatCheckSinkTakes(t *testing.T) {
 			t.Errorf("scheme %q is accepted but not in SinkForms", scheme)
 		}
 	}
-	for _, dsn := range []string{"postgres://u:SECRETPW@db/app", "http://host/x", "redis+sentinel://u:SECRETPW@h", "kafkas://k:9093/t", "files:///x"} {
+	for _, dsn := range []string{"oracle://u:SECRETPW@db/app", "http://host/x", "redis+sentinel://u:SECRETPW@h", "kafkas://k:9093/t", "files:///x"} {
 		err := CheckSink(dsn)
 		if !errors.Is(err, writers.ErrBadDSN) {
 			t.Errorf("CheckSink(%q) = %v, want ErrBadDSN", dsn, err)

@@ -36,7 +36,7 @@ func (t SinkTotals) AmountIs(want int64) bool {
 func ReadSinkTotals(ctx context.Context, w *sqlsink.Writer, job string) (SinkTotals, error) {
 	t := SinkTotals{Amount: new(big.Int)}
 	var err error
-	if w.Dialect() == offsets.MySQL {
+	if w.Dialect() != offsets.SQLite { // MySQL's and PostgreSQL's SUM of DECIMAL/NUMERIC is exact
 		var amount string
 		err = w.DB().QueryRowContext(ctx,
 			`SELECT COALESCE(SUM(events), 0), COALESCE(SUM(amount), 0), COUNT(*) FROM mb_totals WHERE job = ?`, job).

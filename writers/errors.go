@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 )
 
@@ -65,6 +66,10 @@ func IsRetryable(err error) bool {
 		}
 		return false
 	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return postgresRetryable(pe.Code)
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		code := se.Code() & 0xff // primary code; extended codes keep it in the low byte
@@ -75,6 +80,31 @@ func IsRetryable(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		// Failing to connect: refused, reset, timed out, or the server
+		// going away before the startup finished; a bad password or an
+		// unknown database are a PgError inside and were answered above.
+		return true
+	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// postgresRetryable reports whether a PostgreSQL error (its SQLSTATE)
+// means "try the transaction again": a serialization failure or a
+// deadlock (the server rolled the transaction back), a lock wait that
+// timed out, a server shutting down or restarting (a failover: 57P01
+// admin shutdown, 57P02 crash shutdown, 57P03 not accepting connections
+// yet), a connection error (class 08), or a read-only transaction on a
+// server that is (still) a standby.
+func postgresRetryable(code string) bool {
+	switch code {
+	case "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "25006":
+		return true
+	}
+	return len(code) == 5 && code[:2] == "08"
 }

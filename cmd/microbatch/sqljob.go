@@ -185,6 +185,9 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 	if err != nil {
 		return sqljob.Options{}, configError{fmt.Errorf("sink: %w", err)}
 	}
+	if t.Dialect == offsets.Postgres {
+		return sqljob.Options{}, badConfig("sql: PostgreSQL (%s) takes the built-in job only for now; write a SQL job to mysql://, sqlite:// or redis:// (--strategy idempotent)", t.Display)
+	}
 	return sqljob.Options{SQLite: t.Dialect == offsets.SQLite}, nil
 }
 

@@ -147,7 +147,14 @@ func (c *bindConn) ResetSession(ctx context.Context) error {
 	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
 }
 
-func (c *bindConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
+// IsValid asks the wrapped connection when it can say (pgx's stdlib
+// connection can't: database/sql then keeps a connection until one of its
+// calls returns driver.ErrBadConn, which is what it does for any driver
+// without a Validator).
+func (c *bindConn) IsValid() bool {
+	v, ok := c.Conn.(driver.Validator)
+	return !ok || v.IsValid()
+}
 
 func (c *bindConn) CheckNamedValue(v *driver.NamedValue) error {
 	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(v)

@@ -26,7 +26,7 @@ func (w *Writer) CheckUpsert(ctx context.Context, u writers.Upsert) error {
 		return err
 	}
 	cols := append(append([]string{}, u.Keys...), u.Values...)
-	rows, err := w.db.QueryContext(ctx, "SELECT "+quoteIdents(cols)+" FROM "+quoteIdent(u.Table)+" WHERE 1 = 0")
+	rows, err := w.db.QueryContext(ctx, "SELECT "+w.quoteIdents(cols)+" FROM "+w.quoteIdent(u.Table)+" WHERE 1 = 0")
 	if err != nil {
 		return fmt.Errorf("%w: %s with columns %s in %s (create it before writing): %v", ErrBadTable, u.Table, strings.Join(cols, ", "), w.display, err)
 	}
@@ -53,11 +53,22 @@ func (w *Writer) CheckUpsert(ctx context.Context, u writers.Upsert) error {
 func (w *Writer) uniqueKeys(ctx context.Context, table string) ([][]string, error) {
 	var q string
 	var args []any
-	if w.dialect == offsets.MySQL {
+	switch w.dialect {
+	case offsets.Postgres:
+		// The key and unique indexes of the table the search path finds
+		// (a plain unique index too: ON CONFLICT takes either).
+		q = `SELECT ic.relname, a.attname FROM pg_index i
+ JOIN pg_class ic ON ic.oid = i.indexrelid
+ JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true
+ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+ WHERE i.indrelid = to_regclass(quote_ident(?)) AND i.indisunique AND i.indpred IS NULL
+ ORDER BY ic.relname, k.n`
+		args = []any{table}
+	case offsets.MySQL:
 		q = `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX`
 		args = []any{table}
-	} else {
+	default:
 		// Unique indexes, and the primary key, which has no index when it
 		// is the rowid (INTEGER PRIMARY KEY).
 		q = `SELECT il.name, ii.name FROM pragma_index_list(?) AS il, pragma_index_info(il.name) AS ii WHERE il."unique" = 1
@@ -97,15 +108,21 @@ func normalized(cols []string) []string {
 	return out
 }
 
-// quoteIdent quotes a name checked by Upsert.Validate (no backquote in
-// it). Backquotes work in MySQL and SQLite alike, and let a column be
-// called like a reserved word (key, order).
-func quoteIdent(name string) string { return "`" + name + "`" }
+// quoteIdent quotes a name checked by Upsert.Validate (no quote of either
+// kind in it), so that a column may be called like a reserved word (key,
+// order): backquotes in MySQL and SQLite, double quotes in PostgreSQL,
+// where the name then keeps its case as it does in MySQL's tables.
+func (w *Writer) quoteIdent(name string) string {
+	if w.dialect == offsets.Postgres {
+		return `"` + name + `"`
+	}
+	return "`" + name + "`"
+}
 
-func quoteIdents(names []string) string {
+func (w *Writer) quoteIdents(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
-		q[i] = quoteIdent(n)
+		q[i] = w.quoteIdent(n)
 	}
 	return strings.Join(q, ", ")
 }

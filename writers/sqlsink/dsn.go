@@ -30,6 +30,7 @@ type Target struct {
 //
 //	mysql://user:pass@host:port/db[?param=value…]   (params as go-sql-driver's)
 //	user:pass@tcp(host:port)/db[?…]                  (a go-sql-driver DSN)
+//	postgres://user:pass@host:port/db[?param=value…] (or postgresql://; params as libpq's)
 //	sqlite://path/to/file.db                         (relative or absolute)
 //	sqlite:///abs/path/file.db
 //
@@ -54,6 +55,8 @@ func ParseDSN(dsn string) (Target, error) {
 		// name another file.
 		src := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
 		return Target{Dialect: offsets.SQLite, DriverName: "sqlite", DataSource: src, Display: dsn, File: path}, nil
+	case IsPostgresDSN(dsn):
+		return postgresTarget(dsn)
 	case strings.HasPrefix(dsn, "mysql://"):
 		cfg, err := writers.ParseMySQLURL(dsn)
 		if err != nil {
@@ -63,7 +66,7 @@ func ParseDSN(dsn string) (Target, error) {
 	case writers.HasScheme(dsn):
 		// Name only the scheme: the rest may hold a password.
 		scheme, _, _ := strings.Cut(dsn, "://")
-		return Target{}, fmt.Errorf("%w: unknown scheme %q (want mysql:// or sqlite://)", writers.ErrBadDSN, scheme)
+		return Target{}, fmt.Errorf("%w: unknown scheme %q (want mysql://, postgres:// or sqlite://)", writers.ErrBadDSN, scheme)
 	default:
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {

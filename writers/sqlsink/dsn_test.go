@@ -106,7 +106,7 @@ var dsnCases = []dsnCase{
 		dialect: offsets.SQLite, display: "sqlite:///var/lib/mb/mb.db", file: "file:/var/lib/mb/mb.db",
 	},
 	{name: "empty", dsn: "", bad: true},
-	{name: "unknown scheme", dsn: "postgres://u:pg-secret-pw@h/db", bad: true, secret: "pg-secret-pw"},
+	{name: "unknown scheme", dsn: "oracle://u:pg-secret-pw@h/db", bad: true, secret: "pg-secret-pw"},
 	{name: "unknown scheme, unparsable url", dsn: "redis://u:redis-secret@h:xx/%zz", bad: true, secret: "redis-secret"},
 	{name: "jdbc url", dsn: "jdbc:mysql://u:jdbc-secret-pw@h:3306/db", bad: true, secret: "jdbc-secret-pw"},
 	{name: "scheme is case sensitive", dsn: "MYSQL://u:p@h/db", bad: true},

@@ -63,6 +63,7 @@ func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Up
 	if err != nil {
 		return err
 	}
+	rows = w.asBytes(u, rows)
 	if deletes {
 		kept, deleted := foldDeletes(u, rows)
 		if err := w.insertRows(ctx, ex, u, kept); err != nil {
@@ -220,13 +221,13 @@ type preparer interface {
 func (w *Writer) deleteKeys(ctx context.Context, ex sqlx.ExecerContext, u writers.Upsert, keys [][]any) error {
 	var head, one, sep, tail string
 	if w.dialect == offsets.MySQL {
-		one = "(" + quoteIdent(u.Keys[0]) + " = ?"
+		one = "(" + w.quoteIdent(u.Keys[0]) + " = ?"
 		for _, k := range u.Keys[1:] {
-			one += " AND " + quoteIdent(k) + " = ?"
+			one += " AND " + w.quoteIdent(k) + " = ?"
 		}
-		head, one, sep = "DELETE FROM "+quoteIdent(u.Table)+" WHERE ", one+")", " OR "
+		head, one, sep = "DELETE FROM "+w.quoteIdent(u.Table)+" WHERE ", one+")", " OR "
 	} else {
-		head = "DELETE FROM " + quoteIdent(u.Table) + " WHERE (" + quoteIdents(u.Keys) + ") IN (VALUES "
+		head = "DELETE FROM " + w.quoteIdent(u.Table) + " WHERE (" + w.quoteIdents(u.Keys) + ") IN (VALUES "
 		one, sep, tail = "("+strings.TrimSuffix(strings.Repeat("?, ", len(u.Keys)), ", ")+")", ", ", ")"
 	}
 	perRows := min(maxParams/len(u.Keys), rowsPerStatement)

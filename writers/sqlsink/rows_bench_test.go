@@ -128,7 +128,7 @@ func loadData(ctx context.Context, tx *Tx, u writers.Upsert, rows [][]any) error
 	name := fmt.Sprintf("mb-rows-%d", loadDataSeq.Add(1))
 	mysql.RegisterReaderHandler(name, func() io.Reader { return bytes.NewReader(buf.Bytes()) })
 	defer mysql.DeregisterReaderHandler(name)
-	_, err := tx.tx.ExecContext(ctx, "LOAD DATA LOCAL INFILE 'Reader::"+name+"' INTO TABLE "+quoteIdent(u.Table)+
-		" CHARACTER SET utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' ("+quoteIdents(u.Values)+")")
+	_, err := tx.tx.ExecContext(ctx, "LOAD DATA LOCAL INFILE 'Reader::"+name+"' INTO TABLE "+tx.w.quoteIdent(u.Table)+
+		" CHARACTER SET utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' ("+tx.w.quoteIdents(u.Values)+")")
 	return err
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/microbatch/microbatch/writers"
 )
 
-// Writer writes to one MySQL/MariaDB or SQLite database. It is safe for
+// Writer writes to one MySQL/MariaDB, PostgreSQL or SQLite database. It is safe for
 // concurrent use; each transaction (Tx) belongs to one goroutine.
 type Writer struct {
 	db      *sqlx.DB
@@ -32,7 +32,12 @@ func Open(ctx context.Context, dsn string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sqlx.Open(t.DriverName, t.DataSource)
+	var db *sqlx.DB
+	if t.Dialect == offsets.Postgres {
+		db, err = openPostgres(t)
+	} else {
+		db, err = sqlx.Open(t.DriverName, t.DataSource)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening sink %s: %w", t.Display, err)
 	}
@@ -127,6 +132,9 @@ func (w *Writer) CreateTables(ctx context.Context) error {
 // that mb_add (sqlite_add.go) makes beyond. A column of type INTEGER would
 // turn that text into an inexact REAL.
 func totalsDDL(d offsets.Dialect, table string) string {
+	if d == offsets.Postgres {
+		return fmt.Sprintf(postgresTotalsDDL, table)
+	}
 	if d == offsets.MySQL {
 		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
   job VARCHAR(128) NOT NULL,
@@ -146,6 +154,9 @@ func totalsDDL(d offsets.Dialect, table string) string {
 }
 
 func deadLettersDDL(d offsets.Dialect) string {
+	if d == offsets.Postgres {
+		return postgresDeadLettersDDL
+	}
 	if d == offsets.MySQL {
 		return `CREATE TABLE IF NOT EXISTS mb_dead_letters (
   job VARCHAR(128) NOT NULL,
@@ -207,21 +218,26 @@ func (w *Writer) upsertParts(u writers.Upsert) upsertParts {
 	cols := append(append([]string{}, u.Keys...), u.Values...)
 	if u.Merge == writers.MergeAppend { // a plain INSERT: every row its own
 		p := upsertParts{
-			head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", quoteIdent(u.Table), quoteIdents(cols)),
+			head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", w.quoteIdent(u.Table), w.quoteIdents(cols)),
 			tuple: "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")",
 		}
 		w.stmts[key] = p
 		return p
 	}
 	sets := make([]string, len(u.Values))
-	for i, v := range u.Values {
-		v = quoteIdent(v)
-		incoming := "excluded." + v
-		if w.dialect == offsets.MySQL {
-			incoming = "VALUES(" + v + ")"
+	for i, col := range u.Values {
+		// v is the stored value, incoming the row's; PostgreSQL wants the
+		// stored one qualified (a bare name is ambiguous beside EXCLUDED).
+		col = w.quoteIdent(col)
+		v, incoming := col, "excluded."+col
+		switch w.dialect {
+		case offsets.MySQL:
+			incoming = "VALUES(" + col + ")"
+		case offsets.Postgres:
+			v = w.quoteIdent(u.Table) + "." + col
 		}
 		if u.Merges != nil {
-			sets[i] = v + " = " + w.perColumnSet(u.Merges[i], v, incoming)
+			sets[i] = col + " = " + w.perColumnSet(u.Merges[i], v, incoming)
 			continue
 		}
 		switch {
@@ -229,17 +245,17 @@ func (w *Writer) upsertParts(u writers.Upsert) upsertParts {
 			// SQLite's + turns an int64 overflow into an inexact REAL:
 			// mb_add sums integers exactly and yields NULL for what it
 			// leaves to + (REAL, NULL, non-integer text).
-			sets[i] = v + " = COALESCE(" + sqliteAddFunc + "(" + v + ", " + incoming + "), " + v + " + " + incoming + ")"
+			sets[i] = col + " = COALESCE(" + sqliteAddFunc + "(" + v + ", " + incoming + "), " + v + " + " + incoming + ")"
 		case u.Merge == writers.MergeAdd:
-			sets[i] = v + " = " + v + " + " + incoming
+			sets[i] = col + " = " + v + " + " + incoming
 		default:
-			sets[i] = v + " = " + incoming
+			sets[i] = col + " = " + incoming
 		}
 	}
 	p := upsertParts{
-		head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", quoteIdent(u.Table), quoteIdents(cols)),
+		head:  fmt.Sprintf("INSERT INTO %s (%s) VALUES ", w.quoteIdent(u.Table), w.quoteIdents(cols)),
 		tuple: "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")",
-		tail:  fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s", quoteIdents(u.Keys), strings.Join(sets, ", ")),
+		tail:  fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET %s", w.quoteIdents(u.Keys), strings.Join(sets, ", ")),
 	}
 	if w.dialect == offsets.MySQL {
 		p.tail = " ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
@@ -372,9 +388,12 @@ func (w *Writer) deadLetters(ctx context.Context, ex sqlx.ExecerContext, dls []r
 		chunk := dls[:n]
 		dls = dls[n:]
 		var b strings.Builder
-		if w.dialect == offsets.MySQL {
+		switch w.dialect {
+		case offsets.MySQL:
 			b.WriteString("INSERT IGNORE INTO mb_dead_letters (job, topic, part, off, reason, payload, at) VALUES ")
-		} else {
+		case offsets.Postgres:
+			b.WriteString("INSERT INTO mb_dead_letters (job, topic, part, off, reason, payload, at) VALUES ")
+		default:
 			b.WriteString("INSERT OR IGNORE INTO mb_dead_letters (job, topic, part, off, reason, payload, at) VALUES ")
 		}
 		args := make([]any, 0, 7*len(chunk))
@@ -389,6 +408,9 @@ func (w *Writer) deadLetters(ctx context.Context, ex sqlx.ExecerContext, dls []r
 				payload = payload[:writers.MaxPayloadBytes]
 			}
 			args = append(args, d.Job, d.Topic, d.Partition, d.Offset, writers.StoredReason(reason), payload, now)
+		}
+		if w.dialect == offsets.Postgres {
+			b.WriteString(" ON CONFLICT DO NOTHING")
 		}
 		if _, err := ex.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("inserting dead letters: %w", err)

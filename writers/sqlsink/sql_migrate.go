@@ -19,8 +19,11 @@ import (
 // redo the same change), SQLite their write transactions, in which each
 // looks again.
 func (w *Writer) migrateTotals(ctx context.Context) error {
-	if w.dialect == offsets.MySQL {
+	switch w.dialect {
+	case offsets.MySQL:
 		return w.migrateTotalsMySQL(ctx)
+	case offsets.Postgres:
+		return nil // no older version made mb_totals in PostgreSQL
 	}
 	return w.migrateTotalsSQLite(ctx)
 }

@@ -20,7 +20,7 @@ import (
 // The SQL writer (sqlsink.Tx: rows and the position advance in one database
 // transaction), with the position either a Kafka offset in mb_offsets
 // (sqlsink.Tx.Advance) or a source position in mb_source_positions
-// (sqlsink.Tx.AdvanceSource), on MariaDB and on SQLite.
+// (sqlsink.Tx.AdvanceSource), on MariaDB, PostgreSQL and SQLite.
 
 func TestConformanceSQLMariaDB(t *testing.T) {
 	t.Parallel()
@@ -28,6 +28,19 @@ func TestConformanceSQLMariaDB(t *testing.T) {
 		t.Run(positionKind(source), func(t *testing.T) {
 			writertest.Run(t, func(t *testing.T) writertest.Subject {
 				return newSQLSubject(t, needServer(t, testutil.EnvMySQL), source)
+			})
+		})
+	}
+}
+
+// On PostgreSQL each test gets a database of its own
+// (FreshPostgresDatabase): nothing of another test's jobs is in it.
+func TestConformanceSQLPostgres(t *testing.T) {
+	t.Parallel()
+	for _, source := range []bool{false, true} {
+		t.Run(positionKind(source), func(t *testing.T) {
+			writertest.Run(t, func(t *testing.T) writertest.Subject {
+				return newSQLSubject(t, testutil.FreshPostgresDatabase(t, needServer(t, testutil.EnvPostgres)), source)
 			})
 		})
 	}
