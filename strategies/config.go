@@ -15,8 +15,8 @@ import (
 	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
-	"github.com/microbatch/microbatch/writers/sqlsink"
 	"github.com/microbatch/microbatch/writers/kafkasink"
+	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Strategy is a delivery strategy, as `--strategy` names it: the string
