@@ -56,6 +56,9 @@ func TestCrashRecovery(t *testing.T) {
 	apache := func(t *testing.T) (string, string) {
 		return testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, testutil.EnvMySQL)
 	}
+	postgres := func(t *testing.T) (string, string) {
+		return testutil.NeedServer(t, testutil.EnvKafka), testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
+	}
 	kfake := func(t *testing.T) (string, string) {
 		b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))
 		return b.Addr, "sqlite://" + t.TempDir() + "/sink.db"
@@ -75,6 +78,10 @@ func TestCrashRecovery(t *testing.T) {
 		}},
 		{"at-least-once/ApacheKafkaToMariaDB", string(strategies.StrategyAtLeastOnce), apache},
 		{"at-most-once/ApacheKafkaToMariaDB", string(strategies.StrategyAtMostOnce), apache},
+		{"ApacheKafkaToPostgreSQL", string(strategies.StrategyTxn), postgres},
+		{"single/ApacheKafkaToPostgreSQL", string(strategies.StrategySingle), postgres},
+		{"at-least-once/ApacheKafkaToPostgreSQL", string(strategies.StrategyAtLeastOnce), postgres},
+		{"at-most-once/ApacheKafkaToPostgreSQL", string(strategies.StrategyAtMostOnce), postgres},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -76,6 +76,27 @@ func TestCrashPoints(t *testing.T) {
 			crashAt(t, testutil.NeedServer(t, testutil.EnvKafka), testutil.NeedServer(t, sink), c.strategy, c.point, c.want)
 		})
 	}
+	// PostgreSQL: every crash point of the exactly-once strategies, and
+	// the controls' gaps (to show the kills land), each in a database of
+	// its own.
+	var pgCases []tc
+	for _, s := range []string{string(strategies.StrategyTxn), string(strategies.StrategySingle)} {
+		for _, p := range strategies.CrashPoints {
+			pgCases = append(pgCases, tc{s, p, stayExact})
+		}
+	}
+	pgCases = append(pgCases,
+		tc{string(strategies.StrategyAtLeastOnce), strategies.CrashAfterWriteBeforeOffsets, mustDuplicate},
+		tc{string(strategies.StrategyAtMostOnce), strategies.CrashAfterOffsetsBeforeWrite, mustLose},
+	)
+	for _, c := range pgCases {
+		t.Run("kafka-postgres/"+c.strategy+"/"+c.point, func(t *testing.T) {
+			t.Parallel()
+			brokers := testutil.NeedServer(t, testutil.EnvKafka)
+			sink := testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
+			crashAt(t, brokers, sink, c.strategy, c.point, c.want)
+		})
+	}
 }
 
 func crashAt(t *testing.T, brokers, sink, strategy, point string, want crashOutcome) {
