@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 )
 
@@ -107,6 +108,18 @@ func TestIsRetryable(t *testing.T) {
 		{"sqlite busy", busy, true},
 		{"wrapped sqlite busy", fmt.Errorf("beginning transaction: %w", busy), true},
 		{"sqlite constraint", constraint, false},
+		{"postgres serialization failure 40001", &pgconn.PgError{Code: "40001"}, true},
+		{"postgres deadlock 40P01", fmt.Errorf("upserting: %w", &pgconn.PgError{Code: "40P01"}), true},
+		{"postgres lock not available 55P03", &pgconn.PgError{Code: "55P03"}, true},
+		{"postgres admin shutdown 57P01", &pgconn.PgError{Code: "57P01"}, true},
+		{"postgres crash shutdown 57P02", &pgconn.PgError{Code: "57P02"}, true},
+		{"postgres cannot connect now 57P03", &pgconn.PgError{Code: "57P03"}, true},
+		{"postgres connection failure 08006", &pgconn.PgError{Code: "08006"}, true},
+		{"postgres read-only transaction 25006", &pgconn.PgError{Code: "25006"}, true},
+		{"postgres unique violation 23505", &pgconn.PgError{Code: "23505"}, false},
+		{"postgres numeric out of range 22003", &pgconn.PgError{Code: "22003"}, false},
+		{"postgres bad password 28P01", &pgconn.PgError{Code: "28P01"}, false},
+		{"postgres syntax 42601", &pgconn.PgError{Code: "42601"}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
