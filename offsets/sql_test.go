@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/microbatch/microbatch/internal/pgbind"
 	"github.com/microbatch/microbatch/internal/testutil"
 	_ "modernc.org/sqlite"
 )
@@ -59,6 +62,13 @@ func forEachDB(t *testing.T, fn func(t *testing.T, db testDB)) {
 			t.Fatal(err)
 		}
 		fn(t, setUp(t, db, MySQL))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		cfg, err := pgx.ParseConfig(testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, setUp(t, sql.OpenDB(pgbind.Connector(stdlib.GetConnector(*cfg))), Postgres))
 	})
 }
 

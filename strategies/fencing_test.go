@@ -25,7 +25,7 @@ import (
 // and a final run ends with every event exactly once.
 func TestFencing(t *testing.T) {
 	t.Parallel()
-	for _, sink := range []sinkTarget{sqliteSink, mariaDB} {
+	for _, sink := range []sinkTarget{sqliteSink, mariaDB, postgresSink} {
 		t.Run("kfakeTo"+sink.name, func(t *testing.T) {
 			t.Parallel()
 			dsn := sink.dsn(t)

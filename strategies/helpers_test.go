@@ -70,8 +70,12 @@ var (
 	apacheKafka = kafkaTarget{"ApacheKafka", func(t testing.TB) []string {
 		return kafkautil.SplitBrokers(testutil.NeedServer(t, testutil.EnvKafka))
 	}}
-	kfake      = kafkaTarget{"kfake", startKfake}
-	mariaDB    = sinkTarget{"MariaDB", func(t testing.TB) string { return testutil.NeedServer(t, testutil.EnvMySQL) }}
+	kfake   = kafkaTarget{"kfake", startKfake}
+	mariaDB = sinkTarget{"MariaDB", func(t testing.TB) string { return testutil.NeedServer(t, testutil.EnvMySQL) }}
+	// postgresSink is a database of its own on the test server.
+	postgresSink = sinkTarget{"PostgreSQL", func(t testing.TB) string {
+		return testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
+	}}
 	sqliteSink = sinkTarget{"SQLite", func(t testing.TB) string {
 		if testing.Short() {
 			t.Skip("integration test: skipped with -short")

@@ -200,6 +200,10 @@ func TestKeysNotUTF8(t *testing.T) {
 	}{
 		{"txn/kfakeToSQLite", kfake, sqliteSink, nil},
 		{"txn/ApacheKafkaToMariaDB", apacheKafka, mariaDB, nil},
+		{"txn/ApacheKafkaToPostgreSQL", apacheKafka, postgresSink, nil},
+		{"single/ApacheKafkaToPostgreSQL", apacheKafka, postgresSink, func(cfg *strategies.Config, _ *testing.T) {
+			cfg.Strategy = strategies.StrategySingle
+		}},
 		{"idempotent/kfakeToRedis", kfake, redisSink, func(cfg *strategies.Config, _ *testing.T) {
 			cfg.Strategy = strategies.StrategyIdempotent
 		}},
