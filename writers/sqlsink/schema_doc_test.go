@@ -144,6 +144,38 @@ func TestReadmeTablesMatchSchema(t *testing.T) {
 	}
 }
 
+// TestPostgresTablesMatchSchema: the tables PostgreSQL gets have the
+// columns and keys docs/tables.md lists, keys as BYTEA and amounts as
+// NUMERIC(38,0), as the page says.
+func TestPostgresTablesMatchSchema(t *testing.T) {
+	section, doc := readmeTables(t)
+	for _, want := range []string{"`k` is `BYTEA`", "`NUMERIC(38,0)`", "COLLATE \"C\""} {
+		if !strings.Contains(section, want) {
+			t.Errorf("%s does not say %s about PostgreSQL", tablesDoc, want)
+		}
+	}
+	for name, ddl := range map[string]string{
+		writers.TotalsTable: totalsDDL(offsets.Postgres, writers.TotalsTable),
+		"mb_dead_letters":   deadLettersDDL(offsets.Postgres),
+		offsets.Table:       offsets.Schema(offsets.Postgres),
+		offsets.SourceTable: offsets.SourceSchema(offsets.Postgres),
+	} {
+		got, code := ddlShape(t, ddl)
+		if got != name {
+			t.Fatalf("the PostgreSQL DDL of %s creates %s", name, got)
+		}
+		if readme := doc[name]; !slices.Equal(readme.columns, code.columns) || !slices.Equal(readme.key, code.key) {
+			t.Errorf("%s: %s lists %v PRIMARY KEY %v; the PostgreSQL DDL creates %v PRIMARY KEY %v", name, tablesDoc, readme.columns, readme.key, code.columns, code.key)
+		}
+		if strings.Contains(ddl, "ENGINE") || strings.Contains(ddl, "`") || strings.Contains(ddl, "DATETIME") {
+			t.Errorf("%s: MySQL syntax in the PostgreSQL DDL:\n%s", name, ddl)
+		}
+	}
+	if ddl := totalsDDL(offsets.Postgres, writers.TotalsTable); !strings.Contains(ddl, "k BYTEA") || !strings.Contains(ddl, "amount NUMERIC(38,0)") {
+		t.Errorf("mb_totals in PostgreSQL: want k BYTEA and amount NUMERIC(38,0):\n%s", ddl)
+	}
+}
+
 // TestMySQLTablesBinary: docs/tables.md promises InnoDB, utf8mb4 and a binary
 // collation for every table in MySQL/MariaDB — names (jobs, keys, XA
 // branch qualifiers) must never match case- or accent-insensitively. A
