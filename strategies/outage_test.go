@@ -23,7 +23,8 @@ const outageLength = 20 * time.Second
 
 // TestOutageWaitedOut takes the job's sink away for outageLength mid-run,
 // while events keep arriving, and brings it back: a proxy in front of the
-// shared MariaDB (txn) or Redis (idempotent) cuts every connection and
+// shared MariaDB (txn), a PostgreSQL database (txn, single) or Redis
+// (idempotent) cuts every connection and
 // refuses new ones. The run must not exit, must end exact, must report the
 // outage (OnOutage: lost, then back) and log at most 5 WARN lines for it
 // — not one per attempt per partition.
@@ -36,8 +37,14 @@ func TestOutageWaitedOut(t *testing.T) {
 		{strategies.StrategyTxn, mariaDB},
 		{strategies.StrategyIdempotent, redisSink},
 		{strategies.StrategyCheckpoint, mariaDB}, // XA
+		{strategies.StrategyTxn, postgresSink},
+		{strategies.StrategySingle, postgresSink},
 	} {
-		t.Run(string(c.strategy), func(t *testing.T) {
+		name := string(c.strategy)
+		if c.sink.name == postgresSink.name {
+			name += "/" + c.sink.name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			testOutageWaitedOut(t, c.strategy, c.sink.dsn(t))
 		})
