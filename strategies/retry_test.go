@@ -35,7 +35,8 @@ func (c cutAt) String() string {
 }
 
 // TestRetriesLostConnections cuts the connection between the job and its
-// sink once in every batch: transactions (txn and single on MariaDB) and
+// sink once in every batch: transactions (txn and single on MariaDB and on
+// PostgreSQL) and
 // contribution writes and folds (idempotent on Redis) lose their
 // connection before a statement reaches the server, or after it ran with
 // its reply lost. The run must retry (the progress reports show it did),
@@ -65,8 +66,14 @@ func TestRetriesLostConnections(t *testing.T) {
 		{strategies.StrategyIdempotent, redisSink, []cutAt{
 			{"", 1}, {strategies.CrashMidWrite, 1}, {strategies.CrashAfterWriteBeforeOffsets, 1},
 		}},
+		{strategies.StrategyTxn, postgresSink, sqlCuts},
+		{strategies.StrategySingle, postgresSink, sqlCuts},
 	} {
-		t.Run(string(c.strategy), func(t *testing.T) {
+		name := string(c.strategy)
+		if c.sink.name == postgresSink.name {
+			name += "/" + c.sink.name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			testRetriesLostConnections(t, c.strategy, c.sink.dsn(t), c.cuts)
 		})

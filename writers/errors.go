@@ -80,7 +80,12 @@ func IsRetryable(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+	// pgx: a connection closed under a statement (pgconn.ErrConnClosed,
+	// which pgx says is not safe to retry because the statement may have
+	// run: here it is, as for MySQL's ErrInvalidConn, since the offset
+	// advance refuses a batch twice), a failure before anything was sent
+	// (SafeToRetry), a timeout.
+	if errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
 		return true
 	}
 	var ce *pgconn.ConnectError

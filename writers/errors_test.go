@@ -116,6 +116,7 @@ func TestIsRetryable(t *testing.T) {
 		{"postgres cannot connect now 57P03", &pgconn.PgError{Code: "57P03"}, true},
 		{"postgres connection failure 08006", &pgconn.PgError{Code: "08006"}, true},
 		{"postgres read-only transaction 25006", &pgconn.PgError{Code: "25006"}, true},
+		{"postgres conn closed under a statement", fmt.Errorf("beginning transaction: %w", pgconn.ErrConnClosed), true},
 		{"postgres unique violation 23505", &pgconn.PgError{Code: "23505"}, false},
 		{"postgres numeric out of range 22003", &pgconn.PgError{Code: "22003"}, false},
 		{"postgres bad password 28P01", &pgconn.PgError{Code: "28P01"}, false},
