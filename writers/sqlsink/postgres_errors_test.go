@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jmoiron/sqlx"
 
 	"github.com/microbatch/microbatch/writers"
 )
@@ -30,94 +31,107 @@ func TestPostgresRetryableErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sqlstate := func(err error) string {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			return pe.Code
-		}
-		return ""
-	}
-	check := func(t *testing.T, err error, code string, want bool) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("no error, want SQLSTATE %q", code)
-		}
-		if code != "" && sqlstate(err) != code {
-			t.Fatalf("error %v (SQLSTATE %q), want %s", err, sqlstate(err), code)
-		}
-		if got := writers.IsRetryable(err); got != want {
-			t.Fatalf("IsRetryable(%v) = %v, want %v", err, got, want)
-		}
-	}
-
-	t.Run("deadlock 40P01", func(t *testing.T) {
-		tx1, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx1.Rollback()
-		tx2, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx2.Rollback()
-		mustExec(t, tx1, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
-		mustExec(t, tx2, `UPDATE t_retry SET v = v + 1 WHERE id = 2`)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := tx1.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 2`) // waits for tx2
-			errc <- err
-		}()
-		waitForLockWait(t, db)
-		_, err2 := tx2.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 1`) // closes the cycle
-		err1 := <-errc
-		if err1 != nil {
-			check(t, err1, "40P01", true)
-		} else {
-			check(t, err2, "40P01", true)
-		}
-	})
-
-	t.Run("serialization failure 40001", func(t *testing.T) {
-		tx1, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx1.Rollback()
-		var v int
-		if err := tx1.QueryRowContext(ctx, `SELECT v FROM t_retry WHERE id = 1`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		mustExec(t, db, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
-		_, err = tx1.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
-		check(t, err, "40001", true)
-	})
-
-	t.Run("session terminated 57P01", func(t *testing.T) {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		var pid int
-		if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-			t.Fatal(err)
-		}
-		mustExec(t, db, `SELECT pg_terminate_backend(?)`, pid)
-		time.Sleep(100 * time.Millisecond) // the FATAL is sent; read it with the next statement
-		_, err = tx.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
-		check(t, err, "", true)
-	})
-
+	t.Run("deadlock 40P01", func(t *testing.T) { provokeDeadlock(t, db) })
+	t.Run("serialization failure 40001", func(t *testing.T) { provokeSerializationFailure(t, db) })
+	t.Run("session terminated 57P01", func(t *testing.T) { provokeTerminatedSession(t, db) })
 	t.Run("connection refused", func(t *testing.T) {
 		_, err := Open(ctx, "postgres://mb:pw@127.0.0.1:1/db?sslmode=disable&connect_timeout=2")
-		check(t, err, "", true)
+		checkRetryable(t, err, "", true)
 	})
-
 	t.Run("unique violation 23505 is not retryable", func(t *testing.T) {
 		_, err := db.ExecContext(ctx, `INSERT INTO t_retry (id, v) VALUES (1, 0)`)
-		check(t, err, "23505", false)
+		checkRetryable(t, err, "23505", false)
 	})
+}
+
+func sqlstate(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// checkRetryable checks err has SQLSTATE code (unless "") and is
+// writers.IsRetryable as want says.
+func checkRetryable(t *testing.T, err error, code string, want bool) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want SQLSTATE %q", code)
+	}
+	if code != "" && sqlstate(err) != code {
+		t.Fatalf("error %v (SQLSTATE %q), want %s", err, sqlstate(err), code)
+	}
+	if got := writers.IsRetryable(err); got != want {
+		t.Fatalf("IsRetryable(%v) = %v, want %v", err, got, want)
+	}
+}
+
+// provokeDeadlock: two transactions update rows 1 and 2 in opposite order.
+func provokeDeadlock(t *testing.T, db *sqlx.DB) {
+	ctx := context.Background()
+	tx1, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback()
+	tx2, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx2.Rollback()
+	mustExec(t, tx1, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
+	mustExec(t, tx2, `UPDATE t_retry SET v = v + 1 WHERE id = 2`)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tx1.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 2`) // waits for tx2
+		errc <- err
+	}()
+	waitForLockWait(t, db)
+	_, err2 := tx2.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 1`) // closes the cycle
+	err1 := <-errc
+	if err1 != nil {
+		checkRetryable(t, err1, "40P01", true)
+	} else {
+		checkRetryable(t, err2, "40P01", true)
+	}
+}
+
+// provokeSerializationFailure: a repeatable-read transaction updates a row
+// another committed since its snapshot.
+func provokeSerializationFailure(t *testing.T, db *sqlx.DB) {
+	ctx := context.Background()
+	tx1, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback()
+	var v int
+	if err := tx1.QueryRowContext(ctx, `SELECT v FROM t_retry WHERE id = 1`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
+	_, err = tx1.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
+	checkRetryable(t, err, "40001", true)
+}
+
+// provokeTerminatedSession: the server ends the session inside a
+// transaction (pg_terminate_backend, as a failover or a restart does).
+func provokeTerminatedSession(t *testing.T, db *sqlx.DB) {
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var pid int
+	if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db, `SELECT pg_terminate_backend(?)`, pid)
+	time.Sleep(100 * time.Millisecond) // the FATAL is sent; read it with the next statement
+	_, err = tx.ExecContext(ctx, `UPDATE t_retry SET v = v + 1 WHERE id = 1`)
+	checkRetryable(t, err, "", true)
 }
 
 type execer interface {
