@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 )
@@ -19,7 +20,10 @@ import (
 // must say so and rejoin, and the totals stay exact.
 func TestGroupZombieFenced(t *testing.T) {
 	t.Parallel()
-	for _, c := range groupCases() {
+	cases := append(groupCases(), groupCase{"txn/ApacheKafkaToPostgreSQL", string(strategies.StrategyTxn), func(t *testing.T) (string, string) {
+		return testutil.NeedServer(t, testutil.EnvKafka), testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
+	}})
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			brokers, sink := c.setup(t)
