@@ -134,6 +134,27 @@ func (c *rowCodec) rows(from, to int) [][]any {
 	return out
 }
 
+// appendAll adds o's rows after c's, without decoding them unless o
+// holds values of other types (whose indices change).
+func (c *rowCodec) appendAll(o *rowCodec) {
+	switch {
+	case o.n == 0:
+		return
+	case len(o.other) > 0 || c.n > 0 && c.width != o.width:
+		for _, row := range o.rows(0, o.n) {
+			c.put(row)
+		}
+		return
+	}
+	base := len(c.buf)
+	c.buf = append(c.buf, o.buf...)
+	for _, e := range o.ends {
+		c.ends = append(c.ends, base+e)
+	}
+	c.width = o.width
+	c.n += o.n
+}
+
 func (c *rowCodec) reset() {
 	c.buf, c.ends = c.buf[:0], c.ends[:0]
 	clear(c.other)

@@ -37,6 +37,22 @@ func TestRowCodecRoundTrip(t *testing.T) {
 			}
 		}
 	}
+	// appendAll: a codec's rows after another's, with and without values
+	// of other types.
+	for split := 0; split <= len(in); split++ {
+		var x, y rowCodec
+		for i, r := range in {
+			if i < split {
+				x.put(r)
+			} else {
+				y.put(r)
+			}
+		}
+		x.appendAll(&y)
+		if got := x.rows(0, x.n); !reflect.DeepEqual(got, in) {
+			t.Errorf("appendAll at %d: %v, want %v", split, got, in)
+		}
+	}
 	c.reset()
 	if c.rows(0, c.n) != nil || c.n != 0 {
 		t.Errorf("after reset: %d rows", c.n)

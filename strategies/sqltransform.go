@@ -175,8 +175,8 @@ func compareValue(a, b any) int {
 // p's of the same key.
 func (p *rowPart) merge(o part) {
 	op := o.(*rowPart)
-	for _, row := range op.enc.rows(0, op.enc.n) {
-		p.put(row)
+	if !p.upsert {
+		p.enc.appendAll(&op.enc)
 	}
 	for _, row := range op.list {
 		p.put(row)
