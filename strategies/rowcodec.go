@@ -97,7 +97,8 @@ func (c *rowCodec) put(row []any) {
 }
 
 // rows decodes rows [from, to), each its own []any of fresh values (nil
-// when there are none).
+// when there are none). Their strings share one copy of the rows' bytes
+// (one allocation, not one per value).
 func (c *rowCodec) rows(from, to int) [][]any {
 	if from >= to {
 		return nil
@@ -108,6 +109,8 @@ func (c *rowCodec) rows(from, to int) [][]any {
 	if from > 0 {
 		pos = c.ends[from-1]
 	}
+	base := pos
+	text := string(c.buf[base:c.ends[to-1]]) // text[i-base] is c.buf[i]
 	for i := range out {
 		row := vals[i*c.width : (i+1)*c.width : (i+1)*c.width]
 		for j := range row {
@@ -117,7 +120,7 @@ func (c *rowCodec) rows(from, to int) [][]any {
 			case tagString:
 				l, n := binary.Uvarint(c.buf[pos:])
 				pos += n
-				row[j] = string(c.buf[pos : pos+int(l)])
+				row[j] = text[pos-base : pos-base+int(l)]
 				pos += int(l)
 			case tagInt:
 				x, n := binary.Varint(c.buf[pos:])

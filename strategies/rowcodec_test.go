@@ -130,3 +130,30 @@ func TestRowJobAppendPartIsCompactAndChunked(t *testing.T) {
 		t.Errorf("rows(): %d rows, err %v", len(all), err)
 	}
 }
+
+// BenchmarkRowCodec encodes and decodes writeChunk rows of five short
+// values, as an append row job's part does per batch:
+//
+//	go test -run '^$' -bench RowCodec -benchmem ./strategies/
+func BenchmarkRowCodec(b *testing.B) {
+	rows := make([][]any, writeChunk)
+	for i := range rows {
+		rows[i] = []any{strconv.Itoa(1_000_000 + i), "k" + strconv.Itoa(i%1000), strconv.Itoa(i % 997), "shipped", strconv.Itoa(1_764_547_200_000 + i)}
+	}
+	var c rowCodec
+	b.Run("put", func(b *testing.B) {
+		for b.Loop() {
+			c.reset()
+			for _, r := range rows {
+				c.put(r)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rows)), "ns/row")
+	})
+	b.Run("rows", func(b *testing.B) {
+		for b.Loop() {
+			c.rows(0, c.n)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rows)), "ns/row")
+	})
+}
