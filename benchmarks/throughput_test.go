@@ -148,23 +148,32 @@ func runTxn(b *testing.B, brokers []string, topic, sink, job string, events int6
 // runStrategy is runTxn with another micro-batch strategy.
 func runStrategy(b *testing.B, strategy strategies.Strategy, brokers []string, topic, sink, job string, events int64, tr *strategies.Transform) time.Duration {
 	b.Helper()
+	return runStrategyCfg(b, strategies.Config{
+		Strategy: strategy, Brokers: brokers, Topic: topic, Job: job, Sink: sink,
+		Interval: 100 * time.Millisecond, Transform: tr,
+	}, events)
+}
+
+// runStrategyCfg runs cfg (a fresh job) until it is idle for 300 ms and
+// returns the time from start until the batch that consumed the last of
+// events committed.
+func runStrategyCfg(b *testing.B, cfg strategies.Config, events int64) time.Duration {
+	b.Helper()
 	var records atomic.Int64
 	var doneAt atomic.Int64
 	start := time.Now()
-	res, err := strategies.Run(context.Background(), strategies.Config{
-		Strategy: strategy, Brokers: brokers, Topic: topic, Job: job, Sink: sink,
-		Interval: 100 * time.Millisecond, UntilIdle: 300 * time.Millisecond, Transform: tr,
-		OnProgress: func(p batch.Progress) {
-			if records.Add(p.Records) >= events && doneAt.Load() == 0 {
-				doneAt.Store(time.Now().UnixNano())
-			}
-		},
-	})
+	cfg.UntilIdle = 300 * time.Millisecond
+	cfg.OnProgress = func(p batch.Progress) {
+		if records.Add(p.Records) >= events && doneAt.Load() == 0 {
+			doneAt.Store(time.Now().UnixNano())
+		}
+	}
+	res, err := strategies.Run(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	if res.Records != events {
-		b.Fatalf("%s processed %d records, want %d", strategy, res.Records, events)
+		b.Fatalf("%s processed %d records, want %d", cfg.Strategy, res.Records, events)
 	}
 	return time.Duration(doneAt.Load() - start.UnixNano())
 }

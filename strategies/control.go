@@ -110,11 +110,11 @@ func (c *control) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 	if err != nil {
 		return res, err
 	}
-	rows, err := pt.rows()
+	rows, err := rowsToWrite(pt)
 	if err != nil {
 		return res, err
 	}
-	half := len(rows) / 2
+	half := rows.len() / 2
 	start := time.Now()
 	commitOffset := func() error {
 		_, err := withKafkaRetry(ctx, c.retry, what+" offset", func() error { return c.group.Commit(ctx, r.Partition, r.To) })
@@ -130,10 +130,11 @@ func (c *control) run(ctx context.Context, b batch.Info, r record.Range) (batch.
 		_, err := withRetry(ctx, c.retry, what+" write", f)
 		return err
 	}
+	upsert := func(rows [][]any) error { return c.w.Upsert(ctx, c.work.upsert(), rows) }
 	steps := []func() error{
-		func() error { return write(func() error { return c.w.Upsert(ctx, c.work.upsert(), rows[:half]) }) },
+		func() error { return write(func() error { return rows.write(0, half, upsert) }) },
 		func() error { c.crash(CrashMidWrite); return nil },
-		func() error { return write(func() error { return c.w.Upsert(ctx, c.work.upsert(), rows[half:]) }) },
+		func() error { return write(func() error { return rows.write(half, rows.len(), upsert) }) },
 		func() error {
 			return dead.each(func(dls []record.DeadLetter) error {
 				return write(func() error { return c.w.DeadLetters(ctx, dls) })

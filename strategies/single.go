@@ -110,7 +110,7 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []record.Range
 		dead[i] = p.dead
 		advs[i] = offsets.Advance{Job: s.job, Topic: r.Topic, Partition: r.Partition, From: r.From, To: r.To, Epoch: b.Epoch, BatchID: b.ID}
 	}
-	rows, err := merged.rows()
+	rows, err := rowsToWrite(merged)
 	if err != nil {
 		return batch.CommitResult{}, err
 	}
@@ -124,18 +124,19 @@ func (s *single) commit(ctx context.Context, b batch.Info, ranges []record.Range
 	return batch.CommitResult{Duration: time.Since(start), Attempts: attempts}, err
 }
 
-func (s *single) once(ctx context.Context, rows [][]any, dead []*dlSpool, advs []offsets.Advance) error {
+func (s *single) once(ctx context.Context, rows partRows, dead []*dlSpool, advs []offsets.Advance) error {
 	tx, err := s.w.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() // no-op after Commit
-	half := len(rows) / 2
-	if err := tx.Upsert(ctx, s.work.upsert(), rows[:half]); err != nil {
+	upsert := func(rows [][]any) error { return tx.Upsert(ctx, s.work.upsert(), rows) }
+	half := rows.len() / 2
+	if err := rows.write(0, half, upsert); err != nil {
 		return err
 	}
 	s.crash(CrashMidWrite)
-	if err := tx.Upsert(ctx, s.work.upsert(), rows[half:]); err != nil {
+	if err := rows.write(half, rows.len(), upsert); err != nil {
 		return err
 	}
 	for _, d := range dead {

@@ -58,14 +58,18 @@ func (p *queryPart) rows() ([][]any, error)      { return p.a.Rows(), nil }
 func (p *queryPart) merge(o part)                { p.a.Merge(o.(*queryPart).a) }
 func (p *queryPart) reset()                      { p.a.Reset() }
 
-// rowPart holds a row job's rows: an append's in the order added, an
-// upsert's latest of each key (index: a key's row in rows).
+// rowPart holds a row job's rows: an append's in the order added,
+// encoded one after another in enc (rowCodec: ~50 bytes for a row of five
+// short values, where a [][]any row takes ~220 bytes in 11 allocations,
+// for up to --max-batch-records rows per partition); an upsert's latest
+// of each key in list (index: a key's row in list).
 type rowPart struct {
 	q      *sqljob.Query
 	upsert bool
 	nk     int
 	list   [][]any
 	index  map[string]int
+	enc    rowCodec
 }
 
 func newRowPart(q *sqljob.Query) *rowPart {
@@ -92,7 +96,7 @@ func rowOf(r sqljob.Row, nk int) []any {
 
 func (p *rowPart) put(row []any) {
 	if !p.upsert {
-		p.list = append(p.list, row)
+		p.enc.put(row)
 		return
 	}
 	id := rowKey(row[:p.nk])
@@ -121,21 +125,35 @@ func rowKey(keys []any) string {
 // rows are an append's rows in read order; an upsert's sorted by key, so
 // that concurrent transactions lock rows in the same order.
 func (p *rowPart) rows() ([][]any, error) {
+	if !p.upsert {
+		return p.enc.rows(0, p.enc.n), nil
+	}
 	if len(p.list) == 0 {
 		return nil, nil
 	}
 	out := slices.Clone(p.list)
-	if p.upsert {
-		slices.SortFunc(out, func(x, y []any) int {
-			for i := range p.nk {
-				if c := compareValue(x[i], y[i]); c != 0 {
-					return c
-				}
+	slices.SortFunc(out, func(x, y []any) int {
+		for i := range p.nk {
+			if c := compareValue(x[i], y[i]); c != 0 {
+				return c
 			}
-			return 0
-		})
-	}
+		}
+		return 0
+	})
 	return out, nil
+}
+
+// rowCount and chunks make an append's rows a chunkedRows: they are
+// decoded writeChunk at a time as they are written.
+func (p *rowPart) rowCount() int { return p.enc.n }
+
+func (p *rowPart) chunks(from, to int, fn func([][]any) error) error {
+	for i := from; i < to; i += writeChunk {
+		if err := fn(p.enc.rows(i, min(i+writeChunk, to))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func compareValue(a, b any) int {
@@ -156,7 +174,11 @@ func compareValue(a, b any) int {
 // merge adds o's rows after p's: an append's follow, an upsert's replace
 // p's of the same key.
 func (p *rowPart) merge(o part) {
-	for _, row := range o.(*rowPart).list {
+	op := o.(*rowPart)
+	if !p.upsert {
+		p.enc.appendAll(&op.enc)
+	}
+	for _, row := range op.list {
 		p.put(row)
 	}
 }
@@ -165,6 +187,7 @@ func (p *rowPart) reset() {
 	clear(p.list)
 	p.list = p.list[:0]
 	clear(p.index)
+	p.enc.reset()
 }
 
 // Checkpoint mode: the sources evaluate each record (so that bad input is

@@ -83,7 +83,7 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r record.Range)
 	if err != nil {
 		return res, err
 	}
-	rows, err := pt.rows()
+	rows, err := rowsToWrite(pt)
 	if err != nil {
 		return res, err
 	}
@@ -91,7 +91,7 @@ func (t *txnTask) once(ctx context.Context, adv offsets.Advance, r record.Range)
 	if err = begin(); err != nil {
 		return res, err
 	}
-	if err = tx.Upsert(ctx, t.work.upsert(), rows); err != nil {
+	if err = rows.write(0, rows.len(), func(rows [][]any) error { return tx.Upsert(ctx, t.work.upsert(), rows) }); err != nil {
 		return res, err
 	}
 	t.crash(CrashMidWrite)
