@@ -55,6 +55,9 @@ func TestRowJobCrashes(t *testing.T) {
 			[]string{strategies.CrashAfterCheckpointBeforeCommit}},
 		{"append/sqlite-txn/crash-points", strategies.StrategyTxn, sqlite, nil, rowPlainSQLite, false, strategies.CrashPoints, nil},
 		{"upsert/txn/crash-points", strategies.StrategyTxn, mariadb, nil, rowUpsert, true, strategies.CrashPoints, nil},
+		{"upsert/single/crash-points", strategies.StrategySingle, mariadb, nil, rowUpsert, true, strategies.CrashPoints, nil},
+		{"upsert/checkpoint-xa/crash-points", strategies.StrategyCheckpoint, mariadb, nil, rowUpsert, true, strategies.CheckpointCrashPoints,
+			[]string{strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit}},
 		{"upsert/idempotent/crash-points", strategies.StrategyIdempotent, redis, nil, rowUpsertRedis, true, idemPoints, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
