@@ -188,14 +188,22 @@ func TestTransformCheckpointKilled(t *testing.T) {
 			topic, job := newTopic(t, brokers), uniqueName(t, "trck")
 			table := transformTable(job)
 			sink := openTransformSink(t, strategies.StrategyCheckpoint, dsn, brokers, job, topic, table)
-			const events = 12_000
-			produce(t, brokers, topic, 31, 0, events)
+			// Each child gets fresh input (perChild more events) on top of
+			// what earlier children left unread, so that it never runs out
+			// before its crash point, however slowly it reads.
+			const first, perChild = 12_000, 6_000
+			events := int64(first)
+			produce(t, brokers, topic, 31, 0, first)
 			bad := []string{"not json", "PANIC", `{"amount": 3}`, "x", "y"}
 			produceRaw(t, brokers, topic, bad)
 			stateDir := t.TempDir()
 
 			var before int64 // events in the table after the previous kill
 			for _, point := range []string{strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit, strategies.CrashMidCommit} {
+				if point != strategies.CrashAfterPrecommit {
+					produce(t, brokers, topic, 31, events, perChild)
+					events += perChild
+				}
 				marker := filepath.Join(t.TempDir(), "at-crash-point")
 				// Each run decodes 1000 records or more before its crash.
 				spec, err := json.Marshal(transformCkptChildSpec{Brokers: brokers, Topic: topic, Job: job, Sink: dsn, Mode: c.mode,
@@ -307,6 +315,9 @@ func transformCheckpointChild(t *testing.T, spec string) {
 		t.Fatal(err)
 	}
 	cfg := checkpointTransformConfig(t, s.Brokers, s.Topic, s.Job, s.Sink, s.Mode, s.StateDir, s.Table)
+	// Intervals long enough to hold minCrashRows rows on a slow, busy
+	// machine (the crash point waits for one that does).
+	cfg.Checkpoint.Interval = 250 * time.Millisecond
 	var decoded, withRows atomic.Int64
 	cfg.Transform = strategies.NewTransform(userTransform(s.Table).Upsert(),
 		func(rec *batch.Record) (userEvent, error) {
