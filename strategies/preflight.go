@@ -146,7 +146,7 @@ func dryRunCheckpointSink(ctx context.Context, cfg Config, p *Plan) error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	switch spec.Kind {
-	case checkpoint.SinkXA, checkpoint.SinkWAL:
+	case checkpoint.SinkXA, checkpoint.SinkPG2PC, checkpoint.SinkWAL:
 		newFile, err := newSQLiteFile(spec.DSN)
 		if err != nil {
 			return err

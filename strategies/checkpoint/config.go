@@ -28,7 +28,7 @@ type SinkMode string
 
 // Sink modes.
 const (
-	SinkMode2PC SinkMode = "2pc" // two-phase commit: XA, Kafka transactions, temp files
+	SinkMode2PC SinkMode = "2pc" // two-phase commit: XA, PostgreSQL prepared transactions, Kafka transactions, temp files
 	SinkModeWAL SinkMode = "wal" // write-ahead: rows kept in the checkpoint, applied after it
 )
 
@@ -144,6 +144,10 @@ type Config struct {
 	// CrashPoint, when set, is called at each crash point (CrashPoints),
 	// possibly from several tasks at once.
 	CrashPoint func(point string)
+
+	// maxPrepared, when set, stands in for the PostgreSQL server's
+	// max_prepared_transactions (tests of a server that allows none).
+	maxPrepared func(context.Context) (int, error)
 }
 
 // setDefaults fills what Run needs and may be left zero: the logger and

@@ -19,19 +19,25 @@ import (
 type sinkSet struct {
 	cfg  Config
 	spec SinkSpec
-	sql  *sqlsink.Writer // xa, wal
+	sql  *sqlsink.Writer // xa, pg2pc, wal
 	open []subtask       // this attempt's subtasks
 }
 
 func openSinks(ctx context.Context, cfg Config, spec SinkSpec, partitions int32) (*sinkSet, error) {
 	s := &sinkSet{cfg: cfg, spec: spec}
 	switch spec.Kind {
-	case SinkXA, SinkWAL:
+	case SinkXA, SinkPG2PC, SinkWAL:
 		w, err := openSQL(ctx, cfg, spec)
 		if err != nil {
 			return nil, err
 		}
 		s.sql = w
+		if spec.Kind == SinkPG2PC {
+			if err := checkPrepared(ctx, cfg, w); err != nil {
+				w.Close()
+				return nil, err
+			}
+		}
 	case SinkKafka:
 		// Created if missing, like the input topic of `microbatch produce`.
 		for _, t := range []string{spec.Topic, spec.Topic + DeadLetterTopicSuffix} {
@@ -78,7 +84,8 @@ func openSQL(ctx context.Context, cfg Config, spec SinkSpec) (*sqlsink.Writer, e
 		}
 	}
 	// An XA writer holds a connection per slot (3), plus short-lived
-	// ones for recovery.
+	// ones for recovery (a PG2PC writer one, while its transaction is
+	// open).
 	w.DB().SetMaxOpenConns(3*cfg.OperatorParallelism + 8)
 	return w, nil
 }
@@ -91,6 +98,8 @@ func (s *sinkSet) String() string {
 		return fmt.Sprintf("files in %s (temp file + rename)", s.spec.Dir)
 	case SinkXA:
 		return s.sql.String() + " (XA)"
+	case SinkPG2PC:
+		return s.sql.String() + " (prepared transactions)"
 	default:
 		return s.sql.String() + " (write-ahead)"
 	}
@@ -127,7 +136,17 @@ func (s *sinkSet) subtask(i int) (subtask, error) {
 		if s.cfg.NewSpool != nil {
 			totals.spool = s.cfg.NewSpool()
 		}
-		return &xaSink{XA: w, totals: totals}, nil
+		return &xaSink{xa: w, totals: totals}, nil
+	case SinkPG2PC:
+		w, err := sqlsink.NewPG2PC(s.sql, job, i)
+		if err != nil {
+			return nil, err
+		}
+		totals := totalsBuffer{job: job, work: s.cfg.Work}
+		if s.cfg.NewSpool != nil {
+			totals.spool = s.cfg.NewSpool()
+		}
+		return &xaSink{xa: w, totals: totals}, nil
 	default:
 		return &walSink{WAL: sqlsink.NewWAL(s.sql, job, i), totals: totalsBuffer{job: job, work: s.cfg.Work}}, nil
 	}
@@ -247,3 +266,21 @@ func (f *fileSink) write(_ context.Context, outs []output) error {
 }
 
 func (f *fileSink) flush(context.Context) error { return nil }
+
+// checkPrepared refuses, at start, a PostgreSQL server that allows no
+// prepared transactions (ErrConfig: a setting of the server to change).
+// cfg.maxPrepared stands in for the server's answer in tests.
+func checkPrepared(ctx context.Context, cfg Config, w *sqlsink.Writer) error {
+	read := w.MaxPreparedTransactions
+	if cfg.maxPrepared != nil {
+		read = cfg.maxPrepared
+	}
+	n, err := read(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sqlsink.CheckMaxPrepared(n, w.String()); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}

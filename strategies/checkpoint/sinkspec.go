@@ -20,6 +20,7 @@ type SinkKind string
 const (
 	SinkKafka SinkKind = "kafka" // a transactional producer per subtask
 	SinkXA    SinkKind = "xa"    // an XA branch per subtask (MySQL/MariaDB)
+	SinkPG2PC SinkKind = "pg2pc" // a prepared transaction per subtask (PostgreSQL)
 	SinkFile  SinkKind = "file"  // a temp file per subtask, renamed on commit
 	SinkWAL   SinkKind = "wal"   // write-ahead: rows in the checkpoint, applied after it
 )
@@ -34,19 +35,20 @@ type SinkSpec struct {
 	Brokers []string // kafka
 	Topic   string   // kafka
 	Dir     string   // file
-	DSN     string   // xa, wal
+	DSN     string   // xa, pg2pc, wal
 }
 
 // ParseSink reads --sink for checkpoint mode:
-// kafka://host:port[,host:port]/topic, file:///dir, or an SQL DSN (XA with
-// SinkMode2PC, write-ahead with SinkModeWAL).
+// kafka://host:port[,host:port]/topic, file:///dir, or an SQL DSN (XA on
+// MySQL/MariaDB or prepared transactions on PostgreSQL with SinkMode2PC,
+// write-ahead with SinkModeWAL).
 func ParseSink(dsn string, mode SinkMode) (SinkSpec, error) {
 	switch {
 	case shared.IsKafkaDSN(dsn):
 		return parseKafkaSink(dsn, mode)
 	case shared.IsFileDSN(dsn):
 		if mode == SinkModeWAL {
-			return SinkSpec{}, errors.New("sink: --sink-mode wal needs an SQL sink (mysql:// or sqlite://), not file://")
+			return SinkSpec{}, errors.New("sink: --sink-mode wal needs an SQL sink (mysql://, postgres:// or sqlite://), not file://")
 		}
 		dir := strings.TrimPrefix(dsn, "file://")
 		if dir == "" || strings.ContainsAny(dir, "?#") {
@@ -54,7 +56,7 @@ func ParseSink(dsn string, mode SinkMode) (SinkSpec, error) {
 		}
 		return SinkSpec{Kind: SinkFile, Dir: filepath.Clean(dir)}, nil
 	case shared.IsRedisDSN(dsn):
-		return SinkSpec{}, errors.New("sink: checkpoint mode writes to kafka://, mysql:// (XA), file:// or, with --sink-mode wal, mysql:// or sqlite://; redis:// is for --strategy idempotent")
+		return SinkSpec{}, errors.New("sink: checkpoint mode writes to kafka://, mysql:// (XA), postgres:// (prepared transactions), file:// or, with --sink-mode wal, mysql://, postgres:// or sqlite://; redis:// is for --strategy idempotent")
 	}
 	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil {
@@ -63,15 +65,18 @@ func ParseSink(dsn string, mode SinkMode) (SinkSpec, error) {
 	if mode == SinkModeWAL {
 		return SinkSpec{Kind: SinkWAL, DSN: dsn}, nil
 	}
-	if t.Dialect != offsets.MySQL {
-		return SinkSpec{}, errors.New("sink: SQLite has no two-phase commit (XA): use a mysql:// sink, or --sink-mode wal")
+	switch t.Dialect {
+	case offsets.MySQL:
+		return SinkSpec{Kind: SinkXA, DSN: dsn}, nil
+	case offsets.Postgres:
+		return SinkSpec{Kind: SinkPG2PC, DSN: dsn}, nil
 	}
-	return SinkSpec{Kind: SinkXA, DSN: dsn}, nil
+	return SinkSpec{}, errors.New("sink: SQLite has no two-phase commit (XA): use a mysql:// or postgres:// sink, or --sink-mode wal")
 }
 
 func parseKafkaSink(dsn string, mode SinkMode) (SinkSpec, error) {
 	if mode == SinkModeWAL {
-		return SinkSpec{}, errors.New("sink: --sink-mode wal needs an SQL sink (mysql:// or sqlite://), not kafka://")
+		return SinkSpec{}, errors.New("sink: --sink-mode wal needs an SQL sink (mysql://, postgres:// or sqlite://), not kafka://")
 	}
 	// Neither a broker address nor a topic holds an '@': a user (and
 	// perhaps a password) is there, which this sink does not take.

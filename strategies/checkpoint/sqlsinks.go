@@ -94,12 +94,30 @@ func (t *totalsBuffer) drop() {
 	}
 }
 
-// xaSink adds each transaction's per-key sums to mb_totals in an XA branch,
-// and its dead letters, spooled until then (bounded memory).
+// sqlTwoPhase is a two-phase SQL writer: sqlsink.XA (MySQL/MariaDB) or
+// sqlsink.PG2PC (PostgreSQL).
+type sqlTwoPhase interface {
+	writers.TwoPhase
+	Upsert(ctx context.Context, u writers.Upsert, rows [][]any) error
+	DeadLetters(ctx context.Context, dls []record.DeadLetter) error
+}
+
+// xaSink adds each transaction's per-key sums to mb_totals in a two-phase
+// transaction (an XA branch, or a PostgreSQL prepared transaction), and
+// its dead letters, spooled until then (bounded memory).
 type xaSink struct {
-	*sqlsink.XA
+	xa     sqlTwoPhase
 	totals totalsBuffer
 }
+
+func (x *xaSink) Recover(ctx context.Context, keep []writers.Pending) error {
+	return x.xa.Recover(ctx, keep)
+}
+func (x *xaSink) Begin(ctx context.Context, txn int64) error { return x.xa.Begin(ctx, txn) }
+func (x *xaSink) PreCommit(ctx context.Context) (writers.Pending, error) {
+	return x.xa.PreCommit(ctx)
+}
+func (x *xaSink) Commit(ctx context.Context, p writers.Pending) error { return x.xa.Commit(ctx, p) }
 
 // write only sums: rows go into the XA branch at the barrier (flush), after
 // the sink committed the previous checkpoint's branch. Writing earlier
@@ -117,16 +135,16 @@ func (x *xaSink) flush(ctx context.Context) error {
 		return err
 	}
 	if len(rows) > 0 {
-		if err := x.Upsert(ctx, u, rows); err != nil {
+		if err := x.xa.Upsert(ctx, u, rows); err != nil {
 			return err
 		}
 	}
 	if len(dead) > 0 {
-		if err := x.DeadLetters(ctx, dead); err != nil {
+		if err := x.xa.DeadLetters(ctx, dead); err != nil {
 			return err
 		}
 	}
-	if err := x.totals.eachSpooled(func(dls []record.DeadLetter) error { return x.DeadLetters(ctx, dls) }); err != nil {
+	if err := x.totals.eachSpooled(func(dls []record.DeadLetter) error { return x.xa.DeadLetters(ctx, dls) }); err != nil {
 		return err
 	}
 	x.totals.drop()
@@ -135,14 +153,14 @@ func (x *xaSink) flush(ctx context.Context) error {
 
 func (x *xaSink) Abort(ctx context.Context, p writers.Pending) error {
 	x.totals.drop()
-	return x.XA.Abort(ctx, p)
+	return x.xa.Abort(ctx, p)
 }
 
 func (x *xaSink) Close() error {
 	if x.totals.spool != nil {
 		x.totals.spool.Close()
 	}
-	return x.XA.Close()
+	return x.xa.Close()
 }
 
 // walSink buffers per-key sums for the write-ahead writer.

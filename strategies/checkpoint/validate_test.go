@@ -38,14 +38,18 @@ func TestValidateTexts(t *testing.T) {
 		{"kafka wal", func(c *strategies.Config) {
 			c.Sink, c.Checkpoint.SinkMode = "kafka://h:9092/out", strategies.SinkModeWAL
 		},
-			"sink: --sink-mode wal needs an SQL sink (mysql:// or sqlite://), not kafka://"},
+			"sink: --sink-mode wal needs an SQL sink (mysql://, postgres:// or sqlite://), not kafka://"},
 		{"file dir", func(c *strategies.Config) { c.Sink = "file://" }, "sink: want file:///absolute/dir or file://relative/dir"},
 		{"file wal", func(c *strategies.Config) { c.Checkpoint.SinkMode = strategies.SinkModeWAL },
-			"sink: --sink-mode wal needs an SQL sink (mysql:// or sqlite://), not file://"},
+			"sink: --sink-mode wal needs an SQL sink (mysql://, postgres:// or sqlite://), not file://"},
 		{"redis", func(c *strategies.Config) { c.Sink = "redis://h:6379/0" },
-			"sink: checkpoint mode writes to kafka://, mysql:// (XA), file:// or, with --sink-mode wal, mysql:// or sqlite://; redis:// is for --strategy idempotent"},
+			"sink: checkpoint mode writes to kafka://, mysql:// (XA), postgres:// (prepared transactions), file:// or, with --sink-mode wal, mysql://, postgres:// or sqlite://; redis:// is for --strategy idempotent"},
 		{"sqlite xa", func(c *strategies.Config) { c.Sink = "sqlite:///tmp/x.db" },
-			"sink: SQLite has no two-phase commit (XA): use a mysql:// sink, or --sink-mode wal"},
+			"sink: SQLite has no two-phase commit (XA): use a mysql:// or postgres:// sink, or --sink-mode wal"},
+		{"postgres 2pc", func(c *strategies.Config) { c.Sink = "postgres://u:p@h:5432/db" }, ""},
+		{"postgres wal", func(c *strategies.Config) {
+			c.Sink, c.Checkpoint.SinkMode = "postgresql://u:p@h:5432/db", strategies.SinkModeWAL
+		}, ""},
 		{"xa job", func(c *strategies.Config) { c.Sink, c.Job = "mysql://u:p@h:3306/db", strings.Repeat("j", 65) },
 			`job "` + strings.Repeat("j", 65) + `": the XA sink names its transactions after the job: use at most 64 characters`},
 		{"kafka txn timeout", func(c *strategies.Config) { c.Sink, c.Checkpoint.KafkaTxnTimeout = "kafka://h:9092/out", time.Second },

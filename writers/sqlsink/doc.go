@@ -1,6 +1,6 @@
-// Package sqlsink is the SQL sink: MySQL/MariaDB and SQLite (pure Go, for
-// the zero-install quickstart), and the two checkpoint-mode writers built
-// on it, XA and WAL. The contracts it implements (writers.Upsert,
+// Package sqlsink is the SQL sink: MySQL/MariaDB, PostgreSQL and SQLite
+// (pure Go, for the zero-install quickstart), and the checkpoint-mode
+// writers built on it, XA, PG2PC and WAL. The contracts it implements (writers.Upsert,
 // writers.TwoPhase, writers.IsRetryable) are in package writers.
 //
 // # Transactions
@@ -50,7 +50,10 @@
 //
 // XA (NewXA) is the MySQL/MariaDB two-phase writer: one XA transaction per
 // checkpoint interval, prepared on PreCommit and committed by any
-// connection after a restart. WAL (NewWAL) is the write-ahead variant for
+// connection after a restart. PG2PC (NewPG2PC) is PostgreSQL's: PREPARE
+// TRANSACTION on PreCommit, COMMIT PREPARED on Commit, recovery from
+// pg_prepared_xacts; CheckMaxPrepared refuses a server that allows no
+// prepared transactions. WAL (NewWAL) is the write-ahead variant for
 // a sink without two-phase commit: writes wait in the checkpoint and are
 // applied, once, after it completes; its doc says why it is weaker.
 // Both share the Writer's upsert and dead-letter statements.

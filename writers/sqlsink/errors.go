@@ -44,3 +44,17 @@ func mysqlErrNo(err error) uint16 {
 func isXARollback(n uint16) bool {
 	return n == xaRBROLLBACK || n == xaRBTIMEOUT || n == xaRBDEADLOCK
 }
+
+// ErrPreparedBusy means another session is finishing the same prepared
+// PostgreSQL transaction, usually a commit of ours whose reply was lost
+// and which the server is still running. Commit or Abort again a little
+// later; writers.IsRetryable says so (it wraps driver.ErrBadConn).
+var ErrPreparedBusy = fmt.Errorf("writers: prepared transaction busy in another session: %w", driver.ErrBadConn)
+
+// ErrNoPreparedTransactions means the PostgreSQL server allows no prepared
+// transactions (max_prepared_transactions = 0), which the two-phase sink
+// needs: change the setting and restart the server, or use the
+// write-ahead sink. No retry cures it.
+var ErrNoPreparedTransactions = errors.New("writers: the server allows no prepared transactions")
+
+var errPG2PCClosed = errors.New("writers: PG2PC writer closed")

@@ -233,6 +233,15 @@ func walDDL(d offsets.Dialect) string {
   PRIMARY KEY (job, subtask)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 	}
+	if d == offsets.Postgres {
+		// BIGINT: PostgreSQL's INTEGER is 32 bits, SQLite's 64.
+		return `CREATE TABLE IF NOT EXISTS mb_wal_commits (
+  job VARCHAR(128) COLLATE "C" NOT NULL,
+  subtask INTEGER NOT NULL,
+  checkpoint_id BIGINT NOT NULL,
+  PRIMARY KEY (job, subtask)
+)`
+	}
 	return `CREATE TABLE IF NOT EXISTS mb_wal_commits (
   job TEXT NOT NULL,
   subtask INTEGER NOT NULL,
@@ -279,7 +288,19 @@ func (l *WAL) Commit(ctx context.Context, p writers.Pending) error {
 	}
 	defer tx.Rollback() // no-op after Commit
 	q := "SELECT checkpoint_id FROM mb_wal_commits WHERE job = ? AND subtask = ?"
-	if l.w.dialect == offsets.MySQL {
+	switch l.w.dialect {
+	case offsets.MySQL:
+		q += " FOR UPDATE"
+	case offsets.Postgres:
+		// Two commits of the same checkpoint at once (a zombie's and its
+		// successor's) must not both apply it. FOR UPDATE locks the row,
+		// and in READ COMMITTED reads its latest commit after the wait;
+		// the row is made first if missing (InnoDB's gap lock does that
+		// for MySQL, SQLite takes the whole database).
+		if _, err := tx.ExecContext(ctx, "INSERT INTO mb_wal_commits (job, subtask, checkpoint_id) VALUES (?, ?, ?) ON CONFLICT (job, subtask) DO NOTHING",
+			l.job, p.Subtask, int64(-1)<<63); err != nil {
+			return fmt.Errorf("wal sink: reading %s: %w", WALTable, err)
+		}
 		q += " FOR UPDATE"
 	}
 	var done int64
