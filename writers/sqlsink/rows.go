@@ -48,7 +48,9 @@ const (
 //     (VARBINARY); into a table whose key collation folds case, rows of
 //     keys "A" and "a" in one write are not folded together.
 //   - otherwise: multi-row upserts (INSERT … ON DUPLICATE KEY UPDATE / ON
-//     CONFLICT DO UPDATE), rows with the same key applied in turn.
+//     CONFLICT DO UPDATE), rows with the same key applied in turn. In
+//     PostgreSQL, which refuses a statement that affects a row twice
+//     (SQLSTATE 21000), the rows are first split by pgRounds.
 func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Upsert, rows [][]any) error {
 	if len(rows) == 0 {
 		return nil
@@ -63,13 +65,26 @@ func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Up
 	if err != nil {
 		return err
 	}
-	rows = w.asBytes(u, rows)
+	if w.dialect == offsets.Postgres {
+		if rows, err = w.asBytes(ctx, u, rows); err != nil {
+			return err
+		}
+	}
 	if deletes {
 		kept, deleted := foldDeletes(u, rows)
 		if err := w.insertRows(ctx, ex, u, kept); err != nil {
 			return err
 		}
 		return w.deleteKeys(ctx, ex, u, deleted)
+	}
+	if w.dialect == offsets.Postgres && u.Merge != writers.MergeAppend {
+		// ON CONFLICT refuses a statement that touches a row twice.
+		for _, round := range pgRounds(u, rows) {
+			if err := w.insertRows(ctx, ex, u, round); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return w.insertRows(ctx, ex, u, rows)
 }
