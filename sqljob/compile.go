@@ -47,6 +47,10 @@ type Options struct {
 	// then integers (IntegerSums, exact at any size as the built-in job's
 	// totals), MIN and MAX are refused, and the table's DDL is SQLite's.
 	SQLite bool
+	// Postgres: the sink is PostgreSQL. The table's DDL is PostgreSQL's
+	// (NUMERIC, BIGINT, TIMESTAMP(3), BYTEA keys, double-quoted names).
+	// Row jobs are not supported there yet (Compile refuses them).
+	Postgres bool
 }
 
 // aggKind is an output column's aggregate, or a group key.
@@ -179,6 +183,9 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 // Compile parses and compiles one statement
 // INSERT INTO <table> SELECT … FROM <topic> [WHERE …] [GROUP BY …].
 func Compile(sql string, opts Options) (*Query, error) {
+	if opts.SQLite && opts.Postgres {
+		return nil, &Error{Msg: "Options.SQLite and Options.Postgres name two databases: set the one of the sink"}
+	}
 	if opts.SQLite {
 		opts.IntegerSums = true
 	}
@@ -189,6 +196,9 @@ func Compile(sql string, opts Options) (*Query, error) {
 	c := &compiler{q: &Query{sql: sql, opts: opts, root: &pathNode{field: -1}}, sql: sql, st: st}
 	if err := c.statement(st); err != nil {
 		return nil, err
+	}
+	if opts.Postgres && c.q.row != nil {
+		return nil, &Error{Construct: "row job", Msg: "not supported on a PostgreSQL sink yet (aggregates are: INSERT INTO … SELECT … GROUP BY); write a row job to mysql:// or sqlite://"}
 	}
 	return c.q, nil
 }
