@@ -353,8 +353,6 @@ func (c Config) Validate() error {
 		return bad("transform: %v", c.Transform.validate())
 	case sqlsink.IsPostgresDSN(c.Sink) && c.Strategy == StrategyCheckpoint:
 		return bad("sink: checkpoint mode can't write to PostgreSQL yet (no two-phase or write-ahead sink for it): run --strategy txn or single into it, or checkpoint mode into mysql://")
-	case sqlsink.IsPostgresDSN(c.Sink) && c.Transform != nil:
-		return bad("sink: PostgreSQL takes the built-in job only for now, not a SQL job or a Transform: write those to mysql:// or sqlite://")
 	case c.Strategy == StrategyCheckpoint:
 		return c.validateCheckpoint()
 	case shared.IsKafkaDSN(c.Sink) || shared.IsFileDSN(c.Sink):

@@ -179,16 +179,13 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 		}
 		return sqljob.Options{IntegerSums: true}, nil
 	case strings.HasPrefix(dsn, "kafka://") || strings.HasPrefix(dsn, "file://"):
-		return sqljob.Options{}, badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal), sqlite:// or redis:// (--strategy idempotent)", redact.DSN(dsn))
+		return sqljob.Options{}, badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal), postgres:// (aggregates; txn, single, at-least-once, at-most-once), sqlite:// or redis:// (--strategy idempotent)", redact.DSN(dsn))
 	}
 	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil {
 		return sqljob.Options{}, configError{fmt.Errorf("sink: %w", err)}
 	}
-	if t.Dialect == offsets.Postgres {
-		return sqljob.Options{}, badConfig("sql: PostgreSQL (%s) takes the built-in job only for now; write a SQL job to mysql://, sqlite:// or redis:// (--strategy idempotent)", t.Display)
-	}
-	return sqljob.Options{SQLite: t.Dialect == offsets.SQLite}, nil
+	return sqljob.Options{SQLite: t.Dialect == offsets.SQLite, Postgres: t.Dialect == offsets.Postgres}, nil
 }
 
 // ensureSQLTable creates the query's table in the SQL sink dsn if it is
