@@ -49,7 +49,6 @@ type Options struct {
 	SQLite bool
 	// Postgres: the sink is PostgreSQL. The table's DDL is PostgreSQL's
 	// (NUMERIC, BIGINT, TIMESTAMP(3), BYTEA keys, double-quoted names).
-	// Row jobs are not supported there yet (Compile refuses them).
 	Postgres bool
 }
 
@@ -196,9 +195,6 @@ func Compile(sql string, opts Options) (*Query, error) {
 	c := &compiler{q: &Query{sql: sql, opts: opts, root: &pathNode{field: -1}}, sql: sql, st: st}
 	if err := c.statement(st); err != nil {
 		return nil, err
-	}
-	if opts.Postgres && c.q.row != nil {
-		return nil, &Error{Construct: "row job", Msg: "not supported on a PostgreSQL sink yet (aggregates are: INSERT INTO … SELECT … GROUP BY); write a row job to mysql:// or sqlite://"}
 	}
 	return c.q, nil
 }

@@ -165,12 +165,4 @@ func TestEnsureTablePostgres(t *testing.T) {
 	}
 }
 
-// A row job into PostgreSQL is refused at compile time (not yet supported).
-func TestRowJobPostgresRefused(t *testing.T) {
-	_, err := sqljob.Compile("INSERT INTO t SELECT id, name FROM e", sqljob.Options{Postgres: true})
-	if err == nil || !strings.Contains(err.Error(), "row job: not supported on a PostgreSQL sink yet") {
-		t.Errorf("Compile = %v", err)
-	}
-}
-
 var _ = strategies.SQLTransform

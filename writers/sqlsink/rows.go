@@ -231,7 +231,8 @@ type preparer interface {
 // deleteKeys deletes the rows with keys (each: the key values in
 // u.Keys' order) in multi-row DELETEs: in MySQL/MariaDB
 // "WHERE (k1 = ? AND k2 = ?) OR (…)", which its range optimizer reads as
-// index lookups, and in SQLite "WHERE (k1, k2) IN (VALUES (?, ?), …)",
+// index lookups, in PostgreSQL "WHERE (k1, k2) IN ((?, ?), …)", and in
+// SQLite "WHERE (k1, k2) IN (VALUES (?, ?), …)",
 // since an OR chain that long passes SQLite's expression depth limit.
 func (w *Writer) deleteKeys(ctx context.Context, ex sqlx.ExecerContext, u writers.Upsert, keys [][]any) error {
 	var head, one, sep, tail string
@@ -241,6 +242,11 @@ func (w *Writer) deleteKeys(ctx context.Context, ex sqlx.ExecerContext, u writer
 			one += " AND " + w.quoteIdent(k) + " = ?"
 		}
 		head, one, sep = "DELETE FROM "+w.quoteIdent(u.Table)+" WHERE ", one+")", " OR "
+	} else if w.dialect == offsets.Postgres {
+		// A row list, not VALUES: the placeholders take the key columns'
+		// types (a VALUES list's would be text, and BYTEA = text fails).
+		head = "DELETE FROM " + w.quoteIdent(u.Table) + " WHERE (" + w.quoteIdents(u.Keys) + ") IN ("
+		one, sep, tail = "("+strings.TrimSuffix(strings.Repeat("?, ", len(u.Keys)), ", ")+")", ", ", ")"
 	} else {
 		head = "DELETE FROM " + w.quoteIdent(u.Table) + " WHERE (" + w.quoteIdents(u.Keys) + ") IN (VALUES "
 		one, sep, tail = "("+strings.TrimSuffix(strings.Repeat("?, ", len(u.Keys)), ", ")+")", ", ", ")"
