@@ -270,8 +270,11 @@ func sqlTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Dur
 // tableExists reports whether the sink's database has table.
 func tableExists(ctx context.Context, w *sqlsink.Writer, table string) (bool, error) {
 	query := "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"
-	if w.Dialect() == offsets.SQLite {
+	switch w.Dialect() {
+	case offsets.SQLite:
 		query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
+	case offsets.Postgres: // the job quotes the name: compared exactly
+		query = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?"
 	}
 	var n int
 	if err := w.DB().GetContext(ctx, &n, query, table); err != nil {
