@@ -31,8 +31,8 @@ var SinkForms = []SinkForm{
 }
 
 // postgresUse: checkpoint mode doesn't write to PostgreSQL yet
-// (Config.Validate refuses it), nor SQL row jobs (sqljob.Compile).
-const postgresUse = "txn, single, at-least-once, at-most-once (the built-in job, SQL aggregates, a Transform)"
+// (Config.Validate refuses it).
+const postgresUse = "txn, single, at-least-once, at-most-once (the built-in job, SQL jobs, a Transform)"
 
 const sqlUse = "txn, single, at-least-once, at-most-once, checkpoint (XA, or --sink-mode wal)"
 
