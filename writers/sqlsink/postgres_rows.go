@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -13,8 +15,8 @@ import (
 // its escape syntax ("\x41" is "A", a lone backslash is an error); sent
 // as []byte, the column gets the string's bytes, as VARBINARY does in
 // MySQL. A SQL job's keys and MIN/MAX of strings are BYTEA columns.
-func (w *Writer) asBytes(ctx context.Context, u writers.Upsert, rows [][]any) ([][]any, error) {
-	cols, err := w.byteaOf(ctx, u.Table)
+func (w *Writer) asBytes(ctx context.Context, ex sqlx.ExecerContext, u writers.Upsert, rows [][]any) ([][]any, error) {
+	cols, err := w.byteaOf(ctx, ex, u.Table)
 	if err != nil {
 		return nil, err
 	}
@@ -49,8 +51,10 @@ func (w *Writer) asBytes(ctx context.Context, u writers.Upsert, rows [][]any) ([
 
 // byteaOf is table's BYTEA columns: the built-in tables' from
 // byteaColumns, another table's read once from the catalog (a table not
-// there yet is read again on the next write).
-func (w *Writer) byteaOf(ctx context.Context, table string) ([]string, error) {
+// there yet is read again on the next write), through ex when it can
+// read: a transaction holding the pool's last connection would wait
+// forever for another.
+func (w *Writer) byteaOf(ctx context.Context, ex sqlx.ExecerContext, table string) ([]string, error) {
 	if cols, ok := byteaColumns[table]; ok {
 		return cols, nil
 	}
@@ -64,7 +68,11 @@ func (w *Writer) byteaOf(ctx context.Context, table string) ([]string, error) {
 		Name string `db:"column_name"`
 		Type string `db:"data_type"`
 	}
-	if err := w.db.SelectContext(ctx, &all, `SELECT column_name, data_type FROM information_schema.columns
+	var q sqlx.QueryerContext = w.db
+	if qx, ok := ex.(sqlx.QueryerContext); ok {
+		q = qx
+	}
+	if err := sqlx.SelectContext(ctx, q, &all, `SELECT column_name, data_type FROM information_schema.columns
 		WHERE table_schema = current_schema() AND table_name = ?`, table); err != nil {
 		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
 	}

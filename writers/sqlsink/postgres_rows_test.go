@@ -1,9 +1,11 @@
 package sqlsink
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/microbatch/microbatch/writers"
 )
@@ -76,4 +78,33 @@ func TestPostgresUpsertRepeatedKeys(t *testing.T) {
 
 func fmtRow(n int64, vs ...string) string {
 	return strings.Join(append([]string{strconv.FormatInt(n, 10)}, vs...), " ")
+}
+
+// The BYTEA columns of a table are read through the writer's transaction:
+// with every connection of the pool in transactions (here the only one),
+// reading them through the pool would wait forever.
+func TestPostgresByteaLookupInTx(t *testing.T) {
+	w := openPG(t, pgDSN(t))
+	if _, err := w.DB().ExecContext(t.Context(), `CREATE TABLE one_conn (k BYTEA PRIMARY KEY, v BIGINT)`); err != nil {
+		t.Fatal(err)
+	}
+	w.DB().SetMaxOpenConns(1)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	u := writers.Upsert{Table: "one_conn", Keys: []string{"k"}, Values: []string{"v"}, Merge: writers.MergeAdd}
+	if err := tx.Upsert(ctx, u, [][]any{{`\x00`, int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var k []byte
+	if err := w.DB().QueryRowContext(ctx, `SELECT k FROM one_conn`).Scan(&k); err != nil || string(k) != `\x00` {
+		t.Errorf("key %q (%v), want the 4 bytes \\x00", k, err)
+	}
 }

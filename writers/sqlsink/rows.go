@@ -66,7 +66,7 @@ func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Up
 		return err
 	}
 	if w.dialect == offsets.Postgres {
-		if rows, err = w.asBytes(ctx, u, rows); err != nil {
+		if rows, err = w.asBytes(ctx, ex, u, rows); err != nil {
 			return err
 		}
 	}
