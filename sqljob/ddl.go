@@ -58,7 +58,8 @@ func quoteIn(d dialect, name string) string {
 }
 
 // DDL is the statement that creates the query's table in the sink's
-// database (MySQL/MariaDB, or SQLite with Options.SQLite). Text keys are VARBINARY: every VARCHAR collation, _bin included, ignores
+// database (MySQL/MariaDB; SQLite with Options.SQLite, PostgreSQL with
+// Options.Postgres: postgresType). Text keys are VARBINARY: every VARCHAR collation, _bin included, ignores
 // trailing spaces, and the others merge case or Unicode forms; bytes keep
 // every distinct key its own row. Windows are DATETIME(3) in UTC.
 func (q *Query) DDL() string {
@@ -137,7 +138,8 @@ func (q *Query) Plan() string {
 }
 
 // EnsureTable creates the query's table in the sink's database
-// (MySQL/MariaDB, or SQLite when compiled with Options.SQLite) if it is
+// (MySQL/MariaDB; SQLite or PostgreSQL when compiled with Options.SQLite
+// or Options.Postgres) if it is
 // missing, and checks an existing one: every column present with a
 // type that keeps its values exactly, the primary key exactly the GROUP BY
 // columns (whole) and no other unique key that could merge groups. Extra columns must be nullable or have defaults (the job never
