@@ -47,6 +47,9 @@ type Options struct {
 	// then integers (IntegerSums, exact at any size as the built-in job's
 	// totals), MIN and MAX are refused, and the table's DDL is SQLite's.
 	SQLite bool
+	// Postgres: the sink is PostgreSQL. The table's DDL is PostgreSQL's
+	// (NUMERIC, BIGINT, TIMESTAMP(3), BYTEA keys, double-quoted names).
+	Postgres bool
 }
 
 // aggKind is an output column's aggregate, or a group key.
@@ -179,6 +182,9 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 // Compile parses and compiles one statement
 // INSERT INTO <table> SELECT … FROM <topic> [WHERE …] [GROUP BY …].
 func Compile(sql string, opts Options) (*Query, error) {
+	if opts.SQLite && opts.Postgres {
+		return nil, &Error{Msg: "Options.SQLite and Options.Postgres name two databases: set the one of the sink"}
+	}
 	if opts.SQLite {
 		opts.IntegerSums = true
 	}

@@ -28,6 +28,9 @@ func (q *Query) SQLType(c Column) string {
 		// would turn that text into an inexact REAL).
 		return ""
 	}
+	if q.opts.Postgres {
+		return postgresType(c)
+	}
 	switch {
 	case c.Key && c.Window > 0:
 		return "DATETIME(3)"
@@ -43,8 +46,20 @@ func (q *Query) SQLType(c Column) string {
 
 func quote(name string) string { return "`" + name + "`" }
 
+// quoteIdent quotes a name in the query's database: `name` in MySQL and
+// SQLite, "name" in PostgreSQL (names are letters, digits and _).
+func (q *Query) quoteIdent(name string) string { return quoteIn(q.dialect(), name) }
+
+func quoteIn(d dialect, name string) string {
+	if d == dPostgres {
+		return `"` + name + `"`
+	}
+	return quote(name)
+}
+
 // DDL is the statement that creates the query's table in the sink's
-// database (MySQL/MariaDB, or SQLite with Options.SQLite). Text keys are VARBINARY: every VARCHAR collation, _bin included, ignores
+// database (MySQL/MariaDB; SQLite with Options.SQLite, PostgreSQL with
+// Options.Postgres: postgresType). Text keys are VARBINARY: every VARCHAR collation, _bin included, ignores
 // trailing spaces, and the others merge case or Unicode forms; bytes keep
 // every distinct key its own row. Windows are DATETIME(3) in UTC.
 func (q *Query) DDL() string {
@@ -52,7 +67,7 @@ func (q *Query) DDL() string {
 		return q.rowDDL()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", quote(q.table))
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", q.quoteIdent(q.table))
 	for _, c := range q.cols {
 		null := "NULL"
 		if c.Key || c.agg == aggCount || c.agg == aggCountStar {
@@ -62,14 +77,14 @@ func (q *Query) DDL() string {
 		if typ != "" {
 			typ += " "
 		}
-		fmt.Fprintf(&b, "  %s %s%s,\n", quote(c.Name), typ, null)
+		fmt.Fprintf(&b, "  %s %s%s,\n", q.quoteIdent(c.Name), typ, null)
 	}
 	var keys []string
 	for _, i := range q.keys {
-		keys = append(keys, quote(q.cols[i].Name))
+		keys = append(keys, q.quoteIdent(q.cols[i].Name))
 	}
 	fmt.Fprintf(&b, "  PRIMARY KEY (%s)\n)", strings.Join(keys, ", "))
-	if !q.opts.SQLite {
+	if q.dialect() == dMySQL {
 		b.WriteString(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
 	return b.String()
@@ -123,13 +138,14 @@ func (q *Query) Plan() string {
 }
 
 // EnsureTable creates the query's table in the sink's database
-// (MySQL/MariaDB, or SQLite when compiled with Options.SQLite) if it is
+// (MySQL/MariaDB; SQLite or PostgreSQL when compiled with Options.SQLite
+// or Options.Postgres) if it is
 // missing, and checks an existing one: every column present with a
 // type that keeps its values exactly, the primary key exactly the GROUP BY
 // columns (whole) and no other unique key that could merge groups. Extra columns must be nullable or have defaults (the job never
 // writes them).
 func (q *Query) EnsureTable(ctx context.Context, db *sqlx.DB) error {
-	if _, err := db.ExecContext(ctx, q.DDL()); err != nil {
+	if err := createTable(ctx, db, q.DDL(), q.dialect()); err != nil {
 		return fmt.Errorf("creating table %s: %w", q.table, err)
 	}
 	return q.CheckTable(ctx, db)
@@ -137,14 +153,17 @@ func (q *Query) EnsureTable(ctx context.Context, db *sqlx.DB) error {
 
 // CheckTable checks an existing table (see EnsureTable).
 func (q *Query) CheckTable(ctx context.Context, db *sqlx.DB) error {
-	if isSQLite(db) != q.opts.SQLite {
-		return fmt.Errorf("the query was compiled for %s, the database is %s (set Options.SQLite for a SQLite sink)", dialectName(q.opts.SQLite), dialectName(isSQLite(db)))
+	if err := q.checkDialect(db.DriverName()); err != nil {
+		return err
 	}
 	if q.row != nil {
 		return q.checkRowTable(ctx, db)
 	}
 	if q.opts.SQLite {
 		return q.checkSQLiteTable(ctx, db)
+	}
+	if q.opts.Postgres {
+		return q.checkPostgresTable(ctx, db)
 	}
 	cols, err := mysqlColumns(ctx, db, q.table)
 	if err != nil {
@@ -297,15 +316,6 @@ func sameSet(a, b []string) bool {
 		}
 	}
 	return true
-}
-
-func isSQLite(db *sqlx.DB) bool { return strings.HasPrefix(db.DriverName(), "sqlite") }
-
-func dialectName(sqlite bool) string {
-	if sqlite {
-		return "SQLite"
-	}
-	return "MySQL/MariaDB"
 }
 
 // checkSQLiteTable is CheckTable in SQLite: the columns' declared types

@@ -34,7 +34,11 @@ func (q *Query) Fingerprint() string {
 func (q *Query) canonical() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "table %q\ntopic %q\nwhere %q\n", tableKey(q.table, q.opts.SQLite), q.topic, q.whereS)
-	fmt.Fprintf(&b, "options integer-sums=%t sqlite=%t\n", q.opts.IntegerSums, q.opts.SQLite)
+	fmt.Fprintf(&b, "options integer-sums=%t sqlite=%t", q.opts.IntegerSums, q.opts.SQLite)
+	if q.opts.Postgres { // only then: the fingerprints of the other sinks' queries stay as they were
+		b.WriteString(" postgres=true")
+	}
+	b.WriteString("\n")
 	for _, c := range q.cols {
 		role := "key"
 		if !c.Key {

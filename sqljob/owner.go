@@ -86,11 +86,12 @@ func tableKey(table string, sqlite bool) string {
 // read back. The same job with the same query (a restart, or the statement
 // reformatted) passes.
 func (q *Query) Claim(ctx context.Context, db DB, job string) error {
-	sqlite := strings.HasPrefix(db.DriverName(), "sqlite")
-	if sqlite != q.opts.SQLite {
-		return fmt.Errorf("the query was compiled for %s, the database is %s (set Options.SQLite for a SQLite sink)", dialectName(q.opts.SQLite), dialectName(sqlite))
+	if err := q.checkDialect(db.DriverName()); err != nil {
+		return err
 	}
-	if _, err := db.ExecContext(ctx, OwnersSchema(sqlite)); err != nil {
+	d := q.dialect()
+	sqlite := d == dSQLite
+	if err := createTable(ctx, db, ownersSchema(d), d); err != nil {
 		return fmt.Errorf("creating %s: %w", OwnersTable, err)
 	}
 	tbl := tableKey(q.table, sqlite)
@@ -105,8 +106,11 @@ func (q *Query) Claim(ctx context.Context, db DB, job string) error {
 	// INSERT IGNORE: it would also turn a too-long job name into a
 	// warning and a truncated row).
 	ins, onConflict := "INSERT INTO", " ON DUPLICATE KEY UPDATE tbl = tbl"
-	if sqlite {
+	switch d {
+	case dSQLite:
 		ins, onConflict = "INSERT OR IGNORE INTO", ""
+	case dPostgres:
+		onConflict = " ON CONFLICT DO NOTHING" // either unique key, as MySQL's
 	}
 	if _, err := db.ExecContext(ctx, ins+` mb_sql_tables (tbl, job, fingerprint, query_text, created_at) VALUES (?, ?, ?, ?, ?)`+onConflict,
 		tbl, job, q.Fingerprint(), q.sql, time.Now().UTC().Format("2006-01-02 15:04:05.000000")); err != nil {
@@ -127,10 +131,14 @@ func (q *Query) Claim(ctx context.Context, db DB, job string) error {
 // CheckClaim is Claim without writing anything: the refusal Claim would
 // make, for a dry run. A sink without mb_sql_tables has no owners yet.
 func (q *Query) CheckClaim(ctx context.Context, db DB, job string) error {
-	sqlite := strings.HasPrefix(db.DriverName(), "sqlite")
+	d := dialectOf(db.DriverName())
+	sqlite := d == dSQLite
 	exists := `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'mb_sql_tables'`
-	if sqlite {
+	switch d {
+	case dSQLite:
 		exists = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'mb_sql_tables'`
+	case dPostgres:
+		exists = `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'mb_sql_tables'`
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, exists).Scan(&n); err != nil {
@@ -236,11 +244,11 @@ func readOwner(ctx context.Context, db DB, col, v string) (own Owner, found bool
 // TableOwner reads table's owner record; found is false when the table
 // has none (or the sink has no mb_sql_tables yet).
 func TableOwner(ctx context.Context, db DB, table string) (own Owner, found bool, err error) {
-	sqlite := strings.HasPrefix(db.DriverName(), "sqlite")
-	if _, err := db.ExecContext(ctx, OwnersSchema(sqlite)); err != nil {
+	d := dialectOf(db.DriverName())
+	if err := createTable(ctx, db, ownersSchema(d), d); err != nil {
 		return Owner{}, false, fmt.Errorf("creating %s: %w", OwnersTable, err)
 	}
-	return readOwner(ctx, db, "tbl", tableKey(table, sqlite))
+	return readOwner(ctx, db, "tbl", tableKey(table, d == dSQLite))
 }
 
 // DisownTable deletes every row of table and its owner record, in the
@@ -254,8 +262,8 @@ func DisownTable(ctx context.Context, tx DB, table, job string) (int64, error) {
 	if !tableNameRE.MatchString(table) {
 		return 0, fmt.Errorf("table %q: not a table name a SQL job writes (letters, digits and _, up to 64)", table)
 	}
-	sqlite := strings.HasPrefix(tx.DriverName(), "sqlite")
-	own, found, err := readOwner(ctx, tx, "tbl", tableKey(table, sqlite))
+	d := dialectOf(tx.DriverName())
+	own, found, err := readOwner(ctx, tx, "tbl", tableKey(table, d == dSQLite))
 	if err != nil {
 		return 0, err
 	}
@@ -263,7 +271,7 @@ func DisownTable(ctx context.Context, tx DB, table, job string) (int64, error) {
 		own.Table = table
 		return 0, &OwnerError{Table: table, Job: job, Owner: own}
 	}
-	res, err := tx.ExecContext(ctx, "DELETE FROM "+quote(table))
+	res, err := tx.ExecContext(ctx, "DELETE FROM "+quoteIn(d, table))
 	if err != nil {
 		return 0, fmt.Errorf("emptying table %s: %w", table, err)
 	}

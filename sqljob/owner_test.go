@@ -162,6 +162,10 @@ func TestClaimSQLite(t *testing.T) {
 	testClaim(t, "sqlite://"+t.TempDir()+"/t.db", sqljob.Options{SQLite: true})
 }
 
+func TestClaimPostgres(t *testing.T) {
+	testClaim(t, testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres)), sqljob.Options{Postgres: true})
+}
+
 func TestClaimMySQL(t *testing.T) {
 	testClaim(t, testutil.FreshMySQLDatabase(t, testutil.NeedServer(t, testutil.EnvMySQL)), sqljob.Options{})
 }

@@ -19,9 +19,12 @@ func (q *Query) checkRowTable(ctx context.Context, db *sqlx.DB) error {
 	}
 	var convs []conv
 	var err error
-	if q.opts.SQLite {
+	switch {
+	case q.opts.SQLite:
 		convs, err = q.bindSQLite(ctx, db, bad)
-	} else {
+	case q.opts.Postgres:
+		convs, err = q.bindPostgres(ctx, db, bad)
+	default:
 		convs, err = q.bindMySQL(ctx, db, bad)
 	}
 	if err != nil {

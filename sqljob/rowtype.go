@@ -79,6 +79,9 @@ func (q *Query) rowSQLType(c Column) string {
 		}
 		return "TEXT" // decimals and times as their exact text
 	}
+	if q.opts.Postgres {
+		return pgRowType(c)
+	}
 	if c.Key && t.text() {
 		return fmt.Sprintf("VARBINARY(%d)", q.keyW) // bytes: no collation merges two keys
 	}
@@ -107,25 +110,25 @@ func (q *Query) rowSQLType(c Column) string {
 // rowDDL is DDL of a row job: an append's table has no key.
 func (q *Query) rowDDL() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", quote(q.table))
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", q.quoteIdent(q.table))
 	var lines []string
 	for _, c := range q.cols {
 		null := "NULL"
 		if c.Key {
 			null = "NOT NULL"
 		}
-		lines = append(lines, fmt.Sprintf("  %s %s %s", quote(c.Name), q.SQLType(c), null))
+		lines = append(lines, fmt.Sprintf("  %s %s %s", q.quoteIdent(c.Name), q.SQLType(c), null))
 	}
 	if q.row.upsert {
 		var keys []string
 		for _, i := range q.keys {
-			keys = append(keys, quote(q.cols[i].Name))
+			keys = append(keys, q.quoteIdent(q.cols[i].Name))
 		}
 		lines = append(lines, fmt.Sprintf("  PRIMARY KEY (%s)", strings.Join(keys, ", ")))
 	}
 	b.WriteString(strings.Join(lines, ",\n"))
 	b.WriteString("\n)")
-	if !q.opts.SQLite {
+	if q.dialect() == dMySQL {
 		b.WriteString(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
 	return b.String()
@@ -162,12 +165,12 @@ func (q *Query) rowPlan() string {
 	}
 	var cols, marks []string
 	for _, i := range q.row.order {
-		cols = append(cols, quote(q.cols[i].Name))
+		cols = append(cols, q.quoteIdent(q.cols[i].Name))
 		marks = append(marks, "?")
 	}
-	ins := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s), (…)", quote(q.table), strings.Join(cols, ", "), strings.Join(marks, ", "))
+	ins := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s), (…)", q.quoteIdent(q.table), strings.Join(cols, ", "), strings.Join(marks, ", "))
 	if q.row.upsert {
-		if q.opts.SQLite {
+		if q.dialect() != dMySQL {
 			ins += fmt.Sprintf(" ON CONFLICT (%s) DO UPDATE SET …", strings.Join(cols[:len(q.keys)], ", "))
 		} else {
 			ins += " ON DUPLICATE KEY UPDATE …"

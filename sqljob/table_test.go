@@ -48,7 +48,11 @@ func testEnsureTable(t *testing.T, dsn string, opts sqljob.Options, misfits []st
 			t.Fatalf("Upsert: %v", err)
 		}
 	}
-	rows, err := w.DB().QueryContext(ctx, "SELECT `key`, minute, n, amount FROM stats ORDER BY `key`") // bytes order
+	sel := "SELECT `key`, minute, n, amount FROM stats ORDER BY `key`" // bytes order
+	if opts.Postgres {
+		sel = strings.ReplaceAll(sel, "`", `"`)
+	}
+	rows, err := w.DB().QueryContext(ctx, sel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +136,33 @@ func TestEnsureTableMySQL(t *testing.T) {
 		// A negative sum would fail every batch that writes it.
 		"CREATE TABLE stats (`key` VARBINARY(1024) NOT NULL, minute DATETIME(3) NOT NULL, n BIGINT NOT NULL, amount DECIMAL(38,9) UNSIGNED, PRIMARY KEY (`key`, minute))",
 	})
+}
+
+// In PostgreSQL: BYTEA keys (byte order; a backslash is no escape),
+// TIMESTAMP(3) windows, NUMERIC(38,9) sums; a table that could merge or
+// round is refused.
+func TestEnsureTablePostgres(t *testing.T) {
+	dsn := testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
+	testEnsureTable(t, dsn, sqljob.Options{Postgres: true}, []string{
+		`CREATE TABLE stats ("key" TEXT NOT NULL, minute TIMESTAMP(3) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,9), PRIMARY KEY ("key", minute))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(3) NOT NULL, n BIGINT NOT NULL, amount DOUBLE PRECISION, PRIMARY KEY ("key", minute))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(3) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,2), PRIMARY KEY ("key", minute))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(3) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,9), PRIMARY KEY ("key"))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(0) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,9), PRIMARY KEY ("key", minute))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMPTZ(3) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,9), PRIMARY KEY ("key", minute))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(3) NOT NULL, n INTEGER NOT NULL, amount NUMERIC(38,9), PRIMARY KEY ("key", minute))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(3) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,9), other INT NOT NULL, PRIMARY KEY ("key", minute))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(3) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,9), PRIMARY KEY ("key", minute), UNIQUE ("key"))`,
+		`CREATE TABLE stats ("key" BYTEA NOT NULL, minute TIMESTAMP(3) NOT NULL, n BIGINT NOT NULL, amount NUMERIC(38,9) NOT NULL, PRIMARY KEY ("key", minute))`,
+	})
+	// MIN and MAX of strings are BYTEA; a MySQL DDL is not PostgreSQL's.
+	q, err := sqljob.Compile("INSERT INTO t SELECT k, MIN(CAST(s AS CHAR)) AS lo, MAX(x) AS hi FROM e GROUP BY k", sqljob.Options{Postgres: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ddl := q.DDL(); strings.Contains(ddl, "`") || strings.Contains(ddl, "ENGINE") || !strings.Contains(ddl, `"lo" BYTEA NULL`) || !strings.Contains(ddl, `"hi" NUMERIC(38,9) NULL`) {
+		t.Errorf("DDL:\n%s", ddl)
+	}
 }
 
 var _ = strategies.SQLTransform

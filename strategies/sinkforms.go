@@ -30,9 +30,9 @@ var SinkForms = []SinkForm{
 	{"file", "file:///dir", string(StrategyCheckpoint)},
 }
 
-// postgresUse: checkpoint mode and SQL jobs don't write to PostgreSQL
-// yet (Config.Validate refuses them).
-const postgresUse = "txn, single, at-least-once, at-most-once (the built-in job)"
+// postgresUse: checkpoint mode doesn't write to PostgreSQL yet
+// (Config.Validate refuses it).
+const postgresUse = "txn, single, at-least-once, at-most-once (the built-in job, SQL jobs, a Transform)"
 
 const sqlUse = "txn, single, at-least-once, at-most-once, checkpoint (XA, or --sink-mode wal)"
 

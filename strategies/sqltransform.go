@@ -24,7 +24,9 @@ import (
 // upsert the latest row of each key (a later offset of the partition
 // replaces an earlier one; a tombstone's row deletes its key).
 //
-// On a MySQL/MariaDB sink create or check the table with q.EnsureTable
+// On a MySQL/MariaDB, PostgreSQL or SQLite sink (q compiled with
+// sqljob.Options{Postgres: true} or {SQLite: true} for the latter two)
+// create or check the table with q.EnsureTable
 // before Run; Run checks its primary key and, once Kafka answers, claims
 // the table for the job (sqljob.Query.Claim; on Redis the job's query,
 // redissink.Job.ClaimQuery): a table another job writes, or a changed

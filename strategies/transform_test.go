@@ -78,6 +78,9 @@ func TestTransform(t *testing.T) {
 		{strategies.StrategyAtLeastOnce, kfake, sqliteSink},
 		{strategies.StrategyTxn, apacheKafka, mariaDB},
 		{strategies.StrategySingle, apacheKafka, mariaDB},
+		{strategies.StrategyTxn, apacheKafka, postgresSink}, // rows of a key repeat in one write: pgRounds
+		{strategies.StrategySingle, apacheKafka, postgresSink},
+		{strategies.StrategyAtLeastOnce, kfake, postgresSink},
 		{strategies.StrategyIdempotent, kfake, redisSink},
 		{strategies.StrategyIdempotent, apacheKafka, redisSink},
 	} {
@@ -86,7 +89,7 @@ func TestTransform(t *testing.T) {
 			brokers, dsn := c.kafka.brokers(t), c.sink.dsn(t)
 			topic, job := newTopic(t, brokers), uniqueName(t, "tr")
 			table := "tr_" + strings.NewReplacer("-", "_", ".", "_").Replace(job)
-			table = table[:min(len(table), 60)]
+			table = strings.ToLower(table[:min(len(table), 60)]) // PostgreSQL folds an unquoted name; the sink quotes it
 			sink := openTransformSink(t, c.strategy, dsn, brokers, job, topic, table)
 			exp := produce(t, brokers, topic, 11, 0, events)
 			bad := []string{"not json", "PANIC", `{"amount": 3}`}

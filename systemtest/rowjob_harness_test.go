@@ -63,6 +63,14 @@ var (
 		"customer->>'$.id' AS user_id, kind, qty, price FROM `%[2]s`"},
 		"CREATE TABLE %[1]s (k VARBINARY(255) PRIMARY KEY, p INT NOT NULL, o BIGINT NOT NULL, user_id VARBINARY(1024) NOT NULL, " +
 			"kind VARCHAR(16) NOT NULL, qty BIGINT NOT NULL, price DECIMAL(12,9) NOT NULL)"}
+	// The PostgreSQL tables of rowAudit and rowUpsert, NOT NULL as
+	// MariaDB's (BYTEA for VARBINARY, NUMERIC for DECIMAL).
+	rowAuditPG = rowQuery{rowAudit.sqlQuery,
+		"CREATE TABLE %[1]s (id BIGSERIAL PRIMARY KEY, p INT NOT NULL, o BIGINT NOT NULL, user_id BYTEA NOT NULL, " +
+			"kind VARCHAR(16) NOT NULL, qty BIGINT NOT NULL, price NUMERIC(12,9) NOT NULL, ts VARCHAR(64), tags TEXT)"}
+	rowUpsertPG = rowQuery{rowUpsert.sqlQuery,
+		"CREATE TABLE %[1]s (k BYTEA PRIMARY KEY, p INT NOT NULL, o BIGINT NOT NULL, user_id BYTEA NOT NULL, " +
+			"kind VARCHAR(16) NOT NULL, qty BIGINT NOT NULL, price NUMERIC(12,9) NOT NULL)"}
 	// rowUpsertRedis: Redis has no table; its casts reject the bad
 	// records (rowMessages gives it no record without a customer's id).
 	rowUpsertRedis = rowQuery{sqlQuery{"upsert", "REPLACE INTO %[1]s (PRIMARY KEY (k)) SELECT _key AS k, _offset AS o, " +

@@ -31,6 +31,9 @@ func TestRowJobCrashes(t *testing.T) {
 		return testutil.FreshMySQLDatabase(t, testutil.NeedServer(t, testutil.EnvMySQL))
 	}
 	sqlite := func(t *testing.T) string { return "sqlite://" + t.TempDir() + "/rows.db" }
+	postgres := func(t *testing.T) string {
+		return testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
+	}
 	redis := func(t *testing.T) string { return testutil.NeedServer(t, testutil.EnvRedis) }
 	idemPoints := []string{strategies.CrashAfterPlan, strategies.CrashMidWrite, strategies.CrashAfterWriteBeforeOffsets}
 	wal := []string{"--sink-mode", string(strategies.SinkModeWAL)}
@@ -58,6 +61,8 @@ func TestRowJobCrashes(t *testing.T) {
 		{"upsert/single/crash-points", strategies.StrategySingle, mariadb, nil, rowUpsert, true, strategies.CrashPoints, nil},
 		{"upsert/checkpoint-xa/crash-points", strategies.StrategyCheckpoint, mariadb, nil, rowUpsert, true, strategies.CheckpointCrashPoints,
 			[]string{strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit}},
+		{"append/postgres-txn/crash-points", strategies.StrategyTxn, postgres, nil, rowAuditPG, false, strategies.CrashPoints, nil},
+		{"upsert/postgres-txn/crash-points", strategies.StrategyTxn, postgres, nil, rowUpsertPG, true, strategies.CrashPoints, nil},
 		{"upsert/idempotent/crash-points", strategies.StrategyIdempotent, redis, nil, rowUpsertRedis, true, idemPoints, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -132,6 +132,21 @@ func TestSQLJobCrashes(t *testing.T) {
 		})
 	}
 
+	// PostgreSQL (NUMERIC sums, MIN and MAX; TIMESTAMP(3) windows; BYTEA
+	// keys): txn killed at every crash point.
+	t.Run("txn-postgres/crash-points", func(t *testing.T) {
+		t.Parallel()
+		sink := testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
+		j := newSQLCrashJob(t, strategies.StrategyTxn, kafka, sink, sqlWindowMySQL, 51)
+		j.in.produce(t, sqlInitial)
+		for _, p := range microPoints {
+			j.crashAt(p, 2)
+			j.in.produce(t, sqlPointTopUp)
+		}
+		j.drain()
+		j.requireExact(j.verify())
+	})
+
 	for i, c := range []struct {
 		strategy strategies.Strategy
 		point    string

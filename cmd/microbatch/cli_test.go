@@ -77,8 +77,6 @@ func TestCLIConfigErrors(t *testing.T) {
 		{name: "bad postgres DSN", args: []string{"run", "--sink", "postgres://mb:pg-secret@db:notaport/app", "--brokers", unreachable}, want: []string{"sink"}},
 		{name: "checkpoint into postgres", args: []string{"run", "--strategy", "checkpoint", "--sink", "postgres://mb:pg-secret@db/app", "--brokers", unreachable}, want: []string{"PostgreSQL", "checkpoint", "txn"}},
 		{name: "wal into postgres", args: []string{"run", "--strategy", "checkpoint", "--sink-mode", "wal", "--sink", "postgres://mb:pg-secret@db/app", "--brokers", unreachable}, want: []string{"PostgreSQL", "checkpoint"}},
-		{name: "sql job into postgres", args: []string{"run", "--sql", "INSERT INTO t SELECT key, COUNT(*) AS n FROM events GROUP BY key", "--sink", "postgres://mb:pg-secret@db/app", "--brokers", unreachable}, want: []string{"PostgreSQL", "mysql://"}},
-		{name: "empty-table on postgres", args: []string{"offsets", "reset", "--sink", "postgres://mb:pg-secret@db/app", "--job", "j", "--topic", "t", "--to", "earliest", "--empty-table", "t1", "--brokers", unreachable}, want: []string{"PostgreSQL", "empty-table"}},
 		{name: "idempotent into postgres", args: []string{"run", "--strategy", "idempotent", "--sink", "postgres://mb:pg-secret@db/app", "--brokers", unreachable}, want: []string{"redis"}},
 		{name: "mysql sink without database", args: []string{"run", "--sink", "mysql://u:secret@host:3306", "--brokers", unreachable}, want: []string{"mysql://"}},
 		{name: "malformed interval flag", args: []string{"run", "--interval", "abc"}, want: []string{"abc", "interval"}},

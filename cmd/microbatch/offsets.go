@@ -166,9 +166,6 @@ start). The table must be the job's or have no owner.`,
 			if len(only) > 0 {
 				return badConfig("empty-table: resets every partition; leave --partitions out")
 			}
-			if sqlsink.IsPostgresDSN(oj.sink) {
-				return badConfig("empty-table: PostgreSQL takes the built-in job only for now, so it holds no SQL job's table to empty")
-			}
 			if oj.strategy == strategies.StrategyIdempotent {
 				return badConfig("empty-table: on Redis a SQL job's rows are the job's own (mb:{job}:rows:…): run the new query with a new --job")
 			}

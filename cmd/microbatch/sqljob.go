@@ -179,16 +179,13 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 		}
 		return sqljob.Options{IntegerSums: true}, nil
 	case strings.HasPrefix(dsn, "kafka://") || strings.HasPrefix(dsn, "file://"):
-		return sqljob.Options{}, badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal), sqlite:// or redis:// (--strategy idempotent)", redact.DSN(dsn))
+		return sqljob.Options{}, badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal), postgres:// (txn, single, at-least-once, at-most-once), sqlite:// or redis:// (--strategy idempotent)", redact.DSN(dsn))
 	}
 	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil {
 		return sqljob.Options{}, configError{fmt.Errorf("sink: %w", err)}
 	}
-	if t.Dialect == offsets.Postgres {
-		return sqljob.Options{}, badConfig("sql: PostgreSQL (%s) takes the built-in job only for now; write a SQL job to mysql://, sqlite:// or redis:// (--strategy idempotent)", t.Display)
-	}
-	return sqljob.Options{SQLite: t.Dialect == offsets.SQLite}, nil
+	return sqljob.Options{SQLite: t.Dialect == offsets.SQLite, Postgres: t.Dialect == offsets.Postgres}, nil
 }
 
 // ensureSQLTable creates the query's table in the SQL sink dsn if it is
@@ -273,8 +270,11 @@ func sqlTable(ctx context.Context, q *sqljob.Query, dsn string, timeout time.Dur
 // tableExists reports whether the sink's database has table.
 func tableExists(ctx context.Context, w *sqlsink.Writer, table string) (bool, error) {
 	query := "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"
-	if w.Dialect() == offsets.SQLite {
+	switch w.Dialect() {
+	case offsets.SQLite:
 		query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
+	case offsets.Postgres: // the job quotes the name: compared exactly
+		query = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?"
 	}
 	var n int
 	if err := w.DB().GetContext(ctx, &n, query, table); err != nil {

@@ -21,7 +21,11 @@ func tableRows(t *testing.T, sink, table string) string {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	rows, err := w.DB().QueryContext(t.Context(), "SELECT * FROM `"+table+"` ORDER BY 1")
+	quoted := "`" + table + "`"
+	if sqlsink.IsPostgresDSN(sink) {
+		quoted = `"` + table + `"`
+	}
+	rows, err := w.DB().QueryContext(t.Context(), "SELECT * FROM "+quoted+" ORDER BY 1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +163,16 @@ func TestSQLJobTableOwnerMySQL(t *testing.T) {
 		{"--strategy", "at-most-once"},
 		{"--strategy", "checkpoint", "--state-dir", filepath.Join(dir, "xa")},
 		{"--strategy", "checkpoint", "--sink-mode", "wal", "--state-dir", filepath.Join(dir, "wal")},
+	})
+}
+
+// On PostgreSQL too (offsets reset --empty-table there exited 2 before).
+func TestSQLJobTableOwnerPostgres(t *testing.T) {
+	t.Parallel()
+	testTableOwner(t, testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres)), [][]string{
+		{"--strategy", "single"},
+		{"--strategy", "at-least-once"},
+		{"--strategy", "at-most-once"},
 	})
 }
 

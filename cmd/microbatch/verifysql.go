@@ -337,7 +337,7 @@ func (v sqlVerify) compareSink(ctx context.Context, c *comparison, dl *deadLette
 func (v sqlVerify) sqlDeadLetters(ctx context.Context, w *sqlsink.Writer, dl *deadLetterMerge) error {
 	rows, err := w.DB().QueryContext(ctx, `SELECT topic, part, off FROM mb_dead_letters WHERE job = ? ORDER BY topic, part, off`, v.oj.job)
 	if err != nil {
-		if msg := err.Error(); strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
+		if msg := err.Error(); strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") || strings.Contains(msg, "does not exist") {
 			return nil // no job ever ran here: no dead letters
 		}
 		return fmt.Errorf("reading the dead letters of job %s: %w", v.oj.job, err)
@@ -362,18 +362,31 @@ func (v sqlVerify) sqlDeadLetters(ctx context.Context, w *sqlsink.Writer, dl *de
 func (v sqlVerify) compareMySQL(ctx context.Context, w *sqlsink.Writer, c *comparison) error {
 	cols := v.q.Columns()
 	names := make([]string, 0, len(cols))
+	pg := w.Dialect() == offsets.Postgres
+	quote := func(n string) string {
+		if pg {
+			return `"` + n + `"`
+		}
+		return "`" + n + "`"
+	}
 	var keys []string
 	for _, col := range cols {
 		if col.Key {
-			keys = append(keys, "`"+col.Name+"`")
+			keys = append(keys, quote(col.Name))
 		}
 	}
 	u := v.q.Upsert() // keys first, then values, as the rows are compared
-	for _, n := range append(append([]string(nil), u.Keys...), u.Values...) {
-		names = append(names, "`"+n+"`")
+	for i, n := range append(append([]string(nil), u.Keys...), u.Values...) {
+		switch {
+		case pg && i >= len(u.Keys) && !(u.Merges != nil && u.Merges[i-len(u.Keys)].Bytes()):
+			// NUMERIC and BIGINT as the server's exact text (BYTEA as it is).
+			names = append(names, quote(n)+"::text")
+		default:
+			names = append(names, quote(n))
+		}
 	}
-	rows, err := w.DB().QueryContext(ctx, fmt.Sprintf("SELECT %s FROM `%s` ORDER BY %s",
-		strings.Join(names, ", "), v.q.Table(), strings.Join(keys, ", ")))
+	rows, err := w.DB().QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s ORDER BY %s",
+		strings.Join(names, ", "), quote(v.q.Table()), strings.Join(keys, ", ")))
 	if err != nil {
 		return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
+	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/sqljob"
 	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers/redissink"
@@ -275,8 +276,8 @@ func (v sqlVerify) openRowsSink(ctx context.Context) (*sqlsink.Writer, bool, err
 	}); err != nil {
 		return nil, false, err
 	}
-	if _, err := w.DB().ExecContext(ctx, "SELECT 1 FROM `"+v.q.Table()+"` WHERE 1 = 0"); err != nil {
-		if msg := err.Error(); strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") {
+	if _, err := w.DB().ExecContext(ctx, "SELECT 1 FROM "+quoteIn(w, v.q.Table())+" WHERE 1 = 0"); err != nil {
+		if msg := err.Error(); strings.Contains(msg, "doesn't exist") || strings.Contains(msg, "no such table") || strings.Contains(msg, "does not exist") {
 			return w, false, nil
 		}
 		w.Close()
@@ -293,9 +294,9 @@ func (v sqlVerify) openRowsSink(ctx context.Context) (*sqlsink.Writer, bool, err
 func (v sqlVerify) compareRowsSQL(ctx context.Context, w *sqlsink.Writer, c *rowsCheck) error {
 	names := make([]string, len(c.cols))
 	for i, n := range c.cols {
-		names[i] = "`" + n + "`"
+		names[i] = quoteIn(w, n)
 	}
-	rows, err := w.DB().QueryContext(ctx, fmt.Sprintf("SELECT %s FROM `%s`", strings.Join(names, ", "), v.q.Table()))
+	rows, err := w.DB().QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s", strings.Join(names, ", "), quoteIn(w, v.q.Table())))
 	if err != nil {
 		return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
 	}
@@ -358,6 +359,15 @@ func (v sqlVerify) compareRowsRedis(j *redissink.Job, ctx context.Context, c *ro
 	return nil
 }
 
+// quoteIn quotes a name in w's database: "name" in PostgreSQL, `name`
+// elsewhere.
+func quoteIn(w *sqlsink.Writer, name string) string {
+	if w.Dialect() == offsets.Postgres {
+		return `"` + name + `"`
+	}
+	return "`" + name + "`"
+}
+
 // timeFormats is, per column, the Go layout of its date/time values as
 // the job writes them ("" for other columns): DATE, DATETIME(p).
 func timeFormats(rows *sql.Rows) ([]string, error) {
@@ -372,7 +382,11 @@ func timeFormats(rows *sql.Rows) ([]string, error) {
 			fmts[i] = "2006-01-02"
 		case "DATETIME", "TIMESTAMP":
 			fmts[i] = "2006-01-02 15:04:05"
-			if p, _, ok := t.DecimalSize(); ok && p > 0 && p <= 6 {
+			p, s, ok := t.DecimalSize()
+			if ok && p == 0 {
+				p = s // pgx gives a TIMESTAMP(p)'s digits as its scale
+			}
+			if ok && p > 0 && p <= 6 {
 				fmts[i] += "." + strings.Repeat("0", int(p))
 			}
 		}

@@ -91,36 +91,6 @@ const postgresDeadLettersDDL = `CREATE TABLE IF NOT EXISTS mb_dead_letters (
 )`
 
 // byteaColumns are the BYTEA columns of the built-in tables whose values
-// come as Go strings, by table.
-var byteaColumns = map[string]string{writers.TotalsTable: "k"}
-
-// asBytes returns rows with the strings of u's BYTEA column (byteaColumns)
-// as []byte, copying the rows it changes; rows is returned as it is when
-// there is nothing to change.
-func (w *Writer) asBytes(u writers.Upsert, rows [][]any) [][]any {
-	col, ok := byteaColumns[u.Table]
-	if w.dialect != offsets.Postgres || !ok {
-		return rows
-	}
-	i := -1
-	for j, c := range append(append([]string{}, u.Keys...), u.Values...) {
-		if c == col {
-			i = j
-		}
-	}
-	if i < 0 {
-		return rows
-	}
-	out := make([][]any, len(rows))
-	for r, row := range rows {
-		s, ok := row[i].(string)
-		if !ok {
-			out[r] = row
-			continue
-		}
-		cp := append([]any(nil), row...)
-		cp[i] = []byte(s)
-		out[r] = cp
-	}
-	return out
-}
+// come as Go strings, by table (other tables' are read from the catalog:
+// Writer.byteaOf).
+var byteaColumns = map[string][]string{writers.TotalsTable: {"k"}}

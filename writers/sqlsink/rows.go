@@ -48,7 +48,9 @@ const (
 //     (VARBINARY); into a table whose key collation folds case, rows of
 //     keys "A" and "a" in one write are not folded together.
 //   - otherwise: multi-row upserts (INSERT … ON DUPLICATE KEY UPDATE / ON
-//     CONFLICT DO UPDATE), rows with the same key applied in turn.
+//     CONFLICT DO UPDATE), rows with the same key applied in turn. In
+//     PostgreSQL, which refuses a statement that affects a row twice
+//     (SQLSTATE 21000), the rows are first split by pgRounds.
 func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Upsert, rows [][]any) error {
 	if len(rows) == 0 {
 		return nil
@@ -63,13 +65,26 @@ func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Up
 	if err != nil {
 		return err
 	}
-	rows = w.asBytes(u, rows)
+	if w.dialect == offsets.Postgres {
+		if rows, err = w.asBytes(ctx, ex, u, rows); err != nil {
+			return err
+		}
+	}
 	if deletes {
 		kept, deleted := foldDeletes(u, rows)
 		if err := w.insertRows(ctx, ex, u, kept); err != nil {
 			return err
 		}
 		return w.deleteKeys(ctx, ex, u, deleted)
+	}
+	if w.dialect == offsets.Postgres && u.Merge != writers.MergeAppend {
+		// ON CONFLICT refuses a statement that touches a row twice.
+		for _, round := range pgRounds(u, rows) {
+			if err := w.insertRows(ctx, ex, u, round); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return w.insertRows(ctx, ex, u, rows)
 }
@@ -216,7 +231,8 @@ type preparer interface {
 // deleteKeys deletes the rows with keys (each: the key values in
 // u.Keys' order) in multi-row DELETEs: in MySQL/MariaDB
 // "WHERE (k1 = ? AND k2 = ?) OR (…)", which its range optimizer reads as
-// index lookups, and in SQLite "WHERE (k1, k2) IN (VALUES (?, ?), …)",
+// index lookups, in PostgreSQL "WHERE (k1, k2) IN ((?, ?), …)", and in
+// SQLite "WHERE (k1, k2) IN (VALUES (?, ?), …)",
 // since an OR chain that long passes SQLite's expression depth limit.
 func (w *Writer) deleteKeys(ctx context.Context, ex sqlx.ExecerContext, u writers.Upsert, keys [][]any) error {
 	var head, one, sep, tail string
@@ -226,6 +242,11 @@ func (w *Writer) deleteKeys(ctx context.Context, ex sqlx.ExecerContext, u writer
 			one += " AND " + w.quoteIdent(k) + " = ?"
 		}
 		head, one, sep = "DELETE FROM "+w.quoteIdent(u.Table)+" WHERE ", one+")", " OR "
+	} else if w.dialect == offsets.Postgres {
+		// A row list, not VALUES: the placeholders take the key columns'
+		// types (a VALUES list's would be text, and BYTEA = text fails).
+		head = "DELETE FROM " + w.quoteIdent(u.Table) + " WHERE (" + w.quoteIdents(u.Keys) + ") IN ("
+		one, sep, tail = "("+strings.TrimSuffix(strings.Repeat("?, ", len(u.Keys)), ", ")+")", ", ", ")"
 	} else {
 		head = "DELETE FROM " + w.quoteIdent(u.Table) + " WHERE (" + w.quoteIdents(u.Keys) + ") IN (VALUES "
 		one, sep, tail = "("+strings.TrimSuffix(strings.Repeat("?, ", len(u.Keys)), ", ")+")", ", ", ")"

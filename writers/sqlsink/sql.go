@@ -23,6 +23,7 @@ type Writer struct {
 
 	mu    sync.Mutex
 	stmts map[string]upsertParts // by upsert shape
+	bytea map[string][]string    // PostgreSQL: a table's BYTEA columns (byteaOf)
 }
 
 // Open connects to the sink named by dsn (see ParseDSN) and checks it
