@@ -493,9 +493,7 @@ type comparison struct {
 	seen                                []bool
 	sinkRows                            int
 	matching, missing, extra, different int
-	show                                int
-	diffs                               []difference
-	more                                int // differences past show
+	listing
 }
 
 // difference is one line of the listing: a column that differs, or a
@@ -503,7 +501,7 @@ type comparison struct {
 type difference struct{ key, column, want, got string }
 
 func newComparison(q *sqljob.Query, want [][]any, show int) *comparison {
-	c := &comparison{q: q, want: want, nk: len(q.Upsert().Keys), index: make(map[string]int, len(want)), seen: make([]bool, len(want)), show: show}
+	c := &comparison{q: q, want: want, nk: len(q.Upsert().Keys), index: make(map[string]int, len(want)), seen: make([]bool, len(want)), listing: listing{show: show}}
 	for i, row := range want {
 		id, err := redissink.RowField(row[:c.nk])
 		if err != nil {
@@ -514,11 +512,34 @@ func newComparison(q *sqljob.Query, want [][]any, show int) *comparison {
 	return c
 }
 
-func (c *comparison) note(d difference) {
-	if len(c.diffs) < c.show {
-		c.diffs = append(c.diffs, d)
+// listing is the differences verify lists: the first show of them, and
+// how many more there were.
+type listing struct {
+	show  int
+	diffs []difference
+	more  int
+}
+
+func (l *listing) note(d difference) {
+	if len(l.diffs) < l.show {
+		l.diffs = append(l.diffs, d)
 	} else {
-		c.more++
+		l.more++
+	}
+}
+
+// print writes the listing under header (its columns, tab-separated).
+func (l *listing) print(out io.Writer, header string) {
+	if len(l.diffs) > 0 {
+		tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, header)
+		for _, d := range l.diffs {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.key, d.column, d.want, d.got)
+		}
+		_ = tw.Flush()
+	}
+	if l.more > 0 {
+		fmt.Fprintf(out, "  … and %d more (--show)\n", l.more)
 	}
 }
 
@@ -588,17 +609,7 @@ func (c *comparison) print(out io.Writer) bool {
 		return true
 	}
 	fmt.Fprintf(out, "FAIL: %d of %d groups differ (%d missing, %d extra, %d different)\n", bad, len(c.want)+c.extra, c.missing, c.extra, c.different)
-	if len(c.diffs) > 0 {
-		tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  key\tcolumn\twant\tgot")
-		for _, d := range c.diffs {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.key, d.column, d.want, d.got)
-		}
-		_ = tw.Flush()
-	}
-	if c.more > 0 {
-		fmt.Fprintf(out, "  … and %d more (--show)\n", c.more)
-	}
+	c.listing.print(out, "  key\tcolumn\twant\tgot")
 	return false
 }
 

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/microbatch/microbatch/batch"
@@ -94,19 +93,9 @@ type rowsCheck struct {
 	w                                   *rowsWant
 	dl                                  *deadLetterMerge
 	cols                                []string // Upsert order
-	show                                int
 	recomputed, sinkRows                int64
 	matching, missing, extra, different int64
-	diffs                               []difference
-	more                                int
-}
-
-func (c *rowsCheck) note(d difference) {
-	if len(c.diffs) < c.show {
-		c.diffs = append(c.diffs, d)
-	} else {
-		c.more++
-	}
+	listing
 }
 
 // sinkRow takes one row of the table (values in Upsert order; fmts says
@@ -231,21 +220,11 @@ func (c *rowsCheck) print(out io.Writer) bool {
 		return true
 	}
 	fmt.Fprintf(out, "FAIL: %d rows differ (%d missing, %d extra, %d different)\n", bad, c.missing, c.extra, c.different)
-	if len(c.diffs) > 0 {
-		tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-		if c.w.upsert {
-			fmt.Fprintln(tw, "  key\tcolumn\twant\tgot")
-		} else {
-			fmt.Fprintln(tw, "  row\t\ttimes recomputed\ttimes in the sink")
-		}
-		for _, d := range c.diffs {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.key, d.column, d.want, d.got)
-		}
-		_ = tw.Flush()
+	header := "  row\t\ttimes recomputed\ttimes in the sink"
+	if c.w.upsert {
+		header = "  key\tcolumn\twant\tgot"
 	}
-	if c.more > 0 {
-		fmt.Fprintf(out, "  … and %d more (--show)\n", c.more)
-	}
+	c.listing.print(out, header)
 	return false
 }
 
@@ -489,7 +468,7 @@ func showRow(vals []any) string {
 // upsert into Redis, its hashes) and dead letters with it.
 func (v sqlVerify) verifyRows(ctx context.Context, k *topicConn, next map[int32]int64) (expectation, *rowsCheck, string, error) {
 	u := v.q.Upsert()
-	c := &rowsCheck{cols: append(slices.Clone(u.Keys), u.Values...), show: v.show}
+	c := &rowsCheck{cols: append(slices.Clone(u.Keys), u.Values...), listing: listing{show: v.show}}
 	if isRedisDSN(v.oj.sink) {
 		var r *redissink.Sink
 		if err := strategies.Connect(ctx, v.oj.connectTimeout, func(actx context.Context) (err error) {
