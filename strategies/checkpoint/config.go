@@ -186,7 +186,7 @@ func (c Config) Validate() error {
 		return bad("%v", err)
 	}
 	if !c.Work.builtin() && (spec.Kind == SinkKafka || spec.Kind == SinkFile) {
-		return bad("transform: checkpoint mode writes a Transform's rows, upserts into table %q, to an SQL sink: mysql:// (XA), or mysql:// or sqlite:// with --sink-mode wal; a %s:// sink takes the built-in job's per-event output only",
+		return bad("transform: checkpoint mode writes a Transform's rows, upserts into table %q, to an SQL sink: mysql:// (XA), postgres:// (prepared transactions), or mysql://, postgres:// or sqlite:// with --sink-mode wal; a %s:// sink takes the built-in job's per-event output only",
 			c.Work.Upsert.Table, spec.Kind)
 	}
 	switch spec.Kind {
