@@ -98,7 +98,7 @@ type Config struct {
 	// StartLatest makes a new job (no checkpoint) start at the partitions'
 	// ends (--start-from latest) instead of their starts.
 	StartLatest bool
-	Sink        string // kafka://…, file://…, or an SQL DSN (XA, or write-ahead with SinkModeWAL)
+	Sink        string // kafka://…, file://…, or an SQL DSN (XA, PostgreSQL prepared transactions, or write-ahead with SinkModeWAL)
 	SinkMode    SinkMode
 	// Kafka is how a kafka:// sink reaches its brokers (TLS, SASL).
 	Kafka kafkasink.Security
