@@ -16,7 +16,6 @@ import (
 	"github.com/microbatch/microbatch/strategies/internal/shared"
 	"github.com/microbatch/microbatch/writers"
 	"github.com/microbatch/microbatch/writers/kafkasink"
-	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
 // Strategy is a delivery strategy, as `--strategy` names it: the string
@@ -351,8 +350,6 @@ func (c Config) Validate() error {
 		return bad("until-idle %s is negative", c.UntilIdle)
 	case c.Transform != nil && c.Transform.validate() != nil:
 		return bad("transform: %v", c.Transform.validate())
-	case sqlsink.IsPostgresDSN(c.Sink) && c.Strategy == StrategyCheckpoint && c.Transform != nil:
-		return bad("sink: checkpoint mode into PostgreSQL takes the built-in job only for now, not a SQL job or a Transform: run those into it with --strategy txn or single, or in checkpoint mode into mysql://")
 	case c.Strategy == StrategyCheckpoint:
 		return c.validateCheckpoint()
 	case shared.IsKafkaDSN(c.Sink) || shared.IsFileDSN(c.Sink):

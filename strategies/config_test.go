@@ -103,7 +103,13 @@ func TestConfigValidate(t *testing.T) {
 			c.Strategy, c.Sink = StrategyCheckpoint, "postgres://u:p@127.0.0.1:5432/db"
 			c.Transform = NewTransform(writers.Upsert{Table: "t", Keys: []string{"k"}, Values: []string{"v"}, Merge: writers.MergeReplace},
 				func(*batch.Record) (string, error) { return "", nil }, func([]string) [][]any { return nil })
-		}, "sink"},
+		}, ""},
+		{"SQL job into PostgreSQL in checkpoint mode, write-ahead", func(c *Config) {
+			c.Strategy, c.Sink = StrategyCheckpoint, "postgres://u:p@127.0.0.1:5432/db"
+			c.Checkpoint.SinkMode = SinkModeWAL
+			c.Transform = NewTransform(writers.Upsert{Table: "t", Values: []string{"v"}, Merge: writers.MergeAppend},
+				func(*batch.Record) (string, error) { return "", nil }, func([]string) [][]any { return nil })
+		}, ""},
 		{"upsert into Redis", func(c *Config) {
 			c.Strategy, c.Sink = StrategyIdempotent, "redis://127.0.0.1:6379/0"
 			c.Transform = NewTransform(writers.Upsert{Table: "t", Keys: []string{"k"}, Values: []string{"v"}, Merge: writers.MergeReplace},

@@ -23,7 +23,8 @@ import (
 // partition's rows commit with its offset), single (all partitions' rows in
 // one transaction), the controls at-least-once and at-most-once, and with
 // idempotent, which writes to Redis (see NewTransform), and with checkpoint
-// mode into an SQL sink (XA, or write-ahead with --sink-mode wal): there a
+// mode into an SQL sink (XA on MySQL/MariaDB, prepared transactions on
+// PostgreSQL, or write-ahead with --sink-mode wal): there a
 // checkpoint interval is the batch. The sources decode each record as it
 // is read; every decoded value goes to sink subtask 0, which at the
 // interval's barrier calls rows once on the interval's values (in read

@@ -51,16 +51,21 @@ func checkpointAtEnds(t testing.TB, stateDir string, brokers []string, job, topi
 // transformTable names a test's table of the user's transform.
 func transformTable(job string) string {
 	table := "tr_" + strings.NewReplacer("-", "_", ".", "_").Replace(job)
-	return table[:min(len(table), 60)]
+	return strings.ToLower(table[:min(len(table), 60)]) // PostgreSQL folds an unquoted name; the sink quotes it
 }
 
+// checkpointTransformSinks are the SQL sinks of checkpoint mode; killed
+// ones also run TestTransformCheckpointKilled.
 var checkpointTransformSinks = []struct {
 	name, mode string
 	sink       sinkTarget
+	killed     bool
 }{
-	{"XA", string(strategies.SinkMode2PC), mariaDB},
-	{"WAL", string(strategies.SinkModeWAL), sqliteSink},
-	{"WAL", string(strategies.SinkModeWAL), mariaDB},
+	{"XA", string(strategies.SinkMode2PC), mariaDB, true},
+	{"WAL", string(strategies.SinkModeWAL), sqliteSink, true},
+	{"WAL", string(strategies.SinkModeWAL), mariaDB, false},
+	{"PG2PC", string(strategies.SinkMode2PC), postgresSink, true},
+	{"WAL", string(strategies.SinkModeWAL), postgresSink, true},
 }
 
 // TestTransformCheckpoint runs a user-defined transform in checkpoint mode
@@ -181,7 +186,10 @@ func TestTransformCheckpointKilled(t *testing.T) {
 		return
 	}
 	t.Parallel()
-	for _, c := range checkpointTransformSinks[:2] {
+	for _, c := range checkpointTransformSinks {
+		if !c.killed {
+			continue
+		}
 		t.Run(c.name+"To"+c.sink.name, func(t *testing.T) {
 			dsn := c.sink.dsn(t)
 			brokers := kfake.brokers(t)
@@ -229,10 +237,11 @@ func TestTransformCheckpointKilled(t *testing.T) {
 						t.Errorf("after the kill at %s the table holds %d events, %d before: recovery did not commit the pending transaction of ≥ %d rows", point, counted, before, minCrashRows)
 					}
 				case strategies.CrashAfterPrecommit:
-					// XA: subtask 0's branch holding rows is prepared on the
-					// server, in no checkpoint: recovery rolls it back.
-					if c.mode == string(strategies.SinkMode2PC) && preparedXA(t, dsn, job) == 0 {
-						t.Errorf("after the kill at %s no XA branch of job %s is prepared", point, job)
+					// 2PC: subtask 0's transaction holding rows is prepared
+					// on the server, in no checkpoint: recovery rolls it
+					// back.
+					if c.mode == string(strategies.SinkMode2PC) && preparedTxns(t, dsn, job) == 0 {
+						t.Errorf("after the kill at %s no transaction of job %s is prepared", point, job)
 					}
 				case strategies.CrashAfterCheckpointBeforeCommit:
 					// The saved checkpoint lists subtask 0's transaction
@@ -349,10 +358,20 @@ func transformCheckpointChild(t *testing.T, spec string) {
 	t.Fatalf("the child's run ended (%v) before the crash point", err)
 }
 
-// preparedXA counts the prepared XA branches on the server that name job.
-func preparedXA(t *testing.T, dsn, job string) int {
+// preparedTxns counts the prepared transactions on the server that name
+// job: XA branches (MySQL/MariaDB), or PostgreSQL's in pg_prepared_xacts
+// (gid mb-<subtask>-<txn>-<job>).
+func preparedTxns(t *testing.T, dsn, job string) int {
 	t.Helper()
 	w := sinktest.OpenSQL(t, dsn)
+	if w.Dialect() == offsets.Postgres {
+		var n int
+		err := w.DB().QueryRow("SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'mb-%' AND right(gid, length($1) + 1) = '-' || $1", job).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	rows, err := w.DB().Query("XA RECOVER")
 	if err != nil {
 		t.Fatal(err)

@@ -305,26 +305,35 @@ func readRedisBuiltin(t *testing.T, dsn, job, topic string) (keyTotals, map[part
 }
 
 // TestTransformKeysNotUTF8 runs a Transform whose key is the Kafka record
-// key as it is — bytes that need not be UTF-8 — into SQLite: through the
-// write-ahead sink's checkpoint JSON "page-\xff" (1 record) and
-// "page-\xfe" (10) stay two rows, as on the transactional path; a decode
-// error quoting such a key is stored escaped.
+// key as it is — bytes that need not be UTF-8 — into SQLite, and in
+// checkpoint mode into PostgreSQL (a BYTEA key; prepared transactions and
+// write-ahead): through the write-ahead sink's checkpoint JSON
+// "page-\xff" (1 record) and "page-\xfe" (10) stay two rows, as on the
+// transactional path; a decode error quoting such a key is stored escaped.
 func TestTransformKeysNotUTF8(t *testing.T) {
+	const (
+		sqliteDDL = "CREATE TABLE %s (k TEXT PRIMARY KEY, n INTEGER NOT NULL)"
+		pgDDL     = "CREATE TABLE %s (k BYTEA PRIMARY KEY, n BIGINT NOT NULL)"
+	)
 	for _, c := range []struct {
 		name     string
 		strategy strategies.Strategy
 		mode     strategies.SinkMode
+		sink     sinkTarget
+		ddl      string
 	}{
-		{"checkpointWAL", strategies.StrategyCheckpoint, strategies.SinkModeWAL},
-		{"txn", strategies.StrategyTxn, ""},
+		{"checkpointWAL", strategies.StrategyCheckpoint, strategies.SinkModeWAL, sqliteSink, sqliteDDL},
+		{"txn", strategies.StrategyTxn, "", sqliteSink, sqliteDDL},
+		{"checkpointPG2PCToPostgreSQL", strategies.StrategyCheckpoint, strategies.SinkMode2PC, postgresSink, pgDDL},
+		{"checkpointWALToPostgreSQL", strategies.StrategyCheckpoint, strategies.SinkModeWAL, postgresSink, pgDDL},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dsn := sqliteSink.dsn(t)
+			dsn := c.sink.dsn(t)
 			brokers := kfake.brokers(t)
 			topic, job := newTopic(t, brokers), uniqueName(t, "tru8")
 			table := transformTable(job)
 			w := sinktest.OpenSQL(t, dsn)
-			if _, err := w.DB().Exec("CREATE TABLE " + table + " (k TEXT PRIMARY KEY, n INTEGER NOT NULL)"); err != nil {
+			if _, err := w.DB().Exec(fmt.Sprintf(c.ddl, table)); err != nil {
 				t.Fatal(err)
 			}
 			var recs []rawRecord
@@ -371,24 +380,7 @@ func TestTransformKeysNotUTF8(t *testing.T) {
 				t.Errorf("run: %d records, %d dead letters; want %d and 1", res.Records, res.DeadLetters, len(recs)-1)
 			}
 
-			rows, err := w.DB().Query("SELECT k, n FROM " + table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			got := map[string]int64{}
-			for rows.Next() {
-				var k []byte
-				var n int64
-				if err := rows.Scan(&k, &n); err != nil {
-					t.Fatal(err)
-				}
-				got[string(k)] = n
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
+			if got := keyCounts(t, w, table); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("table rows (key: count) %v, want %v", quoteKeys(got), quoteKeys(want))
 			}
 			dls := readSQLDeadLetters(t, w, job)
@@ -398,6 +390,29 @@ func TestTransformKeysNotUTF8(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keyCounts reads table's rows (k, n) as key bytes: count.
+func keyCounts(t *testing.T, w *sqlsink.Writer, table string) map[string]int64 {
+	t.Helper()
+	rows, err := w.DB().Query("SELECT k, n FROM " + table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]int64{}
+	for rows.Next() {
+		var k []byte
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[string(k)] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // quoteKeys shows a map's keys quoted (bytes that are not UTF-8 visible).

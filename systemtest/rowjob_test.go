@@ -64,6 +64,10 @@ func TestRowJobCrashes(t *testing.T) {
 		{"append/postgres-txn/crash-points", strategies.StrategyTxn, postgres, nil, rowAuditPG, false, strategies.CrashPoints, nil},
 		{"upsert/postgres-txn/crash-points", strategies.StrategyTxn, postgres, nil, rowUpsertPG, true, strategies.CrashPoints, nil},
 		{"upsert/idempotent/crash-points", strategies.StrategyIdempotent, redis, nil, rowUpsertRedis, true, idemPoints, nil},
+		{"upsert/postgres-checkpoint-pg2pc/crash-points", strategies.StrategyCheckpoint, freshPostgresForCheckpoint, nil, rowUpsertPG, true, strategies.CheckpointCrashPoints,
+			[]string{strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit}},
+		{"append/postgres-checkpoint-wal/crash-points", strategies.StrategyCheckpoint, postgres, wal, rowAuditPG, false, strategies.CheckpointCrashPoints,
+			[]string{strategies.CrashAfterCheckpointBeforeCommit}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -27,6 +27,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
+	"github.com/microbatch/microbatch/offsets"
 	"github.com/microbatch/microbatch/strategies"
 )
 
@@ -324,9 +325,13 @@ func (j *sqlCrashJob) watchSink(runExtra []string) {
 		return
 	}
 	w := sinktest.OpenSQL(j.t, j.sink)
-	j.inspect = xaInspect(j.t, w, j.job)
-	if slices.Contains(runExtra, string(strategies.SinkModeWAL)) {
+	switch {
+	case slices.Contains(runExtra, string(strategies.SinkModeWAL)):
 		j.inspect = walInspect(j.t, w, j.stateDir(), j.job)
+	case w.Dialect() == offsets.Postgres:
+		j.inspect = pgPreparedInspect(j.t, w, j.job)
+	default:
+		j.inspect = xaInspect(j.t, w, j.job)
 	}
 }
 

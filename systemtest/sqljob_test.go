@@ -147,6 +147,34 @@ func TestSQLJobCrashes(t *testing.T) {
 		j.requireExact(j.verify())
 	})
 
+	// PostgreSQL in checkpoint mode, prepared transactions and
+	// write-ahead: killed at every checkpoint crash point (the kills after
+	// a pre-commit and after a saved checkpoint leave prepared
+	// transactions, or unapplied write-ahead entries, that recovery rolls
+	// back or commits).
+	for i, c := range []struct {
+		name     string
+		runExtra []string
+		q        sqlQuery
+		mustLand []string
+	}{
+		{"checkpoint-pg2pc-postgres", nil, sqlPlainMySQL, []string{strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit}},
+		{"checkpoint-wal-postgres", []string{"--sink-mode", string(strategies.SinkModeWAL)}, sqlWindowMySQL, []string{strategies.CrashAfterCheckpointBeforeCommit}},
+	} {
+		t.Run(c.name+"/crash-points", func(t *testing.T) {
+			t.Parallel()
+			j := newSQLCrashJob(t, strategies.StrategyCheckpoint, kafka, freshPostgresForCheckpoint(t), c.q, uint64(53+i))
+			j.runExtra = append(j.runExtra, c.runExtra...)
+			j.watchSink(c.runExtra)
+			j.in.produce(t, sqlInitial)
+			for _, p := range strategies.CheckpointCrashPoints {
+				j.checkpointCrashAt(p, slices.Contains(c.mustLand, p))
+			}
+			j.drain()
+			j.requireExact(j.verify())
+		})
+	}
+
 	for i, c := range []struct {
 		strategy strategies.Strategy
 		point    string

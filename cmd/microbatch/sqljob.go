@@ -179,7 +179,7 @@ func checkSQLSink(strategy strategies.Strategy, dsn string) (sqljob.Options, err
 		}
 		return sqljob.Options{IntegerSums: true}, nil
 	case strings.HasPrefix(dsn, "kafka://") || strings.HasPrefix(dsn, "file://"):
-		return sqljob.Options{}, badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal), postgres:// (txn, single, at-least-once, at-most-once), sqlite:// or redis:// (--strategy idempotent)", redact.DSN(dsn))
+		return sqljob.Options{}, badConfig("sql: sink %s takes the built-in job only; a SQL job writes to mysql:// (every strategy, checkpoint with XA or --sink-mode wal), postgres:// (every strategy but idempotent, checkpoint with prepared transactions or --sink-mode wal), sqlite:// or redis:// (--strategy idempotent)", redact.DSN(dsn))
 	}
 	t, err := sqlsink.ParseDSN(dsn)
 	if err != nil {

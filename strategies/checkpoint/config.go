@@ -98,7 +98,7 @@ type Config struct {
 	// StartLatest makes a new job (no checkpoint) start at the partitions'
 	// ends (--start-from latest) instead of their starts.
 	StartLatest bool
-	Sink        string // kafka://…, file://…, or an SQL DSN (XA, or write-ahead with SinkModeWAL)
+	Sink        string // kafka://…, file://…, or an SQL DSN (XA, PostgreSQL prepared transactions, or write-ahead with SinkModeWAL)
 	SinkMode    SinkMode
 	// Kafka is how a kafka:// sink reaches its brokers (TLS, SASL).
 	Kafka kafkasink.Security
@@ -186,7 +186,7 @@ func (c Config) Validate() error {
 		return bad("%v", err)
 	}
 	if !c.Work.builtin() && (spec.Kind == SinkKafka || spec.Kind == SinkFile) {
-		return bad("transform: checkpoint mode writes a Transform's rows, upserts into table %q, to an SQL sink: mysql:// (XA), or mysql:// or sqlite:// with --sink-mode wal; a %s:// sink takes the built-in job's per-event output only",
+		return bad("transform: checkpoint mode writes a Transform's rows, upserts into table %q, to an SQL sink: mysql:// (XA), postgres:// (prepared transactions), or mysql://, postgres:// or sqlite:// with --sink-mode wal; a %s:// sink takes the built-in job's per-event output only",
 			c.Work.Upsert.Table, spec.Kind)
 	}
 	switch spec.Kind {

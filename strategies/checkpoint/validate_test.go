@@ -55,7 +55,7 @@ func TestValidateTexts(t *testing.T) {
 		{"kafka txn timeout", func(c *strategies.Config) { c.Sink, c.Checkpoint.KafkaTxnTimeout = "kafka://h:9092/out", time.Second },
 			"(need: max(checkpoint interval, checkpoint timeout) + checkpoint timeout + max restart time; raise --kafka-txn-timeout or lower the others)"},
 		{"transform to files", func(c *strategies.Config) { c.Transform = transform },
-			`transform: checkpoint mode writes a Transform's rows, upserts into table "t1", to an SQL sink: mysql:// (XA), or mysql:// or sqlite:// with --sink-mode wal; a file:// sink takes the built-in job's per-event output only`},
+			`transform: checkpoint mode writes a Transform's rows, upserts into table "t1", to an SQL sink: mysql:// (XA), postgres:// (prepared transactions), or mysql://, postgres:// or sqlite:// with --sink-mode wal; a file:// sink takes the built-in job's per-event output only`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := strategies.Config{Strategy: strategies.StrategyCheckpoint, Brokers: []string{"h:9092"}, Topic: "in", Job: "j", Sink: "file:///tmp/out"}
