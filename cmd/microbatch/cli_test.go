@@ -75,8 +75,6 @@ func TestCLIConfigErrors(t *testing.T) {
 		// PostgreSQL takes the built-in job with the micro-batch
 		// strategies; what it doesn't take yet is refused at start.
 		{name: "bad postgres DSN", args: []string{"run", "--sink", "postgres://mb:pg-secret@db:notaport/app", "--brokers", unreachable}, want: []string{"sink"}},
-		{name: "SQL job in checkpoint mode into postgres", args: []string{"run", "--strategy", "checkpoint", "--sink", "postgres://mb:pg-secret@db/app", "--brokers", unreachable,
-			"--sql", "INSERT INTO t SELECT `key`, COUNT(*) AS n FROM events GROUP BY `key`"}, want: []string{"PostgreSQL", "checkpoint", "txn"}},
 		{name: "idempotent into postgres", args: []string{"run", "--strategy", "idempotent", "--sink", "postgres://mb:pg-secret@db/app", "--brokers", unreachable}, want: []string{"redis"}},
 		{name: "mysql sink without database", args: []string{"run", "--sink", "mysql://u:secret@host:3306", "--brokers", unreachable}, want: []string{"mysql://"}},
 		{name: "malformed interval flag", args: []string{"run", "--interval", "abc"}, want: []string{"abc", "interval"}},
