@@ -23,13 +23,15 @@ import (
 // sent by pgx on the transaction's own connection (a PostgreSQL Tx is
 // begun on a *sql.Conn for this, reached through (*sql.Conn).Raw and
 // pgbind's Unwrap). BenchmarkRowJobPostgres (10,000 rows of 5 columns,
-// ~120 bytes, a transaction; PostgreSQL 15 on the shared 2-core machine)
-// measured it at 470,000–570,000 rows/s against 129,000–146,000 for the
-// prepared multi-row INSERTs of 1,000 rows (the best INSERT size there):
-// 3.5–4 ×. COPY's binary format (pgx CopyFrom) was no faster than the
-// INSERTs (150,000–170,000) and is not used: pgx must then parse every
-// string value itself, and refuses text the server takes
-// ("2026-12-07T10:11:12Z" for a TIMESTAMP, " 12" for a BIGINT).
+// ~120 bytes, a transaction; PostgreSQL 15 on the shared 2-core machine,
+// load under 1) measured it at 533,000–571,000 rows/s against
+// 144,000–167,000 for the prepared multi-row INSERTs of 1,000 rows the
+// sink sent before (152,000–184,000 at 500 rows, the best size): 3.2–3.8
+// ×, and alike under a load of 12. COPY's binary format (pgx CopyFrom,
+// 194,000–213,000) is not used: barely faster than the INSERTs, and pgx
+// must then parse every string value itself, refusing text the server
+// takes ("2026-12-07T10:11:12Z" for a TIMESTAMP, " 12" for a BIGINT).
+// benchmarks/README.md has the numbers.
 //
 // Text format keeps the INSERT's exactness: the server reads every value
 // with its column type's input function, as it reads a text parameter
