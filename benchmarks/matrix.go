@@ -41,7 +41,8 @@ type Options struct {
 	Interval   time.Duration // --interval and --checkpoint-interval of every run
 	Crashes    int           // random SIGKILLs per strategy (negative: none)
 	Brokers    []string      // empty: start a dev broker (kfake) and stop it at the end
-	MySQL      string        // SQL sink DSN; empty: skip the strategies that need it
+	MySQL      string        // SQL sink DSN (mysql:// or sqlite://); empty: skip the strategies that need it
+	Postgres   string        // PostgreSQL sink DSN for the pg-* strategies; empty: skip them
 	Redis      string        // Redis DSN; empty: skip idempotent
 	Out        string        // results directory
 
@@ -77,48 +78,6 @@ const (
 	DefaultBaselineEvents  = 50_000
 	DefaultBaselineWindow  = time.Minute
 )
-
-// Names are the strategies the bench knows, in table order.
-var Names = []string{"txn", "single", "idempotent", "at-least-once", "at-most-once",
-	"checkpoint-kafka", "checkpoint-xa", "checkpoint-file", "checkpoint-wal"}
-
-// spec is how the bench runs one of Names.
-type spec struct {
-	name     string
-	strategy strategies.Strategy
-	needs    string // "mysql" (any SQL sink), "xa" (MySQL/MariaDB), "redis", or ""
-	sink     string // kind of sink: sql, redis, kafka, file
-	extra    []string
-	points   []string // crash points this strategy reaches
-}
-
-func specOf(name string) (spec, bool) {
-	batchPoints := strategies.CrashPoints
-	without := func(p string) []string {
-		return slices.DeleteFunc(slices.Clone(batchPoints), func(x string) bool { return x == p })
-	}
-	switch name {
-	case "txn", "single":
-		return spec{name: name, strategy: strategies.Strategy(name), needs: "mysql", sink: "sql", points: batchPoints}, true
-	case "idempotent":
-		// The fold moves offsets and totals together: no offsets-before-write.
-		return spec{name: name, strategy: strategies.Strategy(name), needs: "redis", sink: "redis", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
-	case "at-least-once":
-		return spec{name: name, strategy: strategies.Strategy(name), needs: "mysql", sink: "sql", points: without(strategies.CrashAfterOffsetsBeforeWrite)}, true
-	case "at-most-once":
-		return spec{name: name, strategy: strategies.Strategy(name), needs: "mysql", sink: "sql", points: without(strategies.CrashAfterWriteBeforeOffsets)}, true
-	case "checkpoint-kafka":
-		return spec{name: name, strategy: strategies.StrategyCheckpoint, sink: "kafka", points: strategies.CheckpointCrashPoints}, true
-	case "checkpoint-xa":
-		return spec{name: name, strategy: strategies.StrategyCheckpoint, needs: "xa", sink: "sql", points: strategies.CheckpointCrashPoints}, true
-	case "checkpoint-file":
-		return spec{name: name, strategy: strategies.StrategyCheckpoint, sink: "file", points: strategies.CheckpointCrashPoints}, true
-	case "checkpoint-wal":
-		return spec{name: name, strategy: strategies.StrategyCheckpoint, needs: "mysql", sink: "sql",
-			extra: []string{"--sink-mode", string(strategies.SinkModeWAL)}, points: strategies.CheckpointCrashPoints}, true
-	}
-	return spec{}, false
-}
 
 // The phases of a strategy's runs (Options.Phases). The raw-consume
 // reference runs whatever the phases, the per-record baseline with the
@@ -237,7 +196,16 @@ func (o Options) Validate() error {
 			return bad("mysql: %v", err)
 		}
 		if t.Dialect == offsets.Postgres {
-			return bad("mysql: %s is PostgreSQL, which the benchmarks don't run yet: give a mysql:// or sqlite:// DSN", t.Display)
+			return bad("mysql: %s is PostgreSQL: give it to --postgres (the pg-* strategies), and a mysql:// or sqlite:// DSN here", t.Display)
+		}
+	}
+	if o.Postgres != "" {
+		t, err := sqlsink.ParseDSN(o.Postgres)
+		if err != nil {
+			return bad("postgres: %v", err)
+		}
+		if t.Dialect != offsets.Postgres {
+			return bad("postgres: %s is not PostgreSQL: give a postgres:// DSN (MySQL/MariaDB and SQLite go to --mysql)", t.Display)
 		}
 	}
 	if o.Redis != "" {
@@ -254,7 +222,8 @@ type bench struct {
 	ctx     context.Context
 	brokers []string
 	dev     *devBroker      // the dev broker the bench started, if any
-	sql     *sqlsink.Writer // nil: no SQL sink
+	sql     *sqlsink.Writer // the --mysql sink; nil: none
+	pg      *sqlsink.Writer // the --postgres sink; nil: none
 	redis   *redissink.Sink
 	runID   string
 	input   string // the workload topic
@@ -353,6 +322,17 @@ func (b *bench) setUp() error {
 		}
 		b.res.Machine.MySQL = sqlVersion(ctx, w)
 	}
+	if o.Postgres != "" {
+		w, err := sqlsink.Open(ctx, o.Postgres)
+		if err != nil {
+			return fmt.Errorf("--postgres: %w", err)
+		}
+		b.pg = w
+		if err := w.CreateTables(ctx); err != nil {
+			return err
+		}
+		b.res.Machine.Postgres = sqlVersion(ctx, w)
+	}
 	if o.Redis != "" {
 		r, err := redissink.Open(ctx, o.Redis)
 		if err != nil {
@@ -408,6 +388,9 @@ func (b *bench) tearDown() {
 	if b.sql != nil {
 		b.sql.Close()
 	}
+	if b.pg != nil {
+		b.pg.Close()
+	}
 	if b.redis != nil {
 		b.redis.Close()
 	}
@@ -423,9 +406,12 @@ func (b *bench) cleanUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prefix := "mb" + b.runID + "-"
-	if b.sql != nil {
-		for _, table := range []string{"mb_totals", "mb_offsets", "mb_dead_letters", sqlsink.XATable, sqlsink.WALTable, baselineTable} {
-			_, _ = b.sql.DB().ExecContext(ctx, `DELETE FROM `+table+` WHERE job LIKE ?`, prefix+"%")
+	for _, w := range []*sqlsink.Writer{b.sql, b.pg} {
+		if w == nil {
+			continue
+		}
+		for _, table := range []string{"mb_totals", "mb_offsets", "mb_dead_letters", sqlsink.XATable, sqlsink.PreparedTable, sqlsink.WALTable, baselineTable} {
+			_, _ = w.DB().ExecContext(ctx, `DELETE FROM `+table+` WHERE job LIKE ?`, prefix+"%")
 		}
 	}
 	if b.redis != nil {
@@ -435,28 +421,6 @@ func (b *bench) cleanUp() {
 			_ = c.Del(ctx, it.Val()).Err()
 		}
 	}
-}
-
-// skipReason says why s can't run here ("" if it can).
-func (b *bench) skipReason(s spec) string {
-	switch s.needs {
-	case "mysql":
-		if b.sql == nil {
-			return "no --mysql given"
-		}
-	case "xa":
-		if b.sql == nil {
-			return "no --mysql given"
-		}
-		if b.sql.Dialect() != offsets.MySQL {
-			return "needs MySQL/MariaDB (XA); --mysql is " + string(b.sql.Dialect())
-		}
-	case "redis":
-		if b.redis == nil {
-			return "no --redis given"
-		}
-	}
-	return ""
 }
 
 func (b *bench) runAll() {
@@ -600,62 +564,6 @@ func (b *bench) estKill() float64 {
 	return (killMinDelay + killSpan(b.o.Interval)/2).Seconds() + b.o.Interval.Seconds() + 0.3
 }
 func (b *bench) estPoint() float64 { return 2*b.o.Interval.Seconds() + 1 }
-
-// job names a job of one phase of s. Short enough for an XA branch
-// qualifier (64 bytes) and a Kafka transactional id.
-func (b *bench) job(s spec, phase string) string {
-	return fmt.Sprintf("mb%s-%s-%s", b.runID, s.name, phase)
-}
-
-// sinkFor returns the sink DSN for job.
-func (b *bench) sinkFor(s spec, job string) string {
-	switch s.sink {
-	case "redis":
-		return b.o.Redis
-	case "kafka":
-		return "kafka://" + strings.Join(b.brokers, ",") + "/" + job + "-out"
-	case "file":
-		return "file://" + filepath.Join(b.workDir, job+"-out")
-	}
-	return b.o.MySQL
-}
-
-// sinkLabel describes s's sink for the table.
-func (b *bench) sinkLabel(s spec) string {
-	switch s.sink {
-	case "redis":
-		return "Redis"
-	case "kafka":
-		return "Kafka (2PC)"
-	case "file":
-		return "files (2PC)"
-	}
-	d := "MySQL"
-	if b.sql != nil && b.sql.Dialect() == offsets.SQLite {
-		d = "SQLite"
-	}
-	switch s.name {
-	case "checkpoint-xa":
-		return d + " (XA)"
-	case "checkpoint-wal":
-		return d + " (write-ahead)"
-	}
-	return d
-}
-
-// runArgs are the `microbatch run` arguments of s on topic for job.
-func (b *bench) runArgs(s spec, topic, job string, more ...string) []string {
-	args := []string{"run", "--strategy", string(s.strategy), "--brokers", strings.Join(b.brokers, ","), "--topic", topic,
-		"--job", job, "--sink", b.sinkFor(s, job), "--interval", b.o.Interval.String()}
-	if s.strategy == strategies.StrategyCheckpoint {
-		args = append(args, "--checkpoint-interval", b.o.Interval.String(), "--state-dir", filepath.Join(b.workDir, job+"-state"))
-	} else {
-		// A static group member: a restart after a kill takes the
-		// partitions back at once instead of waiting out the session.
-		args = append(args, "--instance-id", job)
-	}
-	return slices.Concat(args, s.extra, more)
-}
 
 func (b *bench) logPath(job, what string) string {
 	return filepath.Join(b.logDir, job+"-"+what+".log")

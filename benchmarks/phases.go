@@ -142,7 +142,7 @@ func (b *bench) latency(s spec, row *Row) error {
 		case "redis":
 			r.lat, r.err = countLatencies(ctx, redisCounter(b.redis, job), total, o.LatencyRate, func() time.Time { return start })
 		default:
-			r.lat, r.err = countLatencies(ctx, sqlCounter(b.sql, job), total, o.LatencyRate, func() time.Time { return start })
+			r.lat, r.err = countLatencies(ctx, sqlCounter(b.sqlOf(s), job), total, o.LatencyRate, func() time.Time { return start })
 		}
 		done <- r
 	}()

@@ -33,7 +33,7 @@ func Markdown(r *Results, chart string) string {
 	p("# microbatch bench: the guarantee matrix\n\n")
 	p("%s, `%s`, %s.\n\n", r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Command, (time.Duration(r.Seconds) * time.Second).String())
 	p("- **Machine:** %d CPUs (%s), %s, %s\n", m.CPUs, orDash(m.CPUModel), m.OS, m.Go)
-	p("- **Servers:** Kafka: %s; SQL: %s; Redis: %s\n", m.Broker, orDash(m.MySQL), orDash(m.Redis))
+	p("- **Servers:** Kafka: %s; SQL: %s; PostgreSQL: %s; Redis: %s\n", m.Broker, orDash(m.MySQL), orDash(m.Postgres), orDash(m.Redis))
 	p("- **Workload:** %s events, %s keys, %d partitions, seed %d, format %s; `--interval` %s (also the checkpoint interval)\n",
 		group(w.Events), group(int64(w.Keys)), w.Partitions, w.Seed, orDash(string(w.Format)), s.Interval)
 	p("- **Faults:** per strategy %d random SIGKILLs + each crash point it reaches (`MICROBATCH_CRASH_AT=<point>:2`), input fed at %.0f events/s meanwhile, then a drain and `microbatch verify`\n\n",

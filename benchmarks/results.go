@@ -42,6 +42,7 @@ type Machine struct {
 	Go       string `json:"go"`
 	Broker   string `json:"broker"`
 	MySQL    string `json:"mysql,omitempty"`
+	Postgres string `json:"postgres,omitempty"`
 	Redis    string `json:"redis,omitempty"`
 }
 
@@ -232,6 +233,12 @@ func (r *Results) judge() {
 	}
 	control("at-least-once", "duplicates", func(f Fault) int64 { return f.Duplicates })
 	control("at-most-once", "losses", func(f Fault) int64 { return f.Losses })
+	// PostgreSQL's targets, when the run had a pg-* row (--postgres).
+	if slices.ContainsFunc(r.Rows, func(row Row) bool { return strings.HasPrefix(row.Name, pgPrefix) }) {
+		ratio("pg-txn / pg-at-least-once events/s (PostgreSQL, same interval)", "≥ 0.90", 0.9, rate("pg-txn"), rate("pg-at-least-once"))
+		control("pg-at-least-once", "duplicates", func(f Fault) int64 { return f.Duplicates })
+		control("pg-at-most-once", "losses", func(f Fault) int64 { return f.Losses })
+	}
 	eo := Target{Name: "every exactly-once strategy: 0 duplicates, 0 losses", Want: "0 / 0", Status: "n/a"}
 	var bad []string
 	n := 0

@@ -49,6 +49,17 @@ func TestJudge(t *testing.T) {
 			targets:  map[string]string{"txn / at-least-once": "n/a", "every exactly-once": "missed"},
 		},
 		{
+			name: "PostgreSQL rows",
+			rows: []Row{
+				row("pg-txn", "exactly-once", 880, 0, 0, exact),
+				row("pg-at-least-once", "at-least-once", 1000, 5, 0, "OK for at-least-once"),
+				row("pg-at-most-once", "at-most-once", 1000, 0, 0, exact),
+			},
+			validity: "invalid",
+			targets: map[string]string{"pg-txn / pg-at-least-once": "missed", "pg-at-least-once shows": "met", "pg-at-most-once shows": "missed",
+				"txn / at-least-once": "n/a"},
+		},
+		{
 			name: "a strategy beats the raw consume",
 			rows: []Row{
 				row("txn", "exactly-once", 900, 0, 0, exact),

@@ -25,7 +25,10 @@ hand-written per-record consumer are measured in the same run as references.
 
 Strategies run as ` + "`microbatch run`" + ` subprocesses of this binary. Without
 --brokers a dev broker (kfake) is started and stopped; strategies whose sink
-is not given (--mysql, --redis) are skipped, and the results say so.
+is not given (--mysql, --postgres, --redis) are skipped, and the results
+say so. With --postgres the pg-* strategies (pg-txn, pg-single,
+pg-at-least-once, pg-at-most-once, pg-checkpoint-2pc with prepared
+transactions, pg-checkpoint-wal) run the same runs into PostgreSQL.
 
 Writes results.md, results.json and chart.svg to --out, and every run's log
 to --out/logs. Progress goes to stderr.`,
@@ -43,6 +46,7 @@ to --out/logs. Progress goes to stderr.`,
 	fs.String("brokers", "", "Kafka bootstrap brokers, comma separated (set nowhere: start a dev broker)")
 	markList(fs, "brokers")
 	fs.String("mysql", "", "MySQL/MariaDB sink DSN for txn, single, the controls, checkpoint-xa/-wal and the baseline (a sqlite:// path works for all but XA; empty: skip them)")
+	fs.String("postgres", "", "PostgreSQL sink DSN (postgres://…) for the pg-* strategies: pg-txn, pg-single, the pg- controls, pg-checkpoint-2pc/-wal (empty: skip them)")
 	fs.String("redis", "", "Redis DSN for idempotent (empty: skip it)")
 	fs.String("out", benchmarks.DefaultOut, "directory for results.md, results.json, chart.svg and logs/")
 	fs.Float64("latency-rate", benchmarks.DefaultLatencyRate, "events/s produced while latency is measured")
@@ -93,6 +97,7 @@ func benchOptions(s *settings) (benchmarks.Options, error) {
 		Phases:     s.list("phases"),
 		Brokers:    brokers,
 		MySQL:      s.str("mysql"),
+		Postgres:   s.str("postgres"),
 		Redis:      s.str("redis"),
 		Out:        s.str("out"),
 	}
@@ -157,13 +162,13 @@ func benchOptions(s *settings) (benchmarks.Options, error) {
 	return o, nil
 }
 
-// redactArgs hides the password of the DSNs given to --mysql and --redis,
+// redactArgs hides the password of the DSNs given to --mysql, --postgres and --redis,
 // for the command line in the results.
 func redactArgs(args []string) []string {
 	out := make([]string, len(args))
 	copy(out, args)
 	for i, a := range out {
-		for _, flag := range []string{"mysql", "redis"} {
+		for _, flag := range []string{"mysql", "postgres", "redis"} {
 			switch {
 			case (a == "--"+flag || a == "-"+flag) && i+1 < len(out):
 				out[i+1] = redact.DSN(out[i+1])

@@ -3,6 +3,7 @@ package sqlsink
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -76,6 +77,11 @@ func (w *Writer) upsert(ctx context.Context, ex sqlx.ExecerContext, u writers.Up
 			return err
 		}
 		return w.deleteKeys(ctx, ex, u, deleted)
+	}
+	if c, ok := ex.(copyTx); ok && u.Merge == writers.MergeAppend {
+		if err := w.copyAppend(ctx, c, u, rows); !errors.Is(err, errNoCopy) {
+			return err
+		}
 	}
 	if w.dialect == offsets.Postgres && u.Merge != writers.MergeAppend {
 		// ON CONFLICT refuses a statement that touches a row twice.

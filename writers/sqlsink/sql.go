@@ -338,12 +338,27 @@ func (w *Writer) checkMergeable(u writers.Upsert, row []any) error {
 // Tx is one open transaction. Nothing it writes is visible until Commit;
 // on any error the caller must Rollback (safe after Commit too).
 type Tx struct {
-	w  *Writer
-	tx *sqlx.Tx
+	w    *Writer
+	tx   *sqlx.Tx
+	conn *sqlx.Conn // PostgreSQL: the connection tx runs on, for COPY (postgres_copy.go); released by Commit and Rollback
 }
 
-// Begin opens a transaction.
+// Begin opens a transaction. In PostgreSQL it holds a connection of the
+// pool of its own until Commit or Rollback, which an append reaches with
+// COPY.
 func (w *Writer) Begin(ctx context.Context) (*Tx, error) {
+	if w.dialect == offsets.Postgres {
+		conn, err := w.db.Connx(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("beginning transaction on %s: %w", w.display, err)
+		}
+		tx, err := conn.BeginTxx(ctx, nil)
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("beginning transaction on %s: %w", w.display, err)
+		}
+		return &Tx{w: w, tx: tx, conn: conn}, nil
+	}
 	tx, err := w.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("beginning transaction on %s: %w", w.display, err)
@@ -353,6 +368,9 @@ func (w *Writer) Begin(ctx context.Context) (*Tx, error) {
 
 // Upsert writes rows (each: key values then value values, in column order).
 func (t *Tx) Upsert(ctx context.Context, u writers.Upsert, rows [][]any) error {
+	if t.conn != nil {
+		return t.w.upsert(ctx, copyTx{Tx: t.tx, conn: t.conn}, u, rows)
+	}
 	return t.w.upsert(ctx, t.tx, u, rows)
 }
 
@@ -428,6 +446,7 @@ func (t *Tx) Advance(ctx context.Context, a offsets.Advance) error {
 // Commit commits. If it fails, the outcome may be unknown (connection lost
 // during COMMIT): settle it with offsets.Landed before retrying.
 func (t *Tx) Commit() error {
+	defer t.release()
 	if err := t.tx.Commit(); err != nil {
 		return fmt.Errorf("committing to %s: %w", t.w.display, err)
 	}
@@ -437,4 +456,16 @@ func (t *Tx) Commit() error {
 // Rollback abandons the transaction; after Commit it does nothing.
 // A failed rollback leaves nothing to do: database/sql discards the
 // connection and the server rolls the transaction back when it goes.
-func (t *Tx) Rollback() { _ = t.tx.Rollback() }
+func (t *Tx) Rollback() {
+	_ = t.tx.Rollback()
+	t.release()
+}
+
+// release gives a PostgreSQL transaction's connection back to the pool,
+// once.
+func (t *Tx) release() {
+	if t.conn != nil {
+		_ = t.conn.Close()
+		t.conn = nil
+	}
+}
