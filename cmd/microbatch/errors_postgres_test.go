@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +26,18 @@ func TestCLIPostgres(t *testing.T) {
 	dir := t.TempDir()
 
 	t.Run("TLS", func(t *testing.T) {
+		// A database of its own: tables the TLS user creates in the
+		// shared one are its, and would refuse the plain user elsewhere.
+		fresh, err := url.Parse(testutil.FreshPostgresDatabase(t, pg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsURL, err := url.Parse(pgTLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsURL.Path = fresh.Path
+		pgTLS := tlsURL.String()
 		job := systemtest.UniqueName(t, "pgtls")
 		r := systemtest.Run(t, dir, nil, time.Minute, "run", "--brokers", b.Addr, "--topic", topic, "--job", job, "--sink", pgTLS, "--until-idle", "1s")
 		if r.Code != 0 {

@@ -15,7 +15,7 @@ import (
 // answer is stood in for (the test server allows 64, and its settings are
 // not ours to change). The real server's answer is read and let through.
 func TestPostgresNoPreparedTransactionsRefused(t *testing.T) {
-	dsn := testutil.NeedServer(t, testutil.EnvPostgres)
+	dsn := testutil.FreshPostgresDatabase(t, testutil.NeedServer(t, testutil.EnvPostgres))
 	spec, err := ParseSink(dsn, SinkMode2PC)
 	if err != nil || spec.Kind != SinkPG2PC {
 		t.Fatalf("ParseSink(postgres://…, 2pc) = %+v, %v; want the pg2pc sink", spec, err)
