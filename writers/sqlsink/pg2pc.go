@@ -369,18 +369,7 @@ func (x *PG2PC) settle(ctx context.Context, txn int64, commit bool, fail func(er
 // committed says whether PreparedTable records txn as its slot's last
 // commit.
 func (x *PG2PC) committed(ctx context.Context, txn int64) (bool, error) {
-	var last int64
-	err := x.w.db.QueryRowContext(ctx, "SELECT txn FROM mb_prepared_txns WHERE job = ? AND subtask = ? AND slot = ?",
-		x.job, x.subtask, txn%pgSlots).Scan(&last)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("reading %s: %w", PreparedTable, err)
-	case last > txn:
-		return false, fmt.Errorf("outcome unknown: %s says transaction %d committed in its slot since", PreparedTable, last)
-	}
-	return last == txn, nil
+	return slotCommitted(ctx, x.w, PreparedTable, x.job, x.subtask, txn%pgSlots, txn)
 }
 
 // Close rolls back the open transaction (by closing its connection) and

@@ -464,18 +464,24 @@ func (x *XA) finish(ctx context.Context, s *xaSlot, txn int64, commit bool) erro
 
 // committed says whether XATable records txn as its slot's last commit.
 func (x *XA) committed(ctx context.Context, txn int64) (bool, error) {
+	return slotCommitted(ctx, x.w, XATable, x.job, x.subtask, txn%xaSlots, txn)
+}
+
+// slotCommitted says whether table, a two-phase sink's slot markers (XA's
+// or PostgreSQL's), records txn as the last commit of the subtask's slot.
+// A later transaction there means the outcome can't be told: a slot is
+// reused only after its transaction finished, and txn numbers only grow.
+func slotCommitted(ctx context.Context, w *Writer, table, job string, subtask int, slot, txn int64) (bool, error) {
 	var last int64
-	err := x.w.db.QueryRowContext(ctx, "SELECT txn FROM mb_xa_txns WHERE job = ? AND subtask = ? AND slot = ?",
-		x.job, x.subtask, txn%xaSlots).Scan(&last)
+	err := w.db.QueryRowContext(ctx, "SELECT txn FROM "+table+" WHERE job = ? AND subtask = ? AND slot = ?",
+		job, subtask, slot).Scan(&last)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("reading %s: %w", XATable, err)
+		return false, fmt.Errorf("reading %s: %w", table, err)
 	case last > txn:
-		// Not possible if the slot is reused only after txn finished, and
-		// txn numbers only grow.
-		return false, fmt.Errorf("outcome unknown: %s says transaction %d committed in its slot since", XATable, last)
+		return false, fmt.Errorf("outcome unknown: %s says transaction %d committed in its slot since", table, last)
 	}
 	return last == txn, nil
 }
