@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/microbatch/microbatch/internal/sinktest"
 	"github.com/microbatch/microbatch/internal/testutil"
-	"github.com/microbatch/microbatch/strategies"
 	"github.com/microbatch/microbatch/writers/sqlsink"
 )
 
@@ -21,32 +18,7 @@ import (
 // flowing. Every key's total exact, and nothing of the job left prepared.
 func TestCheckpointCrashPG2PC(t *testing.T) {
 	t.Parallel()
-	dsn := freshPostgresForCheckpoint(t)
-	b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))
-	h := newCkptHarness(t, b.Addr, UniqueName(t, "ckpg"), dsn)
-	w := sinktest.OpenSQL(t, dsn)
-	h.inspect = pgPreparedInspect(t, w, h.job)
-	// Prepared and not committed at these two, whatever the timing.
-	h.requireLanding(strategies.CrashAfterPrecommit, strategies.CrashAfterCheckpointBeforeCommit)
-	h.startFeeder()
-	for range 8 {
-		h.randomKill()
-	}
-	for _, p := range strategies.CheckpointCrashPoints {
-		h.crashPoint(p)
-	}
-	h.drain()
-	dups, losses := h.verify()
-	checkCrashPerKey(t, w, h.job, h.produced)
-	s := h.summary()
-	t.Logf("produced %d events; verify: %d duplicates, %d losses", h.produced, dups, losses)
-	if prepared, detail := h.inspect(); prepared {
-		t.Errorf("after the drain the job still has prepared transactions %s", detail)
-	}
-	if s.inTxn+s.midCheckpoint == 0 {
-		t.Errorf("no random kill landed inside a checkpoint or left a prepared transaction (logs in %s)", h.logDir)
-	}
-	h.requireInTxn()
+	testCheckpointCrashPrepared(t, freshPostgresForCheckpoint(t), UniqueName(t, "ckpg"), pgPreparedInspect)
 }
 
 // TestCheckpointCrashWALPostgres: the write-ahead sink (--sink-mode wal)
@@ -54,29 +26,7 @@ func TestCheckpointCrashPG2PC(t *testing.T) {
 // exact.
 func TestCheckpointCrashWALPostgres(t *testing.T) {
 	t.Parallel()
-	dsn := freshPostgresForCheckpoint(t)
-	b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))
-	h := newCkptHarness(t, b.Addr, UniqueName(t, "ckpt-job"), dsn, "--sink-mode", string(strategies.SinkModeWAL))
-	w := sinktest.OpenSQL(t, dsn)
-	h.inspect = walInspect(t, w, h.stateDir, h.job)
-	// Checkpoint saved, its buffered writes not applied: recovery applies them.
-	h.requireLanding(strategies.CrashAfterCheckpointBeforeCommit)
-	h.startFeeder()
-	for range 4 {
-		h.randomKill()
-	}
-	for _, p := range strategies.CheckpointCrashPoints {
-		h.crashPoint(p)
-	}
-	h.drain()
-	dups, losses := h.verify()
-	checkCrashPerKey(t, w, h.job, h.produced)
-	s := h.summary()
-	t.Logf("produced %d events; verify: %d duplicates, %d losses", h.produced, dups, losses)
-	if s.midCheckpoint == 0 {
-		t.Errorf("no random kill landed inside a checkpoint (logs in %s)", h.logDir)
-	}
-	h.requireInTxn()
+	testCheckpointCrashWAL(t, freshPostgresForCheckpoint(t))
 }
 
 // freshPostgresForCheckpoint is a database of its own on the test server.

@@ -12,8 +12,14 @@ import (
 // SQLite; a few kills and every crash point. Every key's total exact.
 func TestCheckpointCrashWAL(t *testing.T) {
 	t.Parallel()
+	testCheckpointCrashWAL(t, "sqlite://"+t.TempDir()+"/sink.db")
+}
+
+// testCheckpointCrashWAL runs the write-ahead sink into sink through 4
+// random kills and every crash point with the input flowing: every key's
+// total exact.
+func testCheckpointCrashWAL(t *testing.T, sink string) {
 	b := StartBroker(t, "--partitions", strconv.Itoa(crashPartitions))
-	sink := "sqlite://" + t.TempDir() + "/sink.db"
 	h := newCkptHarness(t, b.Addr, UniqueName(t, "ckpt-job"), sink, "--sink-mode", string(strategies.SinkModeWAL))
 	w := sinktest.OpenSQL(t, sink)
 	h.inspect = walInspect(t, w, h.stateDir, h.job)
