@@ -65,6 +65,9 @@ func testOutageWaitedOut(t *testing.T, strategy strategies.Strategy, upstream st
 	if strategy == strategies.StrategyCheckpoint {
 		cfg = checkpointConfig(t, brokers, topic, job, dsn, string(strategies.SinkMode2PC), t.TempDir())
 	}
+	// Idle for longer than producing the outage's events may take on a
+	// busy machine: the run must meet the refused sink, not idle out.
+	cfg.UntilIdle = 10 * time.Second
 	o := watchOutages(t, &cfg)
 	run := startRun(t, cfg)
 	<-run.first(t)
@@ -127,8 +130,8 @@ func TestOutageTimeout(t *testing.T) {
 			o := watchOutages(t, &cfg)
 			run := startRun(t, cfg)
 			<-run.first(t)
+			down := time.Now() // before the cut: the run's outage clock may start at once
 			proxy.Refuse(true)
-			down := time.Now()
 			produce(t, brokers, topic, integrationSeed, 5_000, 5_000)
 			_, err := run.wait(t)
 			took := time.Since(down)

@@ -111,7 +111,9 @@ type devKillBroker struct {
 func startDevKillBroker(t *testing.T, topic string) killBroker {
 	t.Helper()
 	d := &devKillBroker{dataDir: t.TempDir(), topic: topic}
-	d.b = d.start(t, "127.0.0.1:0")
+	// Not an ephemeral port (127.0.0.1:0): it must still be free when the
+	// broker comes back after the outage.
+	d.b = d.start(t, "127.0.0.1:"+strconv.Itoa(freePort(t)))
 	return d
 }
 
@@ -262,6 +264,7 @@ func testBrokerKillOutageTimeout(t *testing.T, broker brokerKind) {
 		"--strategy", string(strategies.StrategyTxn), "--until-idle", "1m", "--outage-timeout", timeout.String()))
 	p.waitLine(t, 0, groupWait, "the first commit", func(l string) bool { return strings.Contains(l, committedMarker) })
 
+	killed := time.Now() // before the kill: the run's outage clock may start at once
 	b.kill(t)
-	requireOutageExit(t, p, time.Now(), timeout, "Kafka "+b.addr())
+	requireOutageExit(t, p, killed, timeout, "Kafka "+b.addr())
 }

@@ -173,8 +173,9 @@ func TestServerKillOutageTimeout(t *testing.T) {
 	r, _ := startKillRun(t, c, sink, "--outage-timeout", killTimeout.String())
 	p := r.p
 
+	killed := time.Now() // before the kill: the run's outage clock may start at once
 	srv.kill(t)
-	requireOutageExit(t, p, time.Now(), killTimeout, "127.0.0.1:"+strconv.Itoa(srv.port))
+	requireOutageExit(t, p, killed, killTimeout, "127.0.0.1:"+strconv.Itoa(srv.port))
 }
 
 // outageLines checks that p logged at most killMaxWarns WARN lines from
