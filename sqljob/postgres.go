@@ -154,6 +154,7 @@ func pgUniqueKeys(ctx context.Context, db *sqlx.DB, table string) (pk []string, 
 		CROSS JOIN LATERAL unnest(ix.indkey) WITH ORDINALITY AS k(attnum, ord)
 		LEFT JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum AND k.attnum > 0
 		WHERE ix.indrelid = to_regclass(quote_ident(?)) AND ix.indisunique
+		  AND k.ord <= ix.indnkeyatts -- not the INCLUDE columns: they are not part of the key
 		ORDER BY ix.indisprimary DESC, i.relname, k.ord`, table)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the unique keys of %s: %w", table, err)

@@ -307,7 +307,10 @@ func mysqlConv(h mysqlColumn, key, isJSON bool) (conv, error) {
 	dt := strings.ToLower(h.DataType)
 	typ := strings.ToUpper(h.ColType)
 	unsigned := strings.Contains(strings.ToLower(h.ColType), "unsigned")
-	if strings.Contains(strings.ToUpper(h.Extra), "GENERATED") || strings.Contains(strings.ToUpper(h.Extra), "VIRTUAL") || strings.Contains(strings.ToUpper(h.Extra), "PERSISTENT") || strings.Contains(strings.ToUpper(h.Extra), "STORED") {
+	// VIRTUAL GENERATED, STORED GENERATED (MySQL), PERSISTENT (MariaDB);
+	// not MySQL's DEFAULT_GENERATED, an expression default the job writes
+	// over.
+	if extra := strings.ToUpper(h.Extra); strings.Contains(extra, "VIRTUAL") || strings.Contains(extra, "STORED") || strings.Contains(extra, "PERSISTENT") {
 		return nil, fmt.Errorf("is generated (%s): the job can't write it", h.Extra)
 	}
 	n := int64(0)
@@ -316,12 +319,13 @@ func mysqlConv(h mysqlColumn, key, isJSON bool) (conv, error) {
 	}
 	var c conv
 	switch {
-	case isJSON || dt == "json":
-		size := textSizes[dt]
-		if dt == "json" {
-			size = math.MaxUint32
-		}
-		c = jsonConv(size, typ)
+	case dt == "json":
+		// MySQL's own JSON type (MariaDB's JSON is LONGTEXT): it stores
+		// numbers with a fraction as doubles, and rewrites key order and
+		// duplicates; 0.10000000000000000001 would be kept as 0.1.
+		return nil, fmt.Errorf("is MySQL's JSON, which rounds numbers to doubles and rewrites the text; want LONGTEXT CHECK (JSON_VALID(…)) (MariaDB's JSON)")
+	case isJSON:
+		c = jsonConv(textSizes[dt], typ)
 	case intBits[dt] > 0:
 		c = intConv(intBits[dt], unsigned, typ)
 	case dt == "decimal" || dt == "numeric":

@@ -103,15 +103,17 @@ func TestRowJobExistingTablePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ddl, want := range map[string]string{
-		`CREATE TABLE users (id TEXT PRIMARY KEY, name TEXT, bal NUMERIC(10,2))`:                              "collation",
-		`CREATE TABLE users (id BYTEA PRIMARY KEY, name JSONB, bal NUMERIC(10,2))`:                            "JSONB",
-		`CREATE TABLE users (id BYTEA PRIMARY KEY, name CHAR(5), bal NUMERIC(10,2))`:                          "CHAR(n)",
-		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC)`:                                   "without a precision",
-		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal DOUBLE PRECISION)`:                          "rounds decimals",
-		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC(10,2) CHECK (bal > 0))`:             "could refuse a row",
-		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TIMESTAMPTZ, bal NUMERIC(10,2))`:                      "TIMESTAMPTZ",
-		`CREATE TABLE users (id BYTEA, name TEXT, bal NUMERIC(10,2), PRIMARY KEY (name))`:                     "primary key is (name); want (id)",
-		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC(10,2), UNIQUE (name))`:              "unique key users_name_key",
+		`CREATE TABLE users (id TEXT PRIMARY KEY, name TEXT, bal NUMERIC(10,2))`:                  "collation",
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name JSONB, bal NUMERIC(10,2))`:                "JSONB",
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name CHAR(5), bal NUMERIC(10,2))`:              "CHAR(n)",
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC)`:                       "without a precision",
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal DOUBLE PRECISION)`:              "rounds decimals",
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC(10,2) CHECK (bal > 0))`: "could refuse a row",
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TIMESTAMPTZ, bal NUMERIC(10,2))`:          "TIMESTAMPTZ",
+		`CREATE TABLE users (id BYTEA, name TEXT, bal NUMERIC(10,2), PRIMARY KEY (name))`:         "primary key is (name); want (id)",
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC(10,2), UNIQUE (name))`:  "unique key users_name_key",
+		// An INCLUDE column is not part of the key: UNIQUE (name) still merges two ids.
+		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC(10,2), UNIQUE (name) INCLUDE (id))`: "unique key users_name_id_key",
 		`CREATE TABLE users (id BYTEA PRIMARY KEY, name TEXT, bal NUMERIC(10,2), x INT NOT NULL)`:             "extra column x",
 		`CREATE TABLE users (id TEXT COLLATE "C" PRIMARY KEY, name TEXT, bal NUMERIC(10,2), y INT DEFAULT 1)`: "",
 	} {

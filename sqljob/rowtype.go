@@ -102,6 +102,9 @@ func (q *Query) rowSQLType(c Column) string {
 		}
 		return fmt.Sprintf("DATETIME(%d)", t.p)
 	case 'j':
+		// MariaDB's JSON is LONGTEXT CHECK (JSON_VALID(…)): the text as
+		// written. MySQL's own JSON type rounds numbers to doubles: the
+		// table check (mysqlConv) refuses it at start.
 		return "JSON"
 	}
 	return "MEDIUMTEXT"

@@ -218,10 +218,14 @@ func (x *PG2PC) PreCommit(ctx context.Context) (writers.Pending, error) {
 	if err != nil {
 		discardConn(c)
 		s.state = xaIdle
-		switch pgCode(err) {
-		case "":
-			// The reply was lost: it may have been prepared.
+		code := pgCode(err)
+		if code != pgDuplicateObject {
+			// The session may have died after the PREPARE completed (a lost
+			// reply, or an admin shutdown with its SQLSTATE): roll back
+			// whatever may be prepared (nothing prepared: a no-op).
 			_ = x.finish(ctx, s.txn, false)
+		}
+		switch code {
 		case pgDuplicateObject:
 			// Not ours to roll back: the checkpoint may hold it.
 			return writers.Pending{}, fmt.Errorf("preparing transaction %s on %s: %w (a transaction with this gid is still prepared: Recover was not called, or another writer uses the same job and subtask)", gid, x.w, err)

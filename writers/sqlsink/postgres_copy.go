@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -124,12 +123,11 @@ func copyText(rows [][]any, isBytea []bool) (data []byte, ok bool) {
 				} else {
 					copyEscaper.WriteString(&b, string(x))
 				}
-			case int64:
-				b.WriteString(strconv.FormatInt(x, 10))
-			case int:
-				b.WriteString(strconv.Itoa(x))
-			case int32:
-				b.WriteString(strconv.FormatInt(int64(x), 10))
+			case int64, int, int32:
+				if isBytea[i] {
+					return nil, false // the INSERT path refuses an integer for BYTEA: so must COPY
+				}
+				b.WriteString(fmt.Sprint(x))
 			default:
 				return nil, false
 			}

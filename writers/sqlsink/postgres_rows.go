@@ -72,8 +72,10 @@ func (w *Writer) byteaOf(ctx context.Context, ex sqlx.ExecerContext, table strin
 	if qx, ok := ex.(sqlx.QueryerContext); ok {
 		q = qx
 	}
-	if err := sqlx.SelectContext(ctx, q, &all, `SELECT column_name, data_type FROM information_schema.columns
-		WHERE table_schema = current_schema() AND table_name = ?`, table); err != nil {
+	// The table the statements reach: the first of that name on the
+	// search_path (as to_regclass finds it), not only current_schema().
+	if err := sqlx.SelectContext(ctx, q, &all, `SELECT attname AS column_name, format_type(atttypid, NULL) AS data_type FROM pg_attribute
+		WHERE attrelid = to_regclass(quote_ident(?)) AND attnum > 0 AND NOT attisdropped`, table); err != nil {
 		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
 	}
 	cols = []string{}
