@@ -1,7 +1,6 @@
 package strategies
 
 import (
-	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,14 +133,7 @@ func (p *rowPart) rows() ([][]any, error) {
 		return nil, nil
 	}
 	out := slices.Clone(p.list)
-	slices.SortFunc(out, func(x, y []any) int {
-		for i := range p.nk {
-			if c := compareValue(x[i], y[i]); c != 0 {
-				return c
-			}
-		}
-		return 0
-	})
+	sortRows(out, p.nk)
 	return out, nil
 }
 
@@ -156,21 +148,6 @@ func (p *rowPart) chunks(from, to int, fn func([][]any) error) error {
 		}
 	}
 	return nil
-}
-
-func compareValue(a, b any) int {
-	switch x := a.(type) {
-	case int64:
-		if y, ok := b.(int64); ok {
-			return cmp.Compare(x, y)
-		}
-		return -1
-	case string:
-		if y, ok := b.(string); ok {
-			return strings.Compare(x, y)
-		}
-	}
-	return 1
 }
 
 // merge adds o's rows after p's: an append's follow, an upsert's replace

@@ -363,12 +363,7 @@ func (v sqlVerify) compareMySQL(ctx context.Context, w *sqlsink.Writer, c *compa
 	cols := v.q.Columns()
 	names := make([]string, 0, len(cols))
 	pg := w.Dialect() == offsets.Postgres
-	quote := func(n string) string {
-		if pg {
-			return `"` + n + `"`
-		}
-		return "`" + n + "`"
-	}
+	quote := func(n string) string { return quoteIn(w, n) }
 	var keys []string
 	for _, col := range cols {
 		if col.Key {
