@@ -6,7 +6,8 @@ import (
 )
 
 // Safe returns s with every byte that is not part of a valid UTF-8
-// sequence written as \xNN (lower-case hex, as Go's %q does), cut to at
+// sequence, and every NUL (which PostgreSQL's text types can't hold),
+// written as \xNN (lower-case hex, as Go's %q does), cut to at
 // most max bytes at a character boundary; an escape is never cut in half.
 // The result is valid UTF-8, and Safe of it (with the same max) is itself.
 func Safe(s string, max int) string {
@@ -28,7 +29,7 @@ func safe(s string, max int) (string, bool) {
 	if max < 0 {
 		max = 0
 	}
-	if len(s) <= max && utf8.ValidString(s) {
+	if len(s) <= max && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
 		return s, false
 	}
 	const hex = "0123456789abcdef"
@@ -36,7 +37,7 @@ func safe(s string, max int) (string, bool) {
 	b.Grow(min(len(s)+8, max))
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
-		invalid := r == utf8.RuneError && n == 1
+		invalid := r == utf8.RuneError && n == 1 || r == 0
 		width := n
 		if invalid {
 			width = len(`\xff`)

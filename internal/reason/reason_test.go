@@ -21,6 +21,7 @@ func TestSafe(t *testing.T) {
 		{"lone continuation byte", "a\x80b", 64, `a\x80b`},
 		{"surrogate encoded in UTF-8 (CESU)", "\xed\xa0\x80", 64, `\xed\xa0\x80`},
 		{"valid U+FFFD kept", "a\uFFFDb", 64, "a\uFFFDb"},
+		{"NUL escaped (PostgreSQL's text can't hold it)", "a\x00b", 64, `a\x00b`},
 		{"cut inside a 2-byte character", "x" + strings.Repeat("é", 3), 4, "xé"},
 		{"cut inside a 4-byte character", "ab🔑", 5, "ab"},
 		{"cut inside an escape", "ab\xff", 4, "ab"},
