@@ -1,7 +1,7 @@
 package systemtest
 
 // End-to-end crash tests of `microbatch run --strategy checkpoint`: real
-// SIGKILLs (at random moments, aligned on checkpoints, and at each named
+// SIGKILLs (at random moments, held inside checkpoints, and at each named
 // crash point) and restarts against real servers, then a comparison of the
 // sink with what was produced, record by record.
 //
@@ -43,20 +43,22 @@ import (
 // sequence (crashSeed, crashKeys), so the expected output of every event —
 // its key's running count and total — is known without reading the input.
 const (
-	ckptInterval    = 200 * time.Millisecond
-	ckptOperators   = 2
-	ckptInitial     = 20_000 // events in the input before the first run
-	ckptFeedRate    = 5000   // events/s the feeder adds while runs are killed
-	ckptFeedChunk   = 1000   // events per producer of the feeder
-	ckptMinDelay    = 150 * time.Millisecond
-	ckptMaxDelay    = 1500 * time.Millisecond
-	ckptMaxAlignLag = 10 * time.Millisecond
-	ckptEarlyDelay  = 50 * time.Millisecond // early kills: 1 to 10 times this after the start
-	// ckptAlignTries bounds the checkpoints an aligned kill tries before
-	// it kills where it is. A checkpoint into SQLite through the
-	// write-ahead sink is over in a few milliseconds, and on a busy
-	// machine the test reads its first line later than that in most
-	// checkpoints: each try costs one checkpoint interval.
+	ckptInterval   = 200 * time.Millisecond
+	ckptOperators  = 2
+	ckptInitial    = 20_000 // events in the input before the first run
+	ckptFeedRate   = 5000   // events/s the feeder adds while runs are killed
+	ckptFeedChunk  = 1000   // events per producer of the feeder
+	ckptMinDelay   = 150 * time.Millisecond
+	ckptMaxDelay   = 1500 * time.Millisecond
+	ckptEarlyDelay = 50 * time.Millisecond // early kills: 1 to 10 times this after the start
+	// A held kill lets the rest of the run go on for up to ckptMaxHoldLag
+	// after one sink task stopped at after-precommit.
+	ckptMaxHoldLag = 300 * time.Millisecond
+	// ckptHoldTries bounds the runs a held kill takes to leave a
+	// transaction with records in the sink (alignInTxn).
+	ckptHoldTries = 5
+	// ckptAlignTries bounds the checkpoints checkpoint_memory_test tries
+	// to stop a run after one completed and committed files.
 	ckptAlignTries = 20
 	// ckptPointTries bounds the runs a crash point that must leave a
 	// transaction with records in the sink (mustLand) takes to do so.
@@ -64,6 +66,9 @@ const (
 )
 
 const (
+	// crashHoldMarker starts the line a crash point held by
+	// MICROBATCH_CRASH_SIGNAL=HOLD writes (cmd/microbatch).
+	crashHoldMarker     = "crash point reached: holding"
 	ckptTriggeredMarker = `msg="checkpoint triggered"`
 	ckptCompletedMarker = `msg="checkpoint completed"`
 )
@@ -265,7 +270,7 @@ func (f *feeder) finish(t *testing.T) (events, amount int64) {
 
 // ckptKill is one killed run.
 type ckptKill struct {
-	how    string        // aligned[, try n], random, early, or <crash point>:<reach>
+	how    string        // held <point>:<reach> +<lag>, random, early, or <crash point>:<reach>
 	delay  time.Duration // from the start of the run to its death
 	log    ckptLog
 	inTxn  bool   // the sink held a transaction of this run with records, open or pre-committed
@@ -288,7 +293,7 @@ type ckptHarness struct {
 	// Called only when the run finished recovery, so such a transaction is
 	// the killed run's.
 	inspect func() (inTxn bool, detail string)
-	// alignInTxn: an aligned kill lands only where inspect finds a
+	// alignInTxn: a held kill lands only where inspect finds a
 	// transaction with records too, not just inside a checkpoint.
 	alignInTxn bool
 	// mustLand: crash points that must leave a transaction with records
@@ -324,42 +329,51 @@ func (h *ckptHarness) stopFeeder() {
 	}
 }
 
-// randomKill runs the job and SIGKILLs it after a random delay; three of
-// four kills then wait for the next "checkpoint triggered" line and a few
-// milliseconds more, stop the run there and kill it if it is inside that
-// checkpoint (and, with alignInTxn, holds a transaction with records in
-// the sink) — else they let it go on to the next checkpoint,
-// ckptAlignTries times at most — so that they land inside a checkpoint by
-// construction. Every other of the rest comes early, most often during
-// start-up and recovery (which commits the pending transactions of the
-// latest checkpoint), so that a recovery is itself interrupted and must be
-// redone.
+// randomKill runs the job and SIGKILLs it. Three of four kills are held
+// (heldKill): they land inside a checkpoint by construction. Every other
+// of the rest comes early, most often during start-up and recovery (which
+// commits the pending transactions of the latest checkpoint), so that a
+// recovery is itself interrupted and must be redone; the others come after
+// a random delay, wherever the run is.
 func (h *ckptHarness) randomKill() ckptKill {
 	n := len(h.kills) + 1
 	delay := ckptMinDelay + time.Duration(h.rng.Int64N(int64(ckptMaxDelay-ckptMinDelay)+1))
-	lag := time.Duration(h.rng.Int64N(int64(ckptMaxAlignLag) + 1))
 	switch {
 	case n%4 != 0:
-		return h.killAfter("aligned", stopPlan{delay: delay, marker: ckptTriggeredMarker, lag: lag, inside: h.landed, tries: ckptAlignTries})
+		return h.heldKill()
 	case n%8 == 4:
 		return h.killAfter("early", stopPlan{delay: ckptEarlyDelay + time.Duration(h.rng.Int64N(int64(ckptEarlyDelay)*9))})
 	}
 	return h.killAfter("random", stopPlan{delay: delay})
 }
 
-// landed judges the log of a stopped run for an aligned kill: past
-// recovery, inside a checkpoint, and with alignInTxn a transaction with
-// records in the sink.
-func (h *ckptHarness) landed(log string) bool {
-	st := parseCheckpointLog(log)
-	if !st.started || !st.open {
-		return false
+// heldKill runs the job with one sink task held at after-precommit in the
+// 2nd to 4th checkpoint (MICROBATCH_CRASH_SIGNAL=HOLD: that task blocks,
+// the rest of the run goes on), and SIGKILLs it a random lag of up to
+// ckptMaxHoldLag later. The held checkpoint can't complete, so the kill
+// lands inside it by construction — however late a busy machine lets the
+// test read the run's log — while the other tasks are wherever the lag
+// left them: reading the next records, aligning, pre-committing their own
+// part or writing into the next transaction. With alignInTxn a kill whose
+// sink holds no transaction with records (none arrived in that
+// checkpoint) is run again, ckptHoldTries times at most.
+func (h *ckptHarness) heldKill() ckptKill {
+	per := ckptPointN[strategies.CrashAfterPrecommit]
+	for try := 1; ; try++ {
+		reach := per*(1+h.rng.IntN(3)) + 1 + h.rng.IntN(per)
+		lag := time.Duration(h.rng.Int64N(int64(ckptMaxHoldLag) + 1))
+		k := h.killAfter(fmt.Sprintf("held %s:%d +%dms", strategies.CrashAfterPrecommit, reach, lag.Milliseconds()), stopPlan{
+			env:    []string{fmt.Sprintf("MICROBATCH_CRASH_AT=%s:%d", strategies.CrashAfterPrecommit, reach), "MICROBATCH_CRASH_SIGNAL=HOLD"},
+			marker: crashHoldMarker, lag: lag,
+		})
+		if !k.log.open {
+			h.t.Errorf("kill %d (%s) did not land inside a checkpoint, though a sink task held it open (log %s)", len(h.kills), k.how, h.logDir)
+		}
+		if !h.alignInTxn || k.inTxn || try == ckptHoldTries {
+			return k
+		}
+		h.t.Logf("the held kill left no transaction with records in the sink: again")
 	}
-	if h.alignInTxn {
-		inTxn, _ := h.inspect()
-		return inTxn
-	}
-	return true
 }
 
 // killAfter runs the job and SIGKILLs it as plan says.
@@ -482,18 +496,18 @@ func (h *ckptHarness) verify() (dups, losses int64) {
 
 // ckptKillSummary counts what the kills hit.
 type ckptKillSummary struct {
-	random, aligned, points  int
+	random, held, points     int
 	inRecovery               int // killed before recovery finished
-	midCheckpoint            int // of the random and aligned kills
-	alignedMid               int
-	inTxn                    int // of the random and aligned kills
+	midCheckpoint            int // of the random and held kills
+	heldMid                  int
+	inTxn                    int // of the random and held kills
 	pointsInTxn, pointsMidCk int
 }
 
 func (h *ckptHarness) summary() ckptKillSummary {
 	var s ckptKillSummary
 	for _, k := range h.kills {
-		point := strings.Contains(k.how, ":")
+		point := strings.Contains(k.how, ":") && !strings.HasPrefix(k.how, "held")
 		switch {
 		case point:
 			s.points++
@@ -504,10 +518,10 @@ func (h *ckptHarness) summary() ckptKillSummary {
 				s.pointsMidCk++
 			}
 			continue
-		case strings.HasPrefix(k.how, "aligned"):
-			s.aligned++
+		case strings.HasPrefix(k.how, "held"):
+			s.held++
 			if k.log.open {
-				s.alignedMid++
+				s.heldMid++
 			}
 		default: // random, early
 			s.random++
@@ -522,8 +536,8 @@ func (h *ckptHarness) summary() ckptKillSummary {
 			s.inTxn++
 		}
 	}
-	h.t.Logf("%d random kills (%d aligned on a checkpoint) + %d crash points: %d killed in recovery, %d inside a checkpoint (%d of the aligned), %d with a transaction of theirs open in the sink; crash points: %d in a transaction, %d inside a checkpoint",
-		s.random+s.aligned, s.aligned, s.points, s.inRecovery, s.midCheckpoint, s.alignedMid, s.inTxn, s.pointsInTxn, s.pointsMidCk)
+	h.t.Logf("%d random kills (%d held in a checkpoint) + %d crash points: %d killed in recovery, %d inside a checkpoint (%d of the held), %d with a transaction of theirs open in the sink; crash points: %d in a transaction, %d inside a checkpoint",
+		s.random+s.held, s.held, s.points, s.inRecovery, s.midCheckpoint, s.heldMid, s.inTxn, s.pointsInTxn, s.pointsMidCk)
 	return s
 }
 

@@ -43,6 +43,7 @@ func stopRunOn(t *testing.T, bin string, args []string, logPath string, delay ti
 
 // stopPlan says when stopRunAt signals a run.
 type stopPlan struct {
+	env    []string      // more environment for the run,
 	delay  time.Duration // the run works at least this long,
 	marker string        // then (if set) until the next line containing marker,
 	lag    time.Duration // and this much longer.
@@ -135,7 +136,7 @@ func startPlannedRun(t *testing.T, bin string, args []string, f *os.File, logPat
 	r := &plannedRun{t: t, plan: plan, logPath: logPath, stderr: newLogPipe(t),
 		waited: make(chan struct{}), marked: make(chan struct{}, 1)}
 	r.cmd = exec.Command(bin, args...)
-	r.cmd.Env = Env()
+	r.cmd.Env = Env(plan.env...)
 	r.cmd.Stdout = f
 	r.cmd.Stderr = r.stderr.w
 	if err := r.cmd.Start(); err != nil {

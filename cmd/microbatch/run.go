@@ -526,6 +526,10 @@ const (
 	crashSignalEnv = "MICROBATCH_CRASH_SIGNAL"
 )
 
+// crashHoldMarker is the line a held crash point writes to stderr before
+// it blocks (MICROBATCH_CRASH_SIGNAL=HOLD).
+const crashHoldMarker = "crash point reached: holding"
+
 func crashPointFromEnv() (func(string), error) {
 	spec := os.Getenv(crashEnv)
 	if spec == "" {
@@ -538,19 +542,30 @@ func crashPointFromEnv() (func(string), error) {
 		return nil, badConfig("%s=%q: want <point>:<n>, n ≥ 1, point one of %s", crashEnv, spec, strings.Join(points, ", "))
 	}
 	// MICROBATCH_CRASH_SIGNAL=STOP pauses the process there instead (SIGSTOP, to
-	// be continued with SIGCONT): how tests make a zombie mid-batch.
+	// be continued with SIGCONT): how tests make a zombie mid-batch. HOLD
+	// blocks only the task that reached the point, forever, and lets the
+	// rest of the process run on: a checkpoint held at after-precommit
+	// can't complete, so a kill that follows lands inside it by
+	// construction, wherever the other tasks are.
 	sig := syscall.SIGKILL
+	hold := false
 	switch v := os.Getenv(crashSignalEnv); v {
 	case "", "KILL":
 	case "STOP":
 		sig = syscall.SIGSTOP
+	case "HOLD":
+		hold = true
 	default:
-		return nil, badConfig("%s=%q: want KILL or STOP", crashSignalEnv, v)
+		return nil, badConfig("%s=%q: want KILL, STOP or HOLD", crashSignalEnv, v)
 	}
 	var reached atomic.Int64
 	return func(p string) {
 		if p != point || reached.Add(1) != n {
 			return
+		}
+		if hold {
+			fmt.Fprintf(os.Stderr, "%s %s:%d\n", crashHoldMarker, point, n)
+			select {} // until the process is killed
 		}
 		if sig == syscall.SIGKILL {
 			_ = syscall.Kill(os.Getpid(), sig)
