@@ -2,6 +2,8 @@ package writers
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql/driver"
 	"errors"
 	"io"
@@ -75,6 +77,9 @@ func IsRetryable(err error) bool {
 		code := se.Code() & 0xff // primary code; extended codes keep it in the low byte
 		return code == sqliteBusy || code == sqliteLocked
 	}
+	if tlsRefused(err) {
+		return false // a setting to fix, not an outage to wait out
+	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
@@ -97,6 +102,23 @@ func IsRetryable(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// tlsRefused reports whether err is the client refusing the server's
+// certificate (unknown authority, wrong host name, expired, or no
+// certificate it could verify): whoever retries meets the same
+// certificate, and pgx wraps it in the ConnectError a server that is down
+// gives.
+func tlsRefused(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		host     x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		violated x509.ConstraintViolationError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) ||
+		errors.As(err, &invalid) || errors.As(err, &violated)
 }
 
 // postgresRetryable reports whether a PostgreSQL error (its SQLSTATE)
