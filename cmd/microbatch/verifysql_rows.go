@@ -335,7 +335,27 @@ func (v sqlVerify) compareRowsRedis(j *redissink.Job, ctx context.Context, c *ro
 			return err
 		}
 	}
+	// Redis keeps no field for a NULL, so a row whose values are all NULL
+	// is no field in any hash: it is there as that row, not missing.
+	for _, id := range slices.Sorted(maps.Keys(c.w.keys)) {
+		if k := c.w.keys[id]; got[id] == nil && k.wantsNullRow(c.w.nk) {
+			if err := c.sinkRow(append(slices.Clone(k.keys), make([]any, len(u.Values))...), nil); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// wantsNullRow: some partition's latest record of the key is a row whose
+// values (past the nk key columns) are all NULL.
+func (k *keyRows) wantsNullRow(nk int) bool {
+	for _, r := range k.latest {
+		if !r.Delete && !slices.ContainsFunc(r.Values[nk:], func(v any) bool { return v != nil }) {
+			return true
+		}
+	}
+	return false
 }
 
 // quoteIn quotes a name in w's database: "name" in PostgreSQL, `name`

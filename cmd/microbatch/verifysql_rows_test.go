@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/microbatch/microbatch/internal/testutil"
 	"github.com/microbatch/microbatch/systemtest"
 	"github.com/microbatch/microbatch/writers/sqlsink"
@@ -94,6 +96,37 @@ func TestVerifySQLRowJobs(t *testing.T) {
 		exec("DELETE FROM vrows_upsert WHERE k = 'c'")
 		exec("INSERT INTO vrows_upsert VALUES ('d', 1)")
 		wantVerifyFail(t, verify(), "missing 1", "extra 1", "different 0", `"c" - (row) (no row)`, `"d" - (no row) (row)`)
+	})
+
+	t.Run("upsert into Redis", func(t *testing.T) {
+		// "c" has no amount: all its values are NULL, and Redis keeps no
+		// field for a NULL — the row is there as no field at all.
+		redisDSN := testutil.NeedServer(t, testutil.EnvRedis)
+		name := systemtest.UniqueName(t, "vrows-redis")
+		q := fmt.Sprintf("REPLACE INTO vrows_upsert (PRIMARY KEY (k)) SELECT `key` AS k, CAST(amount AS DECIMAL(10,2)) AS amount FROM `%s`", topic)
+		common := []string{"--brokers", kafka, "--sink", redisDSN, "--strategy", "idempotent", "--sql", q, "--job", name}
+		if r := systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"run", "--until-idle", "1s", "-q"}, common...)...); r.Code != 0 {
+			t.Fatalf("run --sql %s: exit %d\n%s", q, r.Code, r)
+		}
+		verify := func() systemtest.Result {
+			return systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"verify"}, common...)...)
+		}
+		r := verify()
+		if r.Code != 0 {
+			t.Fatalf("verify --sql of the run's hashes: exit %d\n%s", r.Code, r)
+		}
+		wantLines(t, r, "rows recomputed 4 (one per key)", "rows in the sink 4", "OK: all 4 rows match")
+		opt, err := redis.ParseURL(redisDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		// docs/redis-layout.md: mb:{job}:rows:{table}:{column}, row key -> value.
+		if err := rdb.HSet(t.Context(), "mb:{"+name+"}:rows:vrows_upsert:amount", "c", "1.00").Err(); err != nil {
+			t.Fatal(err)
+		}
+		wantVerifyFail(t, verify(), "different 1", `"c" amount NULL "1.00"`)
 	})
 
 	t.Run("aggregate of the record's fields", func(t *testing.T) {

@@ -109,8 +109,10 @@ func rowsSuffix(table, column string) string { return table + ":" + column }
 // or not, wins. With u.Merges set (a per-column upsert),
 // a nil value is SQL NULL, "no value": it adds nothing and keeps the
 // least and greatest as they are (a key without a stored value takes the
-// first non-nil one), while a replacing nil removes the field. Without
-// u.Merges a nil is refused, as before. A row that can't be stored fails
+// first non-nil one), while a replacing nil removes the field — with or
+// without u.Merges: Redis keeps no field for a NULL (a row job's record
+// without the column). A nil that u.Merge adds or compares is refused. A
+// row that can't be stored fails
 // the whole call with ErrValue, naming the column, and writes nothing.
 // The contribution replaces the range's as WriteContribution's does, with
 // the same fencing and replay rules.
@@ -224,7 +226,7 @@ func rowFields(u writers.Upsert, rows [][]any) (contribFields, error) {
 // the fields; sfx is the field name after its prefix.
 func (f contribFields) add(u writers.Upsert, i int, key, sfx string, v any) error {
 	m := u.MergeOf(i)
-	if v == nil && u.Merges != nil {
+	if v == nil && (u.Merges != nil || m == writers.MergeReplace) {
 		if m == writers.MergeReplace {
 			delete(f.texts, fieldSet+sfx)
 			f.texts[fieldUnset+sfx] = ""

@@ -237,6 +237,15 @@ func TestRedisRowsReplace(t *testing.T) {
 	wantRows(t, w, job, "last_seen", "at", map[string]string{
 		"2:eu2:k1": "later", "2:us2:k1": "text", "2:eu2:k2": "2.5",
 	})
+	// A NULL replaces as no field (a row job's record without the column):
+	// it stopped the job before (ErrValue).
+	last := []record.Range{{Topic: "in", Partition: 0, From: 12, To: 13}}
+	if err := job.LogPlan(ctx, epoch, 3, last); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteRows(t, w, job, epoch, last[0], rowsReplace, [][]any{{"us", "k1", nil}, {"eu", "k3", nil}}, nil)
+	mustFoldRows(t, w, job, epoch, 3, last, rowsReplace, 1)
+	wantRows(t, w, job, "last_seen", "at", map[string]string{"2:eu2:k1": "later", "2:eu2:k2": "2.5"})
 }
 
 // Rows that can't be stored are refused before anything is written, with
@@ -257,7 +266,6 @@ func TestRedisRowsBadValues(t *testing.T) {
 		{"text sum", rowsAdd, [][]any{{"a", "one", 2}}, "per_key.n"},
 		{"fraction sum", rowsAdd, [][]any{{"a", 1, "2.5"}}, "per_key.total"},
 		{"nil sum", rowsAdd, [][]any{{"a", 1, nil}}, "per_key.total"},
-		{"nil replace", rowsReplace, [][]any{{"eu", "a", nil}}, "last_seen.at"},
 		{"nil key", rowsAdd, [][]any{{nil, 1, 1}}, "key value"},
 		{"short row", rowsAdd, [][]any{{"a", 1}}, "want 3"},
 	} {
