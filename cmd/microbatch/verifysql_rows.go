@@ -275,6 +275,11 @@ func (v sqlVerify) compareRowsSQL(ctx context.Context, w *sqlsink.Writer, c *row
 	for i, n := range c.cols {
 		names[i] = quoteIn(w, n)
 	}
+	if w.Dialect() == offsets.SQLite {
+		if err := sqliteTimesAsText(ctx, w, quoteIn(w, v.q.Table()), names); err != nil {
+			return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
+		}
+	}
 	rows, err := w.DB().QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s", strings.Join(names, ", "), quoteIn(w, v.q.Table())))
 	if err != nil {
 		return fmt.Errorf("reading table %s: %w", v.q.Table(), err)
@@ -365,6 +370,29 @@ func quoteIn(w *sqlsink.Writer, name string) string {
 		return `"` + name + `"`
 	}
 	return "`" + name + "`"
+}
+
+// sqliteTimesAsText selects SQLite's DATE, DATETIME and TIMESTAMP columns
+// of names as the text the job stored: the driver parses them into a
+// time.Time, and SQLite says nothing of a column's precision, so the
+// fraction's digits could not be told back.
+func sqliteTimesAsText(ctx context.Context, w *sqlsink.Writer, table string, names []string) error {
+	rows, err := w.DB().QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s LIMIT 0", strings.Join(names, ", "), table))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	types, err := rows.ColumnTypes()
+	if err != nil {
+		return err
+	}
+	for i, t := range types {
+		switch t.DatabaseTypeName() {
+		case "DATE", "DATETIME", "TIMESTAMP":
+			names[i] = fmt.Sprintf("CAST(%s AS TEXT) AS %s", names[i], names[i])
+		}
+	}
+	return rows.Err()
 }
 
 // timeFormats is, per column, the Go layout of its date/time values as

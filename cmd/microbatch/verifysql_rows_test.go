@@ -140,3 +140,42 @@ func TestVerifySQLRowJobs(t *testing.T) {
 		wantLines(t, r, "groups recomputed 2", "OK: all 2 groups match")
 	})
 }
+
+// TestVerifySQLRowJobSQLiteDatetime: a user's own SQLite table with a
+// DATETIME column keeps the job's milliseconds, and verify --sql reads
+// them back (SQLite's driver says nothing of a column's precision; verify
+// cut the fraction off and said every row differed).
+func TestVerifySQLRowJobSQLiteDatetime(t *testing.T) {
+	t.Parallel()
+	kafka := testutil.NeedServer(t, testutil.EnvKafka)
+	systemtest.Binary(t)
+	topic := systemtest.UniqueName(t, "vrows-dt")
+	produceSQLInput(t, kafka, topic, []string{
+		`{"key":"a","ts":"2026-01-02T03:04:05.678Z"}`, `{"key":"b","ts":"2026-01-02T03:04:05Z"}`,
+	})
+	sink := "sqlite://" + t.TempDir() + "/sink.db"
+	w, err := sqlsink.Open(t.Context(), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.DB().ExecContext(t.Context(), "CREATE TABLE vrows_dt (k TEXT NOT NULL, ts DATETIME)"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	q := fmt.Sprintf("INSERT INTO vrows_dt SELECT `key` AS k, CAST(ts AS DATETIME(3)) AS ts FROM `%s`", topic)
+	common := []string{"--brokers", kafka, "--sink", sink, "--sql", q, "--job", "dt"}
+	if r := systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"run", "--until-idle", "1s", "-q"}, common...)...); r.Code != 0 {
+		t.Fatalf("run --sql %s: exit %d\n%s", q, r.Code, r)
+	}
+	verify := func() systemtest.Result {
+		return systemtest.Run(t, dir, systemtest.Env(), 3*time.Minute, append([]string{"verify"}, common...)...)
+	}
+	if r := verify(); r.Code != 0 {
+		t.Fatalf("verify --sql of the run's table: exit %d\n%s", r.Code, r)
+	}
+	if _, err := w.DB().ExecContext(t.Context(), "UPDATE vrows_dt SET ts = '2026-01-02 03:04:05.679' WHERE k = 'a'"); err != nil {
+		t.Fatal(err)
+	}
+	wantVerifyFail(t, verify(), "missing 1", "extra 1")
+}
