@@ -303,7 +303,7 @@ type step struct {
 func advance(blk *kmsg.FetchResponseTopicPartition, at step, throttled bool) (step, error) {
 	from := at.next
 	next := from
-	it := batchIter{in: blk.RecordBatches}
+	it := batchIter{in: blk.RecordBatches, checkCRC: true}
 	whole := false
 	for it.next() {
 		whole = true
