@@ -48,6 +48,12 @@ const fetchAttempts = 4
 // ends below the last stable offset it was planned against, so it fetches
 // exactly that span, and a span that ends in transaction markers or
 // aborted records is seen to end as soon as its last batch is fetched.
+//
+// The fetches go over connections of the source's own (brokerConn, with
+// the client's TLS and SASL settings), and the record batches they bring
+// are decoded here (kafka_records.go) into one reused Record per Read,
+// not by sarama, which decoded every record into a sarama.Record first.
+// The client serves metadata (leaders) and ListOffsets.
 type KafkaSource struct {
 	// FetchBytes is what one fetch of a partition asks for (a fetch
 	// returns at least one whole record batch, however large); 0 means
