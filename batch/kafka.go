@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/microbatch/microbatch/record"
 )
 
@@ -47,6 +48,12 @@ const fetchAttempts = 4
 // ends below the last stable offset it was planned against, so it fetches
 // exactly that span, and a span that ends in transaction markers or
 // aborted records is seen to end as soon as its last batch is fetched.
+//
+// The fetches go over connections of the source's own (brokerConn, with
+// the client's TLS and SASL settings), and the record batches they bring
+// are decoded here (kafka_records.go) into one reused Record per Read,
+// not by sarama, which decoded every record into a sarama.Record first.
+// The client serves metadata (leaders) and ListOffsets.
 type KafkaSource struct {
 	// FetchBytes is what one fetch of a partition asks for (a fetch
 	// returns at least one whole record batch, however large); 0 means
@@ -58,7 +65,7 @@ type KafkaSource struct {
 	parts  []int32
 
 	mu       sync.Mutex
-	conns    map[int32]*sarama.Broker // idle connections, by partition
+	conns    map[int32]*brokerConn // idle connections, by partition
 	closed   bool
 	fetchers sync.WaitGroup // of Reads, which may end before them
 }
@@ -78,7 +85,7 @@ func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
 	}
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
-	return &KafkaSource{client: client, topic: topic, parts: parts, conns: make(map[int32]*sarama.Broker)}, nil
+	return &KafkaSource{client: client, topic: topic, parts: parts, conns: make(map[int32]*brokerConn)}, nil
 }
 
 // Partitions lists the topic's partitions, sorted.
@@ -180,7 +187,7 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 	if r.From >= r.To {
 		return nil
 	}
-	conn, err := s.take(r.Partition) // counts the fetcher below in s.fetchers
+	conn, err := s.take(ctx, r.Partition) // counts the fetcher below in s.fetchers
 	if err != nil {
 		return &ReadError{Range: r, Err: err}
 	}
@@ -188,10 +195,10 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	f := &fetcher{s: s, r: r, conn: conn, stop: stop, out: make(chan fetched)}
-	// Read does not wait for the fetcher: a fetch in flight can't be cut
-	// short (sarama holds the connection until the answer or the network
-	// timeout), so a cancelled Read returns at once and the fetcher ends
-	// after that fetch, handing its connection back. Close waits for it.
+	// Read does not wait for the fetcher: a cancelled Read returns at
+	// once, and the fetcher ends when its fetch in flight does — cut short
+	// by the same cancel, which leaves that connection unusable: the
+	// fetcher closes it rather than handing it back. Close waits for it.
 	go func() {
 		defer s.fetchers.Done()
 		f.run(fctx)
@@ -215,11 +222,7 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 		case got.err != nil:
 			return &ReadError{Range: r, Err: got.err}
 		}
-		err := visible(got.blk, next, r.To, func(off int64, ts time.Time, m *sarama.Record) error {
-			rec.Offset, rec.Key, rec.Value, rec.Timestamp = off, m.Key, m.Value, ts
-			return fn(rec)
-		})
-		if err != nil {
+		if err := visible(got.blk, next, r.To, rec, fn); err != nil {
 			return err
 		}
 		if got.wait {
@@ -238,7 +241,7 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 // fetched is one fetch's answer for the range's partition, and where the
 // fetcher goes on from.
 type fetched struct {
-	blk *sarama.FetchResponseBlock
+	blk *kmsg.FetchResponseTopicPartition
 	step
 	err error
 }
@@ -254,7 +257,7 @@ type fetcher struct {
 	stop <-chan struct{}
 	out  chan fetched
 
-	conn *sarama.Broker // nil after a failure: the next attempt opens another
+	conn *brokerConn // nil after a failure: the next attempt opens another
 }
 
 func (f *fetcher) run(ctx context.Context) {
@@ -298,51 +301,45 @@ type step struct {
 // place the read position moves, and it never returns at unchanged
 // without wait set: each answer moves the position past every offset it
 // showed (records, markers, aborted records, batches the log cleaner
-// emptied), or grows the fetch, or — having found nothing at all to
-// read below the last stable offset — waits; anything else is an error.
-// So the fetcher can't send the same request twice in a row while the
-// broker has something to give it.
-func advance(blk *sarama.FetchResponseBlock, at step, throttled bool) (step, error) {
+// emptied — a producer's last batch is kept as a bare header, which the
+// walk below sees like any other), or grows the fetch, or — having found
+// nothing at all to read below the last stable offset — waits; anything
+// else is an error. So the fetcher can't send the same request twice in
+// a row while the broker has something to give it.
+func advance(blk *kmsg.FetchResponseTopicPartition, at step, throttled bool) (step, error) {
 	from := at.next
 	next := from
-	for _, recs := range blk.RecordsSet {
-		rb := recs.RecordBatch
-		if rb == nil {
-			return at, errOldFormat
-		}
-		if rb.PartialTrailingRecord {
-			// A batch cut by the fetch size. Only the first batch of a
-			// response comes whole; when this one is first to sarama but
-			// starts past from, what came before it were batches the log
-			// cleaner emptied (a producer's last batch is kept as a bare
-			// header, which sarama drops): go on from this batch, which
-			// the next fetch then brings first, whole.
-			if next == from && rb.FirstOffset > from {
-				next = rb.FirstOffset
-			}
-			break
-		}
-		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
+	it := batchIter{in: blk.RecordBatches, checkCRC: true}
+	whole := false
+	for it.next() {
+		whole = true
+		next = max(next, lastOffset(&it.b)+1)
+	}
+	if it.err != nil {
+		return at, it.err
+	}
+	if it.cut && next == from && it.hasFirst && it.cutFirst > from {
+		// A batch cut by the fetch size that starts past from, behind
+		// nothing that reaches from: what the broker skipped is gone
+		// (compacted). Go on from this batch, which the next fetch then
+		// brings first, whole.
+		next = it.cutFirst
 	}
 	switch {
 	case next > from:
 		return step{next: next, size: at.size}, nil
-	case blk.Partial || len(blk.RecordsSet) > 0 && blk.RecordsSet[0].RecordBatch.PartialTrailingRecord:
+	case it.cut:
 		// The batch holding from is larger than the fetch and came cut
-		// (behind emptied batches, or at a header's length): ask for more.
+		// (behind batches that end before it, or at a header's length):
+		// ask for more.
 		if at.size >= maxFetchBytes {
 			return at, fmt.Errorf("%w: the record batch at offset %d is larger than %d MiB", ErrBatchTooLarge, from, maxFetchBytes>>20)
 		}
 		return step{next: from, size: min(2*at.size, maxFetchBytes)}, nil
-	case len(blk.RecordsSet) > 0:
+	case whole:
 		return at, fmt.Errorf("the broker answered a fetch at offset %d with record batches that all end before it", from)
 	}
-	if end, ok := decodedUpTo(blk); ok && end > from && end <= blk.HighWaterMarkOffset {
-		// Only batches the log cleaner emptied: sarama dropped them, and
-		// only its decoder saw where they end.
-		return step{next: end, size: at.size}, nil
-	}
-	if !throttled && from < blk.LastStableOffset && blk.LastStableOffset <= blk.HighWaterMarkOffset {
+	if !throttled && from < blk.LastStableOffset && blk.LastStableOffset <= blk.HighWatermark {
 		// Nothing at all in [from, last stable offset): the broker returns
 		// the batch holding from, or the next one, whatever the fetch
 		// size — so the log cleaner removed everything there (say an
@@ -358,7 +355,7 @@ var errOldFormat = errors.New("the broker sent records in the old message format
 // fetch fetches the partition from offset from, on a new connection to
 // the leader after a failure (a moved leader, a dropped connection), a
 // bounded number of times. A stop ends the retries.
-func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (blk *sarama.FetchResponseBlock, throttled bool, err error) {
+func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (blk *kmsg.FetchResponseTopicPartition, throttled bool, err error) {
 	for attempt := 0; attempt < fetchAttempts; attempt++ {
 		if attempt > 0 {
 			select {
@@ -371,11 +368,11 @@ func (f *fetcher) fetch(ctx context.Context, from int64, size int32) (blk *saram
 			_ = f.s.client.RefreshMetadata(f.s.topic)
 		}
 		if f.conn == nil {
-			if f.conn, err = f.s.connect(f.r.Partition); err != nil {
+			if f.conn, err = f.s.connect(ctx, f.r.Partition); err != nil {
 				continue
 			}
 		}
-		if blk, throttled, err = fetchOnce(f.conn, f.s.topic, f.r.Partition, from, size); err == nil {
+		if blk, throttled, err = fetchOnce(ctx, f.conn, f.s.topic, f.r.Partition, from, size); err == nil {
 			return blk, throttled, nil
 		}
 		// Whatever failed, the next fetch goes to the leader the metadata
@@ -411,65 +408,68 @@ func retriableFetch(err sarama.KError) bool {
 // by the response limit, which would make aborted records look committed.
 // SessionEpoch -1 asks for a plain fetch, as sarama's consumer does: epoch
 // 0 would open a fetch session on the broker for every connection.
-func fetchOnce(b *sarama.Broker, topic string, part int32, from int64, size int32) (blk *sarama.FetchResponseBlock, throttled bool, err error) {
-	req := &sarama.FetchRequest{Version: 11, MaxWaitTime: int32(fetchWait.Milliseconds()), MinBytes: 1,
-		MaxBytes: math.MaxInt32, Isolation: sarama.ReadCommitted, SessionEpoch: -1}
-	req.AddBlock(topic, part, from, size, -1)
-	resp, err := b.Fetch(req)
-	if err != nil {
+func fetchOnce(ctx context.Context, c *brokerConn, topic string, part int32, from int64, size int32) (blk *kmsg.FetchResponseTopicPartition, throttled bool, err error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 11
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(fetchWait.Milliseconds())
+	req.MinBytes = 1
+	req.MaxBytes = math.MaxInt32
+	req.IsolationLevel = 1 // read_committed
+	req.SessionEpoch = -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = part, from, size
+	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := kmsg.NewPtrFetchResponse()
+	if err := c.roundTrip(ctx, req, resp); err != nil {
 		return nil, false, err
 	}
-	if blk = resp.GetBlock(topic, part); blk == nil {
-		return nil, false, sarama.ErrIncompleteResponse
+	if resp.ErrorCode != 0 {
+		return nil, false, sarama.KError(resp.ErrorCode)
 	}
-	if !errors.Is(blk.Err, sarama.ErrNoError) {
-		return nil, false, blk.Err
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		if t.Topic != topic {
+			continue
+		}
+		for j := range t.Partitions {
+			if p := &t.Partitions[j]; p.Partition == part {
+				if p.ErrorCode != 0 {
+					return nil, false, sarama.KError(p.ErrorCode)
+				}
+				return p, resp.ThrottleMillis > 0, nil
+			}
+		}
 	}
-	return blk, resp.ThrottleTime > 0, nil
+	return nil, false, sarama.ErrIncompleteResponse
 }
 
-// recordsNextOffset is where sarama keeps the offset after the last batch
-// it decoded, dropped ones included; unexported, so read by reflection.
-// TestSaramaKeepsRecordsNextOffset fails if a sarama upgrade renames it.
-var recordsNextOffset, _ = reflect.TypeFor[sarama.FetchResponseBlock]().FieldByName("recordsNextOffset")
-
-// decodedUpTo is the offset after the last batch sarama decoded in blk.
-func decodedUpTo(blk *sarama.FetchResponseBlock) (int64, bool) {
-	if recordsNextOffset.Index == nil || recordsNextOffset.Type != reflect.TypeFor[*int64]() {
-		return 0, false
-	}
-	v := reflect.ValueOf(blk).Elem().FieldByIndex(recordsNextOffset.Index)
-	if v.IsNil() {
-		return 0, false
-	}
-	return v.Elem().Int(), true
-}
-
-// visible calls fn for every record of blk with an offset in [from, to)
-// that a read-committed consumer is given, in order. Where the next fetch
-// starts is advance's business, not visible's.
+// visible calls fn with rec set to every record of blk with an offset
+// in [from, to) that a read-committed consumer is given, in order. Where
+// the next fetch starts is advance's business, not visible's.
 //
 // It applies the same aborted-transaction rule as sarama's consumer
 // (partitionConsumer.parseResponse) to the broker's list of the aborted
 // transactions overlapping the fetched span. That list includes a
 // transaction that began before from: a fetch starting in the middle of
 // one, whose abort marker a later fetch brings, still knows it is aborted.
-func visible(blk *sarama.FetchResponseBlock, from, to int64, fn func(off int64, ts time.Time, r *sarama.Record) error) error {
+func visible(blk *kmsg.FetchResponseTopicPartition, from, to int64, rec *Record, fn func(*Record) error) error {
 	aborted := blk.AbortedTransactions
 	if len(aborted) > 1 {
 		aborted = slices.Clone(aborted)
-		slices.SortFunc(aborted, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+		slices.SortFunc(aborted, func(a, b kmsg.FetchResponseTopicPartitionAbortedTransaction) int {
+			return cmp.Compare(a.FirstOffset, b.FirstOffset)
+		})
 	}
 	var active map[int64]bool
-	for _, recs := range blk.RecordsSet {
-		rb := recs.RecordBatch
-		if rb == nil {
-			return errOldFormat
-		}
-		if rb.PartialTrailingRecord {
-			break
-		}
-		last := rb.FirstOffset + int64(rb.LastOffsetDelta)
+	it := batchIter{in: blk.RecordBatches}
+	for it.next() {
+		rb := &it.b
+		last := lastOffset(rb)
 		for len(aborted) > 0 && aborted[0].FirstOffset <= last {
 			if active == nil {
 				active = map[int64]bool{}
@@ -478,38 +478,57 @@ func visible(blk *sarama.FetchResponseBlock, from, to int64, fn func(off int64, 
 			aborted = aborted[1:]
 		}
 		switch {
-		case rb.Control:
+		case last < from || rb.NumRecords == 0:
+		case rb.Attributes&attrControl != 0:
 			// The key of a control record is version int16, type int16;
 			// type 0 ends an aborted transaction.
-			if len(rb.Records) > 0 && len(rb.Records[0].Key) >= 4 && rb.Records[0].Key[2] == 0 && rb.Records[0].Key[3] == 0 {
+			data, err := batchRecords(rb)
+			if err != nil {
+				return err
+			}
+			r := recordReader{in: data, n: rb.NumRecords}
+			if r.next() && len(r.key) >= 4 && r.key[2] == 0 && r.key[3] == 0 {
 				delete(active, rb.ProducerID)
 			}
-		case rb.IsTransactional && active[rb.ProducerID]:
+			if r.err != nil {
+				return r.err
+			}
+		case rb.Attributes&attrTransactional != 0 && active[rb.ProducerID]:
 		default:
-			for _, m := range rb.Records {
-				off := rb.FirstOffset + m.OffsetDelta
+			data, err := batchRecords(rb)
+			if err != nil {
+				return err
+			}
+			logAppend := rb.Attributes&attrLogAppendTime != 0
+			r := recordReader{in: data, n: rb.NumRecords}
+			for r.next() {
+				off := rb.FirstOffset + r.offsetDelta
 				if off < from || off >= to {
 					continue
 				}
-				ts := rb.MaxTimestamp
-				if !rb.LogAppendTime {
-					ts = rb.FirstTimestamp.Add(m.TimestampDelta)
+				ms := rb.MaxTimestamp
+				if !logAppend {
+					ms = rb.FirstTimestamp + r.tsDelta
 				}
-				if err := fn(off, ts, m); err != nil {
+				rec.Offset, rec.Key, rec.Value, rec.Timestamp = off, r.key, r.value, time.UnixMilli(ms)
+				if err := fn(rec); err != nil {
 					return err
 				}
+			}
+			if r.err != nil {
+				return r.err
 			}
 		}
 		if last+1 >= to {
 			break
 		}
 	}
-	return nil
+	return it.err
 }
 
 // take returns the partition's idle connection, or opens one to its
 // leader. A partition is read by one Read at a time.
-func (s *KafkaSource) take(part int32) (*sarama.Broker, error) {
+func (s *KafkaSource) take(ctx context.Context, part int32) (*brokerConn, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -528,7 +547,7 @@ func (s *KafkaSource) take(part int32) (*sarama.Broker, error) {
 		}
 		_ = b.Close()
 	}
-	b, err := s.connect(part)
+	b, err := s.connect(ctx, part)
 	if err != nil {
 		s.fetchers.Done()
 	}
@@ -537,7 +556,7 @@ func (s *KafkaSource) take(part int32) (*sarama.Broker, error) {
 
 // give keeps b as the partition's idle connection for the next Read, or
 // closes it if the source was closed meanwhile.
-func (s *KafkaSource) give(part int32, b *sarama.Broker) {
+func (s *KafkaSource) give(part int32, b *brokerConn) {
 	if b == nil {
 		return
 	}
@@ -555,13 +574,13 @@ func (s *KafkaSource) give(part int32, b *sarama.Broker) {
 // process asks the broker (offsets, metadata, the sink's coordinator
 // requests): a fetch queued behind those, or theirs behind a fetch
 // carrying a MiB, would wait for it.
-func (s *KafkaSource) connect(part int32) (*sarama.Broker, error) {
+func (s *KafkaSource) connect(ctx context.Context, part int32) (*brokerConn, error) {
 	leader, err := s.client.Leader(s.topic, part)
 	if err != nil {
 		return nil, fmt.Errorf("finding the leader of %s/%d: %w", s.topic, part, err)
 	}
-	b := sarama.NewBroker(leader.Addr())
-	if err := b.Open(s.client.Config()); err != nil && !errors.Is(err, sarama.ErrAlreadyConnected) {
+	b, err := dialBroker(ctx, s.client.Config(), leader.Addr())
+	if err != nil {
 		return nil, fmt.Errorf("connecting to broker %s: %w", leader.Addr(), err)
 	}
 	return b, nil
