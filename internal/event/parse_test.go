@@ -410,7 +410,7 @@ func TestDecodeJSONFoldedNames(t *testing.T) {
 }
 
 // BenchmarkDecodeWorkloads measures, per workload, Decode against
-// encoding/json alone (decodeSlow) and the gjson path alone (decodeJSON).
+// encoding/json alone (decodeSlow) and the one-pass path alone (decodeJSON).
 func BenchmarkDecodeWorkloads(b *testing.B) {
 	decoders := []struct {
 		name string
@@ -418,7 +418,7 @@ func BenchmarkDecodeWorkloads(b *testing.B) {
 	}{
 		{"Decode", Decode},
 		{"encoding_json", decodeSlow},
-		{"gjson_only", func(d []byte, ev *Event) error {
+		{"decodeJSON_only", func(d []byte, ev *Event) error {
 			if !decodeJSON(d, ev) {
 				return errors.New("refused")
 			}
