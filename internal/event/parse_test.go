@@ -157,6 +157,50 @@ var edgeCases = []string{
 	deep(300), deep(301), deep(10000), deep(10001),
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":"` + strings.Repeat("[", 10001) + `"}`,
 	`{"id":1,"key":"` + strings.Repeat("{", 200) + `","amount":2,"ts":3,"x":["` + strings.Repeat("]", 10001) + `"]}`,
+	// What the one-pass validator checks in values it only skips: numbers,
+	// escapes, control characters, UTF-8 and brackets inside nested values.
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[01]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":-0}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[1.]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[.5]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[1e]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":[1e+5,-1E-0]}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":["\u12"]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"\u12G4":1}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":"\udc00\ud800"}}`,
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[\"a\x01\"]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":{\"a\x1f\":1}}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[\"\xc3\"]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[\"\xed\xa0\x80\"]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[1,\xff]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3}\xff",
+	"{\"id\":1,\"key\":\"a\xe9\",\"amount\":2,\"ts\":3}",
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[[true,false,null],{"a":{}}]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[tRue]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3} x`,
+	`{"id":1,"key":"a","amount":2,"ts":3}{"id":1,"key":"a","amount":2,"ts":3}`,
+	" {\n\t\"id\" :\r1 ,\"key\"\t: \"a\" , \"amount\":2,\"ts\":3 , \"x\" : [ 1 , { \"y\" : null } ] } \n",
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[1 2]}`,
+	// Names that unescape or fold to "key" (\u212a is the Kelvin sign),
+	// and duplicates of them: the last counts.
+	`{"id":1,"\u006b\u0065\u0079":"a","amount":2,"ts":3}`,
+	`{"id":1,"\u212aey":"a","amount":2,"ts":3}`,
+	`{"id":1,"\u212Aey":"a","K\u0045Y":"b","amount":2,"ts":3}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006bey":"\ud83d\udd11"}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006bey":"\ud83d"}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006bey\ud800":"b"}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006be\u0079 ":"b"}`,
+	// Nesting past the 128 levels the validator keeps in registers, and at
+	// and over the limit with objects and arrays mixed.
+	deep(129), deep(130), deep(200),
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 4999) + strings.Repeat(`]}`, 4999) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 4999) + `{}` + strings.Repeat(`]}`, 4999) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 5000) + strings.Repeat(`]}`, 5000) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 100) + strings.Repeat(`}]`, 100) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`[`, 300) + `01` + strings.Repeat(`]`, 300) + `}`,
 	// Escapes in names and values the decoder skips.
 	`{"n\u00e4me":"M\u00fcnchen","id":1,"\u0074s":3,"k\u0065y":"a","amount":2,"\"":"\\\""}`,
 	`{"id":1,"key":"a\"b\\","amount":2,"ts":3,"x":["\"]",{"\\":"}"}]}`,
@@ -374,6 +418,26 @@ func TestDecodeJSONSkipsOtherValues(t *testing.T) {
 		}
 		if allocs := testing.AllocsPerRun(100, func() { decodeJSON(data, &ev) }); allocs != 0 {
 			t.Errorf("decodeJSON(%.100s) allocates %v times", r, allocs)
+		}
+	}
+}
+
+// TestDecodeJSONEscapedNamesDoNotAllocate: a member name with escapes that
+// may be one of the four (it starts like one) is unescaped without
+// allocating, whether or not it turns out to be one.
+func TestDecodeJSONEscapedNamesDoNotAllocate(t *testing.T) {
+	recs := []string{
+		`{"\u0069d":1,"k\u0065y":"k1","\u0061mount":5,"\u0074s":3}`,
+		`{"id":1,"\u212aey":"k1","amount":5,"t\u017f":3,"k\u00e9y":2,"\u0069dx":4}`,
+	}
+	for _, r := range recs {
+		data := []byte(r)
+		var ev Event
+		if !decodeJSON(data, &ev) || !(want{1, "k1", 5, 3}).match(&ev) {
+			t.Fatalf("decodeJSON(%s) = %s", r, show(&ev))
+		}
+		if allocs := testing.AllocsPerRun(100, func() { decodeJSON(data, &ev) }); allocs != 0 {
+			t.Errorf("decodeJSON(%s) allocates %v times", r, allocs)
 		}
 	}
 }
