@@ -84,9 +84,11 @@ var errNotObject = errors.New("the record is not a JSON object")
 func failAt(i int, msg string) error { return jsonscan.ErrorAt(i, msg) }
 
 // scan reads record d with root as the top of the path tree into s.f
-// (which the caller cleared). One loop with an explicit stack, its index
-// in a register: a call per value, not per token, is what makes a
-// validating scan as fast as gjson.Valid while it captures.
+// (which the caller cleared). One loop with an explicit stack walks the
+// objects on the query's path, its index in a register; every other
+// object or array is checked whole by jsonscan.SkipValue, the validator
+// the built-in job's decoder uses too. A call per value, not per token, is
+// what makes a validating scan as fast as gjson.Valid while it captures.
 func (s *scanner) scan(d []byte, root *pathNode) error {
 	s.d, s.buf = d, s.buf[:0]
 	clear(s.seen)
@@ -133,25 +135,15 @@ member:
 		return failAt(i, "expected ':'")
 	}
 	i = jsonscan.SkipSpace(d, i+1)
-	goto value
 
-arrOpen:
-	i = jsonscan.SkipSpace(d, i)
-	if i < len(d) && d[i] == ']' {
-		i++
-		goto closed
-	}
-element:
-	i = jsonscan.SkipSpace(d, i)
-	node = nil
-
-value:
+	// The member's value.
 	if i >= len(d) {
 		return failAt(i, "expected a value")
 	}
 	switch c := d[i]; {
-	case (c == '{' || c == '[') && (node == nil || len(node.kids) == 0):
-		// Nothing is read inside: check it whole, capture it as text.
+	case c == '[' || c == '{' && (node == nil || len(node.kids) == 0):
+		// Nothing is read inside (the path names members, not elements):
+		// check it whole, capture it as text.
 		start := i
 		if i, err = jsonscan.SkipValue(d, i, len(stack)+1, maxDepth); err != nil {
 			return err
@@ -161,17 +153,14 @@ value:
 				return err
 			}
 		}
-	case c == '{' || c == '[':
+	case c == '{':
 		if len(stack) >= maxDepth-1 {
 			return failAt(i, fmt.Sprintf("nested deeper than %d", maxDepth))
 		}
 		stack = append(stack, cur)
-		cur = frame{node: node, start: i, arr: c == '['}
+		cur = frame{node: node, start: i}
 		i++
-		if c == '{' {
-			goto objOpen
-		}
-		goto arrOpen
+		goto objOpen
 	case c == '"':
 		start := i
 		var esc bool
@@ -211,31 +200,15 @@ value:
 afterValue:
 	i = jsonscan.SkipSpace(d, i)
 	if i >= len(d) {
-		if cur.arr {
-			return failAt(i, "unterminated array")
-		}
 		return failAt(i, "unterminated object")
 	}
 	switch d[i] {
 	case ',':
 		i++
-		if cur.arr {
-			goto element
-		}
 		goto member
 	case '}':
-		if !cur.arr {
-			i++
-			goto closed
-		}
-	case ']':
-		if cur.arr {
-			i++
-			goto closed
-		}
-	}
-	if cur.arr {
-		return failAt(i, "expected ',' or ']'")
+		i++
+		goto closed
 	}
 	return failAt(i, "expected ',' or '}'")
 
@@ -255,12 +228,11 @@ closed:
 	goto afterValue
 }
 
-// frame is an open object or array: its path node (nil: nothing wanted
-// inside), where it starts, and which of the two it is.
+// frame is an open object on the query's path: its path node (the root's
+// may have no kids) and where it starts.
 type frame struct {
 	node  *pathNode
 	start int
-	arr   bool
 }
 
 // memberName reads the member name at i of an object whose path node n

@@ -152,8 +152,8 @@ var edgeCases = []string{
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a"}}`,
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":}}`,
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":{1:2}}`,
-	// Nesting: gjson has no limit, encoding/json stops at 10,000; brackets
-	// inside strings do not nest.
+	// Nesting: encoding/json stops at 10,000; brackets inside strings do
+	// not nest.
 	deep(300), deep(301), deep(10000), deep(10001),
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":"` + strings.Repeat("[", 10001) + `"}`,
 	`{"id":1,"key":"` + strings.Repeat("{", 200) + `","amount":2,"ts":3,"x":["` + strings.Repeat("]", 10001) + `"]}`,
@@ -228,7 +228,7 @@ func seedRecords() [][]byte {
 // checkAgreesWithStrict is the differential property: Decode accepts
 // exactly what decodeStrict (the encoding/json decoder) accepts, with the
 // same event and, for a rejection, the same reason; and decodeJSON, the
-// gjson path on its own, agrees with decodeSlow both ways. It reports
+// one-pass path on its own, agrees with decodeSlow both ways. It reports
 // whether decodeJSON accepted data.
 func checkAgreesWithStrict(t *testing.T, data []byte) bool {
 	t.Helper()
@@ -273,7 +273,7 @@ func clipQ(b []byte) []byte {
 	return b
 }
 
-// FuzzDecodeAgreesWithStrict: the decoder built on gjson accepts and
+// FuzzDecodeAgreesWithStrict: the one-pass decoder accepts and
 // rejects exactly what the encoding/json decoder does, with the same event
 // and reason. `go test` runs its seeds; TestDecodeAgreesWithStrict runs it
 // over 20,000 mutations every time; `go test -fuzz` explores further.
@@ -341,7 +341,7 @@ func mutate(rng *rand.Rand, b []byte) []byte {
 // FuzzDecodeAgreesWithStrict over its seeds and 20,000 deterministic
 // mutations of them, so that every `go test` explores beyond the seeds in
 // bounded time. It fails if the mutations are too tame to reach both
-// verdicts of the gjson path.
+// verdicts of the one-pass path.
 func TestDecodeAgreesWithStrict(t *testing.T) {
 	seeds := seedRecords()
 	rng := rand.New(rand.NewPCG(17, 1))
@@ -370,7 +370,7 @@ func TestDecodeAgreesWithStrict(t *testing.T) {
 }
 
 // TestDecodeWorkloads: every record of the three workloads decodes on the
-// gjson path without encoding/json, to the event the strict decoder reads,
+// one-pass path without encoding/json, to the event the strict decoder reads,
 // and without allocating.
 func TestDecodeWorkloads(t *testing.T) {
 	for _, w := range workloads {
