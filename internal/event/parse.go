@@ -133,9 +133,9 @@ func members(d []byte) (last [4]span, ok bool) {
 // fieldOf says which event field a JSON member name sets, the way
 // encoding/json matches a name to a struct field: exactly, or else equal
 // under Unicode simple case folding (strings.EqualFold is that relation for
-// valid UTF-8, which the record is by then), after unescaping. lit is the
-// name's string literal, quotes included, checked by jsonscan.ScanString;
-// esc says whether it holds escapes.
+// valid UTF-8, which the name is), after unescaping. lit is the name's
+// string literal, quotes included, checked by jsonscan.ScanString; esc
+// says whether it holds escapes.
 func fieldOf(lit []byte, esc bool) uint8 {
 	name := unsafe.String(unsafe.SliceData(lit[1:]), len(lit)-2)
 	switch name {
