@@ -67,6 +67,25 @@ func BenchmarkScanWide(b *testing.B) {
 	}
 }
 
+// The scan capturing what the built-in job's decoder captures (id, key,
+// amount, ts), the bar for BenchmarkBuiltinDecodeWide.
+func BenchmarkScanWideFourFields(b *testing.B) {
+	recs := wideRecords(4096)
+	root := &pathNode{field: -1}
+	var fields, nodes int
+	for _, name := range []string{"id", "key", "amount", "ts"} {
+		root.add([]string{name}, &fields, &nodes)
+	}
+	s := scanner{f: make([]val, fields), seen: make([]bool, nodes)}
+	b.ResetTimer()
+	for i := range b.N {
+		clear(s.f)
+		if err := s.scan(recs[i%len(recs)], root); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkGjsonValidWide(b *testing.B) {
 	recs := wideRecords(4096)
 	b.ResetTimer()

@@ -1,14 +1,10 @@
 package sqljob
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
-	"unicode/utf16"
-	"unicode/utf8"
 
-	"github.com/microbatch/microbatch/internal/event"
+	"github.com/microbatch/microbatch/internal/jsonscan"
 	"github.com/microbatch/microbatch/internal/reason"
 )
 
@@ -85,26 +81,21 @@ type scanner struct {
 
 var errNotObject = errors.New("the record is not a JSON object")
 
-type syntaxError struct {
-	at  int
-	msg string
-}
-
-func (e *syntaxError) Error() string {
-	return fmt.Sprintf("not valid JSON: %s at byte %d", e.msg, e.at)
-}
+func failAt(i int, msg string) error { return jsonscan.ErrorAt(i, msg) }
 
 // scan reads record d with root as the top of the path tree into s.f
-// (which the caller cleared). One loop with an explicit stack, its index
-// in a register: a call per value, not per token, is what makes a
-// validating scan as fast as gjson.Valid while it captures.
+// (which the caller cleared). One loop with an explicit stack walks the
+// objects on the query's path, its index in a register; every other
+// object or array is checked whole by jsonscan.SkipValue, the validator
+// the built-in job's decoder uses too. A call per value, not per token, is
+// what makes a validating scan as fast as gjson.Valid while it captures.
 func (s *scanner) scan(d []byte, root *pathNode) error {
 	s.d, s.buf = d, s.buf[:0]
 	clear(s.seen)
 	stack := s.stack[:0]
 	defer func() { s.stack = stack[:0] }()
 	var (
-		i    = skipSpace(d, 0)
+		i    = jsonscan.SkipSpace(d, 0)
 		node *pathNode // the path node of the value at i (nil: not wanted)
 		cur  = frame{node: root, start: i}
 		err  error
@@ -113,69 +104,67 @@ func (s *scanner) scan(d []byte, root *pathNode) error {
 		switch {
 		case i >= len(d):
 			return failAt(i, "empty record")
-		case valueStart(d[i]):
+		case jsonscan.ValueStart(d[i]):
 			return errNotObject
 		}
-		return failAt(i, fmt.Sprintf("unexpected %s", quoteByte(d[i])))
+		return failAt(i, fmt.Sprintf("unexpected %s", jsonscan.QuoteByte(d[i])))
 	}
 	i++
 
 objOpen:
-	i = skipSpace(d, i)
+	i = jsonscan.SkipSpace(d, i)
 	if i < len(d) && d[i] == '}' {
 		i++
 		goto closed
 	}
 member:
-	i = skipSpace(d, i)
+	i = jsonscan.SkipSpace(d, i)
 	if i >= len(d) || d[i] != '"' {
 		return failAt(i, "expected a member name")
 	}
 	node = nil
 	if cur.node == nil || len(cur.node.kids) == 0 {
-		if i, _, err = scanString(d, i); err != nil {
+		if i, _, err = jsonscan.ScanString(d, i); err != nil {
 			return err
 		}
 	} else if node, i, err = s.memberName(cur.node, i); err != nil {
 		return err
 	}
-	i = skipSpace(d, i)
+	i = jsonscan.SkipSpace(d, i)
 	if i >= len(d) || d[i] != ':' {
 		return failAt(i, "expected ':'")
 	}
-	i = skipSpace(d, i+1)
-	goto value
+	i = jsonscan.SkipSpace(d, i+1)
 
-arrOpen:
-	i = skipSpace(d, i)
-	if i < len(d) && d[i] == ']' {
-		i++
-		goto closed
-	}
-element:
-	i = skipSpace(d, i)
-	node = nil
-
-value:
+	// The member's value.
 	if i >= len(d) {
 		return failAt(i, "expected a value")
 	}
 	switch c := d[i]; {
-	case c == '{' || c == '[':
+	case c == '[' || c == '{' && (node == nil || len(node.kids) == 0):
+		// Nothing is read inside (the path names members, not elements):
+		// check it whole, capture it as text.
+		start := i
+		if i, err = jsonscan.SkipValue(d, i, len(stack)+1, maxDepth); err != nil {
+			return err
+		}
+		if node != nil && node.field >= 0 {
+			if err = s.capture(node, val{k: kJSON, s: d[start:i]}); err != nil {
+				return err
+			}
+		}
+	case c == '{':
 		if len(stack) >= maxDepth-1 {
 			return failAt(i, fmt.Sprintf("nested deeper than %d", maxDepth))
 		}
 		stack = append(stack, cur)
-		cur = frame{node: node, start: i, arr: c == '['}
+		cur = frame{node: node, start: i}
 		i++
-		if c == '{' {
-			goto objOpen
-		}
-		goto arrOpen
+		goto objOpen
 	case c == '"':
 		start := i
 		var esc bool
-		if i, esc, err = scanString(d, i); err != nil {
+		if i, esc, err = jsonscan.ScanString(d, i); err != nil {
 			return err
 		}
 		if node != nil && node.field >= 0 {
@@ -185,7 +174,7 @@ value:
 		}
 	case c == '-' || (c >= '0' && c <= '9'):
 		start := i
-		if i, err = scanNumber(d, i); err != nil {
+		if i, err = jsonscan.ScanNumber(d, i); err != nil {
 			return err
 		}
 		if node != nil && node.field >= 0 {
@@ -194,20 +183,14 @@ value:
 			}
 		}
 	default:
-		var v val
-		switch {
-		case c == 't' && hasWord(d, i, "true"):
-			v, i = val{k: kBool, b: true}, i+4
-		case c == 'f' && hasWord(d, i, "false"):
-			v, i = val{k: kBool}, i+5
-		case c == 'n' && hasWord(d, i, "null"):
-			v, i = val{k: kNull}, i+4
-		case c == 't' || c == 'f' || c == 'n':
-			return failAt(i, "invalid literal")
-		default:
-			return failAt(i, fmt.Sprintf("unexpected %s", quoteByte(c)))
+		if i, err = jsonscan.ScanLiteral(d, i); err != nil {
+			return err
 		}
 		if node != nil && node.field >= 0 {
+			v := val{k: kNull}
+			if c != 'n' {
+				v = val{k: kBool, b: c == 't'}
+			}
 			if err = s.capture(node, v); err != nil {
 				return err
 			}
@@ -215,33 +198,17 @@ value:
 	}
 
 afterValue:
-	i = skipSpace(d, i)
+	i = jsonscan.SkipSpace(d, i)
 	if i >= len(d) {
-		if cur.arr {
-			return failAt(i, "unterminated array")
-		}
 		return failAt(i, "unterminated object")
 	}
 	switch d[i] {
 	case ',':
 		i++
-		if cur.arr {
-			goto element
-		}
 		goto member
 	case '}':
-		if !cur.arr {
-			i++
-			goto closed
-		}
-	case ']':
-		if cur.arr {
-			i++
-			goto closed
-		}
-	}
-	if cur.arr {
-		return failAt(i, "expected ',' or ']'")
+		i++
+		goto closed
 	}
 	return failAt(i, "expected ',' or '}'")
 
@@ -252,7 +219,7 @@ closed:
 		}
 	}
 	if len(stack) == 0 { // the record's object
-		if i = skipSpace(d, i); i != len(d) {
+		if i = jsonscan.SkipSpace(d, i); i != len(d) {
 			return failAt(i, "data after the object")
 		}
 		return nil
@@ -261,36 +228,11 @@ closed:
 	goto afterValue
 }
 
-// frame is an open object or array: its path node (nil: nothing wanted
-// inside), where it starts, and which of the two it is.
+// frame is an open object on the query's path: its path node (the root's
+// may have no kids) and where it starts.
 type frame struct {
 	node  *pathNode
 	start int
-	arr   bool
-}
-
-func failAt(i int, msg string) error { return &syntaxError{at: i, msg: msg} }
-
-func valueStart(c byte) bool {
-	return c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9')
-}
-
-func quoteByte(c byte) string {
-	if c >= 0x20 && c < 0x7f {
-		return fmt.Sprintf("%q", rune(c))
-	}
-	return fmt.Sprintf("byte 0x%02x", c)
-}
-
-func skipSpace(d []byte, i int) int {
-	for i < len(d) && d[i] <= ' ' && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-func hasWord(d []byte, i int, word string) bool {
-	return len(d)-i >= len(word) && string(d[i:i+len(word)]) == word
 }
 
 // memberName reads the member name at i of an object whose path node n
@@ -300,7 +242,7 @@ func hasWord(d []byte, i int, word string) bool {
 // differ on which one counts.
 func (s *scanner) memberName(n *pathNode, i int) (*pathNode, int, error) {
 	start := i
-	i, esc, err := scanString(s.d, i)
+	i, esc, err := jsonscan.ScanString(s.d, i)
 	if err != nil {
 		return nil, i, err
 	}
@@ -308,7 +250,7 @@ func (s *scanner) memberName(n *pathNode, i int) (*pathNode, int, error) {
 	var kid *pathNode
 	if esc {
 		mark := len(s.buf)
-		if s.buf, err = unescape(s.buf, name); err != nil {
+		if s.buf, err = jsonscan.Unescape(s.buf, name); err != nil {
 			return nil, i, err
 		}
 		kid = n.kid(s.buf[mark:])
@@ -330,7 +272,7 @@ func (s *scanner) captureString(n *pathNode, lit []byte, esc bool) error {
 	if esc {
 		mark := len(s.buf)
 		var err error
-		if s.buf, err = unescape(s.buf, lit); err != nil {
+		if s.buf, err = jsonscan.Unescape(s.buf, lit); err != nil {
 			return err
 		}
 		lit = s.buf[mark:len(s.buf):len(s.buf)]
@@ -355,182 +297,4 @@ type dupError struct{ name string }
 
 func (e *dupError) Error() string {
 	return fmt.Sprintf("field %q appears twice in one object", reason.Clip(e.name, 64))
-}
-
-// scanNumber checks the JSON number at i and returns the index after it.
-func scanNumber(d []byte, i int) (int, error) {
-	if d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		i = skipDigits(d, i)
-	default:
-		return i, failAt(i, "invalid number")
-	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		start := i
-		if i = skipDigits(d, i); i == start {
-			return i, failAt(i, "invalid number")
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		start := i
-		if i = skipDigits(d, i); i == start {
-			return i, failAt(i, "invalid number")
-		}
-	}
-	return i, nil
-}
-
-// skipDigits returns the index of the first byte from i that is not a
-// decimal digit, looking at eight bytes at a time (epoch milliseconds
-// have thirteen).
-func skipDigits(d []byte, i int) int {
-	for i+8 <= len(d) {
-		if m := nonDigit8(binary.LittleEndian.Uint64(d[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
-		}
-		i += 8
-	}
-	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-		i++
-	}
-	return i
-}
-
-// nonDigit8 marks (with its high bit) each byte of the eight in x that is
-// not '0'–'9': below '0', b-'0' borrows; above '9', b+0x46 reaches 0x80;
-// from 0x80, b is marked itself. A borrow or carry can mark a byte above
-// a marked one, never below: the lowest mark is exact.
-func nonDigit8(x uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	return ((x - ones*'0') | (x + ones*0x46) | x) & highs
-}
-
-// scanString checks the string literal at i ('"'): escapes and UTF-8. It
-// returns the index after its closing quote and whether it holds escapes.
-func scanString(d []byte, i int) (int, bool, error) {
-	esc := false
-	i++
-	for {
-		// Skip plain bytes eight at a time; stop at the first byte that
-		// needs a look.
-		if i+8 <= len(d) {
-			m := special8(binary.LittleEndian.Uint64(d[i:]))
-			if m == 0 {
-				i += 8
-				continue
-			}
-			i += bits.TrailingZeros64(m) >> 3
-		} else {
-			for i < len(d) && d[i] != '"' && d[i] != '\\' && d[i] >= 0x20 && d[i] < utf8.RuneSelf {
-				i++
-			}
-			if i >= len(d) {
-				return i, esc, failAt(i, "unterminated string")
-			}
-		}
-		switch c := d[i]; {
-		case c == '"':
-			return i + 1, esc, nil
-		case c == '\\':
-			esc = true
-			if i+1 >= len(d) {
-				return i, esc, failAt(i, "unterminated string")
-			}
-			switch d[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(d) || !isHex4(d[i+2:i+6]) {
-					return i, esc, failAt(i, "invalid \\u escape")
-				}
-				i += 6
-			default:
-				return i, esc, failAt(i, "invalid escape")
-			}
-		case c < 0x20:
-			return i, esc, failAt(i, "control character in a string")
-		default:
-			r, size := utf8.DecodeRune(d[i:])
-			if r == utf8.RuneError && size == 1 {
-				return i, esc, failAt(i, fmt.Sprintf("byte 0x%02x is not UTF-8", c))
-			}
-			i += size
-		}
-	}
-}
-
-// special8 marks (with its high bit) each byte of the eight in x that
-// needs a look: '"', '\\', below 0x20, from 0x80. For an ASCII byte b,
-// b-1 (of b^'"', b^'\\') and b-0x20 only reach the high bit when b is
-// the byte looked for; every non-ASCII byte is marked by x itself. A
-// borrow can mark a byte above a marked one, never below: the lowest
-// mark is exact, and without a mark there is no borrow.
-func special8(x uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q := x ^ (ones * '"') // zero bytes where x has '"'
-	b := x ^ (ones * '\\')
-	return ((q - ones) | (b - ones) | (x - ones*0x20) | x) & highs
-}
-
-func isHex4(b []byte) bool {
-	for _, c := range b {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-			return false
-		}
-	}
-	return true
-}
-
-// unescape appends the text of string literal content lit (escapes
-// checked by str) to dst. A \u escape of a UTF-16 surrogate without its
-// pair is refused: decoders turn every one into U+FFFD, so values that
-// differ only there would merge into one group.
-func unescape(dst, lit []byte) ([]byte, error) {
-	for i := 0; i < len(lit); i++ {
-		c := lit[i]
-		if c != '\\' {
-			dst = append(dst, c)
-			continue
-		}
-		i++
-		switch lit[i] {
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			r := event.HexRune(lit[i+1 : i+5])
-			i += 4
-			if utf16.IsSurrogate(r) {
-				if i+6 < len(lit) && lit[i+1] == '\\' && lit[i+2] == 'u' && isHex4(lit[i+3:i+7]) {
-					if p := utf16.DecodeRune(r, event.HexRune(lit[i+3:i+7])); p != utf8.RuneError {
-						dst = utf8.AppendRune(dst, p)
-						i += 6
-						continue
-					}
-				}
-				return dst, fmt.Errorf("a string holds \\u%04x, a UTF-16 surrogate without its pair, which is no character", r)
-			}
-			dst = utf8.AppendRune(dst, r)
-		default: // " \ /
-			dst = append(dst, lit[i])
-		}
-	}
-	return dst, nil
 }

@@ -2,12 +2,13 @@ package sqljob
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"math/bits"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/microbatch/microbatch/internal/jsonscan"
 )
 
 // scanOK is the oracle for the scanner: encoding/json's validity, plus
@@ -25,18 +26,41 @@ var scanSeeds = []string{
 	`{"a":1} x`, `{"a":tru}`, `{"a":nul}`, `{"a":[1,]}`, `{"a":[}`, `{"a":{"b":1}`, ``, ` `, `{"a":1e}`,
 	`{"a":-}`, `{"a":"abc`, `{"a":"abcdefghijklmnopqrstuvwxyz0123456789"}`, "{\"a\":\"abcdefgh\x80ijkl\"}",
 	`{"k":"` + string(bytes.Repeat([]byte("ab"), 40)) + `"}`,
+	`{"a":"x","b":{"c":[1,{"c":2}],"z":[}},"d":{"e":{"f":"y","g":[01]}}}`, `{"b":[{"c":1}],"d":{"e":[1,2]}}`,
+	`{"d":{"e":{"f":{"x":[true,{"y":null}]}}},"b":{"c":{"q":"\u00e9"}}}`, `{"d":{"e":"s","x":[1 2]}}`,
+}
+
+// checkScan: the scanner's syntax verdict is encoding/json's, both with a
+// root that reads nothing (every value is only checked) and with one that
+// reads a, b.c and d.e.f (objects on the path are walked member by member,
+// the rest checked whole). With a path, a record may also be refused for
+// what it holds there (a member twice, a lone surrogate), never for syntax.
+func checkScan(t *testing.T, d []byte) {
+	t.Helper()
+	want := scanOK(d)
+	var s scanner
+	if err := s.scan(d, &pathNode{field: -1}); (err == nil) != want {
+		t.Fatalf("scan(%q) = %v, want ok=%v", d, err, want)
+	}
+	root := &pathNode{field: -1}
+	var fields, nodes int
+	for _, path := range [][]string{{"a"}, {"b", "c"}, {"d", "e", "f"}, {"d", "e"}} {
+		root.add(path, &fields, &nodes)
+	}
+	s = scanner{f: make([]val, fields), seen: make([]bool, nodes)}
+	err := s.scan(d, root)
+	var se *jsonscan.SyntaxError
+	switch syntax := errors.As(err, &se) || err == errNotObject; {
+	case err == nil && !want:
+		t.Fatalf("scan(%q) with a path accepted it; encoding/json refuses it", d)
+	case syntax && want:
+		t.Fatalf("scan(%q) with a path = %v; encoding/json accepts it", d, err)
+	}
 }
 
 func TestScannerAgreesWithEncodingJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	check := func(d []byte) {
-		t.Helper()
-		var s scanner
-		err := s.scan(d, &pathNode{field: -1})
-		if want := scanOK(d); (err == nil) != want {
-			t.Fatalf("scan(%q) = %v, want ok=%v", d, err, want)
-		}
-	}
+	check := func(d []byte) { t.Helper(); checkScan(t, d) }
 	alphabet := []byte(`{}[]":,\ u0123456789abcdefnrtlsE.+-` + "\x00\x1f\x7f\x80\xc3\xa9\xff")
 	for _, seed := range scanSeeds {
 		check([]byte(seed))
@@ -65,13 +89,7 @@ func FuzzScanner(f *testing.F) {
 	for _, s := range scanSeeds {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, d []byte) {
-		var s scanner
-		err := s.scan(d, &pathNode{field: -1})
-		if want := scanOK(d); (err == nil) != want {
-			t.Fatalf("scan(%q) = %v, want ok=%v", d, err, want)
-		}
-	})
+	f.Fuzz(func(t *testing.T, d []byte) { checkScan(t, d) })
 }
 
 // TestFieldsAgreeWithEncodingJSON: what the scanner captures is what
@@ -102,69 +120,6 @@ func TestFieldsAgreeWithEncodingJSON(t *testing.T) {
 		for i, w := range want {
 			if rows[0][i] != w {
 				t.Errorf("%s: key %d = %q, want %q", rec, i, rows[0][i], w)
-			}
-		}
-	}
-}
-
-// special8's lowest mark is the first byte a string scan must look at,
-// for every byte value in every position (and nothing is marked in plain
-// text).
-func TestSpecial8(t *testing.T) {
-	isSpecial := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
-	for pos := range 8 {
-		for c := range 256 {
-			for _, fill := range []byte{'a', ' ', '~', '!', '#', '[', ']'} {
-				var b [8]byte
-				for i := range b {
-					b[i] = fill
-				}
-				b[pos] = byte(c)
-				m := special8(binary.LittleEndian.Uint64(b[:]))
-				want := -1
-				for i := range b {
-					if isSpecial(b[i]) {
-						want = i
-						break
-					}
-				}
-				got := -1
-				if m != 0 {
-					got = bits.TrailingZeros64(m) >> 3
-				}
-				if got != want {
-					t.Fatalf("special8(%q): first mark at %d, want %d", b, got, want)
-				}
-			}
-		}
-	}
-}
-
-// nonDigit8's lowest mark is the first byte that is not a digit, for
-// every byte value in every place.
-func TestNonDigit8(t *testing.T) {
-	for pos := range 8 {
-		for c := range 256 {
-			for _, fill := range []byte{'0', '5', '9'} {
-				var b [8]byte
-				for i := range b {
-					b[i] = fill
-				}
-				b[pos] = byte(c)
-				want := -1
-				for i := range b {
-					if b[i] < '0' || b[i] > '9' {
-						want = i
-						break
-					}
-				}
-				got := -1
-				if m := nonDigit8(binary.LittleEndian.Uint64(b[:])); m != 0 {
-					got = bits.TrailingZeros64(m) >> 3
-				}
-				if got != want {
-					t.Fatalf("nonDigit8(%q): first mark at %d, want %d", b, got, want)
-				}
 			}
 		}
 	}

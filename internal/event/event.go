@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/microbatch/microbatch/internal/exact"
+	"github.com/microbatch/microbatch/internal/jsonscan"
 	"github.com/microbatch/microbatch/internal/reason"
 )
 
@@ -56,9 +57,9 @@ func IsDecodeError(err error) bool {
 
 // Decode parses one record. The four fields alone, compact as Generator
 // writes them or spaced as json.dumps does, take a fast path (decodeFast);
-// any other valid event (escapes, extra and nested fields) takes gjson's
-// (decodeJSON). Neither allocates unless the key, or a member name that
-// may be one of the four, holds escapes. A record both refuse is left to
+// any other valid event (escapes, extra and nested fields) takes
+// decodeJSON's, which validates and captures in one pass. Neither
+// allocates unless the key holds escapes. A record both refuse is left to
 // decodeSlow, the encoding/json decoder that defines what is valid and
 // gives the reason for rejecting it, so the accepted set, the events and
 // the reasons are those of decodeSlow alone. On success ev.Key may alias
@@ -178,37 +179,19 @@ func loneSurrogate(lit []byte) (string, bool) {
 		if lit[i] != 'u' || i+4 >= len(lit) {
 			continue
 		}
-		r := HexRune(lit[i+1 : i+5])
+		r := jsonscan.HexRune(lit[i+1 : i+5])
 		i += 4
 		if !utf16.IsSurrogate(r) {
 			continue
 		}
 		if i+6 < len(lit) && lit[i+1] == '\\' && lit[i+2] == 'u' &&
-			utf16.DecodeRune(r, HexRune(lit[i+3:i+7])) != utf8.RuneError {
+			utf16.DecodeRune(r, jsonscan.HexRune(lit[i+3:i+7])) != utf8.RuneError {
 			i += 6
 			continue
 		}
 		return string(lit[i-5 : i+1]), true
 	}
 	return "", false
-}
-
-// HexRune reads the four hex digits of a JSON \u escape (already
-// checked to be hex digits).
-func HexRune(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
 }
 
 // clip shortens a value quoted in a reason, escaping bytes that are not
@@ -254,7 +237,7 @@ func decodeFast(d []byte, ev *Event) bool {
 		if i >= len(d) || d[i] != ':' {
 			return false
 		}
-		i = skipSpace(d, i+1)
+		i = jsonscan.SkipSpace(d, i+1)
 		var bit uint8
 		switch string(name) {
 		case "id":
@@ -312,7 +295,7 @@ func decodeFast(d []byte, ev *Event) bool {
 		if d[i] != ',' {
 			return false
 		}
-		i = skipSpace(d, i+1)
+		i = jsonscan.SkipSpace(d, i+1)
 	}
 }
 

@@ -7,13 +7,12 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/tidwall/gjson"
+	"github.com/microbatch/microbatch/internal/jsonscan"
 )
 
 // maxNesting is encoding/json's nesting limit (its scanner's
-// maxNestingDepth): a record nested deeper is not accepted by decodeSlow,
-// and gjson has no limit of its own.
-const maxNesting = 10000
+// maxNestingDepth): a record nested deeper is not accepted by decodeSlow.
+const maxNesting = jsonscan.MaxNesting
 
 // Fields of the event, as bits of a set.
 const (
@@ -25,18 +24,17 @@ const (
 )
 
 // decodeJSON decodes any JSON form of an event, without allocating unless
-// the key, or a member name that may be one of the four, holds escapes. It
-// returns false for anything it does not accept, leaving the verdict and
-// the reason to decodeSlow; what it accepts, and the event it fills in,
-// are exactly decodeSlow's (FuzzDecodeAgreesWithStrict checks both
-// directions).
+// the key holds escapes. It returns false for anything it does not accept,
+// leaving the verdict and the reason to decodeSlow; what it accepts, and
+// the event it fills in, are exactly decodeSlow's
+// (FuzzDecodeAgreesWithStrict checks both directions).
 //
-// gjson.Valid is the judge of JSON syntax. Around it, one walk over the
-// record (members) finds the top-level members and the last value of each
-// event field, measures the nesting depth and notes whether any string
-// holds a byte that is not ASCII; values are only skipped, never decoded,
-// except the four fields' at the end. So a valid record costs two passes:
-// the walk and gjson.Valid (a third, utf8.Valid, only if it is not ASCII).
+// It reads the record once (members): the walk that finds the top-level
+// members and the last value of each event field also checks the JSON
+// syntax of everything, strictly as encoding/json does, and that the
+// strings are UTF-8 (outside strings JSON allows only ASCII), with the
+// validator the SQL jobs' scanner uses (internal/jsonscan). Values are
+// only checked, never decoded, except the four fields' at the end.
 //
 // encoding/json rules it keeps: the input is one JSON value (whitespace
 // around it allowed) nested at most maxNesting deep; field names match
@@ -48,10 +46,7 @@ const (
 // decoded form is 1..MaxKeyBytes bytes.
 func decodeJSON(data []byte, ev *Event) bool {
 	last, ok := members(data)
-	// gjson reads strings; this one aliases data, which is not modified
-	// while Decode runs, and no part of it outlives the call (the key is
-	// taken from data by offset, or copied).
-	if !ok || !gjson.Valid(unsafe.String(unsafe.SliceData(data), len(data))) {
+	if !ok {
 		return false
 	}
 	if ev.ID, ok = intValue(last[0].of(data)); !ok {
@@ -68,11 +63,11 @@ func decodeJSON(data []byte, ev *Event) bool {
 		return false
 	}
 	key := lit[1 : len(lit)-1] // aliases data, as the fast path's key does
-	if bytes.IndexByte(lit, '\\') >= 0 {
-		if _, lone := loneSurrogate(lit); lone {
-			return false
+	if bytes.IndexByte(key, '\\') >= 0 {
+		var err error
+		if key, err = jsonscan.Unescape(nil, key); err != nil {
+			return false // a lone surrogate: decodeSlow says so
 		}
-		key = []byte(gjson.Parse(unsafe.String(unsafe.SliceData(lit), len(lit))).Str)
 	}
 	if len(key) == 0 || len(key) > MaxKeyBytes {
 		return false
@@ -86,115 +81,62 @@ type span struct{ start, end int }
 
 func (s span) of(data []byte) []byte { return data[s.start:s.end] }
 
-// members walks the top-level members of the object that d should be, and
-// returns the span of the last value of id, key, amount and ts (in
-// bitIndex order). It returns false if one of them is missing, if the
-// object nests deeper than maxNesting, if d is not UTF-8 or is not an
-// object. It reads any input safely, but its spans are right only for
-// valid JSON, so gjson.Valid must accept d too: a string is skipped up to
-// its closing quote, an object or array up to its closing bracket, a
-// number or literal up to the next delimiter.
+// members checks that d is one JSON object, valid JSON and UTF-8 nested
+// at most maxNesting deep, with whitespace around it at most, and returns
+// the span of the last value of id, key, amount and ts (in bitIndex
+// order). It returns false if d is not such an object or one of the four
+// is missing.
 func members(d []byte) (last [4]span, ok bool) {
-	var seen uint8
-	var high byte // the bytes of all strings OR-ed: bit 7 is set if one is not ASCII
-	i := skipSpace(d, 0)
+	var (
+		seen uint8
+		esc  bool
+		err  error
+	)
+	i := jsonscan.SkipSpace(d, 0)
 	if i == len(d) || d[i] != '{' {
 		return last, false
 	}
-	for i = skipSpace(d, i+1); i < len(d) && d[i] == '"'; {
-		name := span{start: i}
-		i, high = skipString(d, i+1, high)
-		name.end = i
-		if i = skipSpace(d, i); i == len(d) || d[i] != ':' {
+	if i = jsonscan.SkipSpace(d, i+1); i < len(d) && d[i] == '}' {
+		return last, false // no members: the four are missing
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
 			return last, false
 		}
-		v := span{start: skipSpace(d, i+1)}
-		switch i = v.start; {
-		case i == len(d):
-		case d[i] == '"':
-			i, high = skipString(d, i+1, high)
-		case d[i] == '{' || d[i] == '[':
-			if i, high, ok = skipNested(d, i, high); !ok {
-				return last, false
-			}
-		default: // a number, true, false or null
-			for i < len(d) && d[i] > ' ' && d[i] != ',' && d[i] != '}' {
-				i++
-			}
+		name := span{start: i}
+		if i, esc, err = jsonscan.ScanString(d, i); err != nil {
+			return last, false
 		}
-		v.end = i
-		if f := fieldOf(name.of(d)); f != 0 {
+		name.end = i
+		if i = jsonscan.SkipSpace(d, i); i == len(d) || d[i] != ':' {
+			return last, false
+		}
+		v := span{start: jsonscan.SkipSpace(d, i+1)}
+		if v.end, err = jsonscan.SkipValue(d, v.start, 1, maxNesting); err != nil {
+			return last, false
+		}
+		if f := fieldOf(name.of(d), esc); f != 0 {
 			seen |= f
 			last[bitIndex(f)] = v
 		}
-		if i = skipSpace(d, i); i < len(d) && d[i] == ',' {
-			i = skipSpace(d, i+1)
-		} else {
-			break
+		if i = jsonscan.SkipSpace(d, v.end); i < len(d) && d[i] == ',' {
+			i = jsonscan.SkipSpace(d, i+1)
+			continue
 		}
-	}
-	// Outside strings, gjson.Valid accepts only ASCII.
-	if seen != allFields || high >= utf8.RuneSelf && !utf8.Valid(d) {
-		return last, false
-	}
-	return last, true
-}
-
-// skipString returns the index after the closing quote of the string whose
-// text starts at d[i], and high OR-ed with the bytes of the string. An
-// unterminated string ends at len(d).
-func skipString(d []byte, i int, high byte) (int, byte) {
-	for ; i < len(d); i++ {
-		c := d[i]
-		high |= c
-		switch c {
-		case '"':
-			return i + 1, high
-		case '\\':
-			i++
+		if i == len(d) || d[i] != '}' {
+			return last, false
 		}
+		return last, seen == allFields && jsonscan.SkipSpace(d, i+1) == len(d)
 	}
-	return len(d), high
-}
-
-// skipNested returns the index after the object or array that starts at
-// d[i], a member's value, or false if it is nested so deep that the record
-// would be deeper than maxNesting.
-func skipNested(d []byte, i int, high byte) (int, byte, bool) {
-	depth := 1 // the record's object
-	for ; i < len(d); i++ {
-		switch d[i] {
-		case '"':
-			i, high = skipString(d, i+1, high)
-			i--
-		case '{', '[':
-			if depth++; depth > maxNesting {
-				return i, high, false
-			}
-		case '}', ']':
-			if depth--; depth == 1 {
-				return i + 1, high, true
-			}
-		}
-	}
-	return len(d), high, true
-}
-
-// skipSpace returns the index of the first byte from d[i] on that is not
-// JSON whitespace, or len(d).
-func skipSpace(d []byte, i int) int {
-	for i < len(d) && d[i] <= ' ' && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // fieldOf says which event field a JSON member name sets, the way
 // encoding/json matches a name to a struct field: exactly, or else equal
 // under Unicode simple case folding (strings.EqualFold is that relation for
-// valid UTF-8, which the record is by then), after unescaping. lit is the
-// name's string literal, quotes included.
-func fieldOf(lit []byte) uint8 {
+// valid UTF-8, which the name is), after unescaping. lit is the name's
+// string literal, quotes included, checked by jsonscan.ScanString; esc
+// says whether it holds escapes.
+func fieldOf(lit []byte, esc bool) uint8 {
 	name := unsafe.String(unsafe.SliceData(lit[1:]), len(lit)-2)
 	switch name {
 	case "id":
@@ -220,8 +162,13 @@ func fieldOf(lit []byte) uint8 {
 	if len(lit) > 2+8*6 {
 		return 0
 	}
-	if bytes.IndexByte(lit, '\\') >= 0 {
-		name = gjson.Parse(unsafe.String(unsafe.SliceData(lit), len(lit))).Str // an unescaped copy
+	if esc {
+		var buf [2 + 8*6]byte
+		unescaped, err := jsonscan.Unescape(buf[:0], lit[1:len(lit)-1])
+		if err != nil {
+			return 0 // a lone surrogate: encoding/json reads U+FFFD, which folds to no letter
+		}
+		name = unsafe.String(unsafe.SliceData(unescaped), len(unescaped))
 	}
 	// Folded forms are at most 2 bytes longer than the ASCII names
 	// (K KELVIN SIGN is 3 bytes, ſ LONG S 2, their ASCII pair 1 byte).
@@ -254,7 +201,7 @@ func bitIndex(f uint8) int {
 }
 
 // intValue reads a JSON number that is an integer in int64's range. The
-// text is valid JSON (gjson.Valid checked), so ParseInt refuses exactly
+// text is a valid JSON value (jsonscan checked), so ParseInt refuses exactly
 // fractions, exponents and overflow, as intField does; parseInt, the
 // compact path's, takes the common case without it.
 func intValue(raw []byte) (int64, bool) {

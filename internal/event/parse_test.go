@@ -152,11 +152,55 @@ var edgeCases = []string{
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a"}}`,
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":}}`,
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":{1:2}}`,
-	// Nesting: gjson has no limit, encoding/json stops at 10,000; brackets
-	// inside strings do not nest.
+	// Nesting: encoding/json stops at 10,000; brackets inside strings do
+	// not nest.
 	deep(300), deep(301), deep(10000), deep(10001),
 	`{"id":1,"key":"a","amount":2,"ts":3,"x":"` + strings.Repeat("[", 10001) + `"}`,
 	`{"id":1,"key":"` + strings.Repeat("{", 200) + `","amount":2,"ts":3,"x":["` + strings.Repeat("]", 10001) + `"]}`,
+	// What the one-pass validator checks in values it only skips: numbers,
+	// escapes, control characters, UTF-8 and brackets inside nested values.
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[01]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":-0}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[1.]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[.5]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[1e]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":[1e+5,-1E-0]}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":["\u12"]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"\u12G4":1}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{"a":"\udc00\ud800"}}`,
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[\"a\x01\"]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":{\"a\x1f\":1}}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[\"\xc3\"]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[\"\xed\xa0\x80\"]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3,\"x\":[1,\xff]}",
+	"{\"id\":1,\"key\":\"a\",\"amount\":2,\"ts\":3}\xff",
+	"{\"id\":1,\"key\":\"a\xe9\",\"amount\":2,\"ts\":3}",
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":{]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[[true,false,null],{"a":{}}]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[tRue]}`,
+	`{"id":1,"key":"a","amount":2,"ts":3}}`,
+	`{"id":1,"key":"a","amount":2,"ts":3} x`,
+	`{"id":1,"key":"a","amount":2,"ts":3}{"id":1,"key":"a","amount":2,"ts":3}`,
+	" {\n\t\"id\" :\r1 ,\"key\"\t: \"a\" , \"amount\":2,\"ts\":3 , \"x\" : [ 1 , { \"y\" : null } ] } \n",
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":[1 2]}`,
+	// Names that unescape or fold to "key" (\u212a is the Kelvin sign),
+	// and duplicates of them: the last counts.
+	`{"id":1,"\u006b\u0065\u0079":"a","amount":2,"ts":3}`,
+	`{"id":1,"\u212aey":"a","amount":2,"ts":3}`,
+	`{"id":1,"\u212Aey":"a","K\u0045Y":"b","amount":2,"ts":3}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006bey":"\ud83d\udd11"}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006bey":"\ud83d"}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006bey\ud800":"b"}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"\u006be\u0079 ":"b"}`,
+	// Nesting past the 128 levels the validator keeps in registers, and at
+	// and over the limit with objects and arrays mixed.
+	deep(129), deep(130), deep(200),
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 4999) + strings.Repeat(`]}`, 4999) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 4999) + `{}` + strings.Repeat(`]}`, 4999) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 5000) + strings.Repeat(`]}`, 5000) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`{"a":[`, 100) + strings.Repeat(`}]`, 100) + `}`,
+	`{"id":1,"key":"a","amount":2,"ts":3,"x":` + strings.Repeat(`[`, 300) + `01` + strings.Repeat(`]`, 300) + `}`,
 	// Escapes in names and values the decoder skips.
 	`{"n\u00e4me":"M\u00fcnchen","id":1,"\u0074s":3,"k\u0065y":"a","amount":2,"\"":"\\\""}`,
 	`{"id":1,"key":"a\"b\\","amount":2,"ts":3,"x":["\"]",{"\\":"}"}]}`,
@@ -184,7 +228,7 @@ func seedRecords() [][]byte {
 // checkAgreesWithStrict is the differential property: Decode accepts
 // exactly what decodeStrict (the encoding/json decoder) accepts, with the
 // same event and, for a rejection, the same reason; and decodeJSON, the
-// gjson path on its own, agrees with decodeSlow both ways. It reports
+// one-pass path on its own, agrees with decodeSlow both ways. It reports
 // whether decodeJSON accepted data.
 func checkAgreesWithStrict(t *testing.T, data []byte) bool {
 	t.Helper()
@@ -229,7 +273,7 @@ func clipQ(b []byte) []byte {
 	return b
 }
 
-// FuzzDecodeAgreesWithStrict: the decoder built on gjson accepts and
+// FuzzDecodeAgreesWithStrict: the one-pass decoder accepts and
 // rejects exactly what the encoding/json decoder does, with the same event
 // and reason. `go test` runs its seeds; TestDecodeAgreesWithStrict runs it
 // over 20,000 mutations every time; `go test -fuzz` explores further.
@@ -297,7 +341,7 @@ func mutate(rng *rand.Rand, b []byte) []byte {
 // FuzzDecodeAgreesWithStrict over its seeds and 20,000 deterministic
 // mutations of them, so that every `go test` explores beyond the seeds in
 // bounded time. It fails if the mutations are too tame to reach both
-// verdicts of the gjson path.
+// verdicts of the one-pass path.
 func TestDecodeAgreesWithStrict(t *testing.T) {
 	seeds := seedRecords()
 	rng := rand.New(rand.NewPCG(17, 1))
@@ -326,7 +370,7 @@ func TestDecodeAgreesWithStrict(t *testing.T) {
 }
 
 // TestDecodeWorkloads: every record of the three workloads decodes on the
-// gjson path without encoding/json, to the event the strict decoder reads,
+// one-pass path without encoding/json, to the event the strict decoder reads,
 // and without allocating.
 func TestDecodeWorkloads(t *testing.T) {
 	for _, w := range workloads {
@@ -359,12 +403,17 @@ func TestDecodeWorkloads(t *testing.T) {
 // TestDecodeJSONSkipsOtherValues: the values of fields other than the four
 // are skipped, not decoded: escaped strings (Python's json.dumps escapes
 // every non-ASCII character), fractions, exponents and nested values cost
-// no allocation, and brackets inside strings do not count as nesting.
+// no allocation, nor do escaped names, and brackets inside strings do not
+// count as nesting.
 func TestDecodeJSONSkipsOtherValues(t *testing.T) {
 	recs := []string{
 		`{"id": 1, "key": "k1", "amount": 5, "ts": 3, "city": "M\u00fcnchen", "note": "\"quoted\" \\ \ud83d\ude00"}`,
 		`{"caf\u00e9": 1, "id": 1, "key": "k1", "amount": 5, "ts": 3, "price": 1.5e-3, "big": 1e400, "geo": {"lat": -48.8, "tags": ["\u00e9", [true, false, null]]}}`,
 		`{"id":1,"key":"k1","amount":5,"ts":3,"x":"` + strings.Repeat("[", maxNesting+1) + `"}`,
+		// Names with escapes that may be one of the four (they start like
+		// one) are unescaped on the stack, whether they are one or not.
+		`{"\u0069d":1,"k\u0065y":"k1","\u0061mount":5,"\u0074s":3}`,
+		`{"id":1,"\u212aey":"k1","amount":5,"t\u017f":3,"k\u00e9y":2,"\u0069dx":4}`,
 	}
 	for _, r := range recs {
 		data := []byte(r)
@@ -410,7 +459,7 @@ func TestDecodeJSONFoldedNames(t *testing.T) {
 }
 
 // BenchmarkDecodeWorkloads measures, per workload, Decode against
-// encoding/json alone (decodeSlow) and the gjson path alone (decodeJSON).
+// encoding/json alone (decodeSlow) and the one-pass path alone (decodeJSON).
 func BenchmarkDecodeWorkloads(b *testing.B) {
 	decoders := []struct {
 		name string
@@ -418,7 +467,7 @@ func BenchmarkDecodeWorkloads(b *testing.B) {
 	}{
 		{"Decode", Decode},
 		{"encoding_json", decodeSlow},
-		{"gjson_only", func(d []byte, ev *Event) error {
+		{"decodeJSON_only", func(d []byte, ev *Event) error {
 			if !decodeJSON(d, ev) {
 				return errors.New("refused")
 			}
