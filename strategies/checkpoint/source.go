@@ -187,7 +187,6 @@ func (s *sourceTask) emit(ctx context.Context, rec *batch.Record) error {
 // to: the key's owner; a Transform's values all to transformTarget; a
 // dead letter to the partition's operator.
 func (s *sourceTask) route(rec *batch.Record) (output, int) {
-	cfg := s.p.r.cfg
 	nOps := len(s.p.toOp)
 	var derr error
 	if !s.p.work.builtin() {
@@ -200,6 +199,7 @@ func (s *sourceTask) route(rec *batch.Record) (output, int) {
 		ev := &s.ev
 		return output{ID: ev.ID, Amount: ev.Amount, TS: ev.TS, Key: s.key(ev.Key)}, keyOwner(ev.Key, nOps)
 	}
+	cfg := &s.p.r.cfg // not a copy per record: Config is large
 	dl := shared.DeadLetter(cfg.Job, cfg.Topic, rec, derr)
 	return output{Dead: &dl}, int(s.part) % nOps
 }

@@ -19,7 +19,11 @@ type Config struct {
 	// is copied, never modified; the copy gets the settings a
 	// transactional producer needs. nil: sarama's defaults with the
 	// Kafka version microbatch is tested with and client id
-	// "microbatch-kafka-sink".
+	// "microbatch-kafka-sink". It configures the coordinator client
+	// as it is; the producers (franz-go clients) take from it the client
+	// id, dial timeout, TLS, SASL (PLAIN, SCRAM-SHA-256/512),
+	// Producer.MaxMessageBytes (largest batch), Producer.Compression and
+	// Producer.Flush.Frequency (linger).
 	Sarama *sarama.Config
 	// Security (TLS, SASL) is applied on top of the base configuration.
 	Security Security

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Bounds of the retry loop for requests to a transaction coordinator
@@ -136,6 +137,14 @@ func (e kafkaErr) Unwrap() error { return e.code }
 func kafkaError(err error) error {
 	if k, ok := err.(sarama.KError); ok {
 		return kafkaErr{k}
+	}
+	// franz-go's: a Kafka error code, or one wrapped with what failed.
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		if err == error(ke) {
+			return kafkaErr{sarama.KError(ke.Code)}
+		}
+		return fmt.Errorf("%w: %w", err, kafkaErr{sarama.KError(ke.Code)})
 	}
 	return err
 }

@@ -10,7 +10,8 @@
 //
 // Files: config.go (Config and its checks), txn.go (the writer's life:
 // New, Begin, Write, PreCommit, Close), slot.go (one transactional
-// producer per slot), offsets.go (WriteOffsets), recover.go (Commit,
+// producer per slot), kgo.go (the producers' options), message.go
+// (recycled records), offsets.go (WriteOffsets), recover.go (Commit,
 // Abort and Recover: finishing by identity, fencing), coordinator.go
 // (requests to the transaction coordinator and their retries).
 //
@@ -20,13 +21,17 @@
 // transaction n is pre-committed (waiting for checkpoint n to complete)
 // transaction n+1 is already being written. So a subtask rotates through
 // Slots transactional ids, "<prefix>-<k>": transaction n uses slot
-// n % Slots, with one sarama transactional producer (and client) per slot,
-// created lazily. Creating it sends InitProducerId, which aborts whatever
-// that id still had open and fences older producers of it.
+// n % Slots, with one franz-go transactional producer (a kgo client) per
+// slot, created lazily. Creating it sends InitProducerId, which aborts
+// whatever that id still had open and fences older producers of it.
+// Requests to the coordinator by identity (DescribeTransactions, EndTxn,
+// AddOffsetsToTxn, TxnOffsetCommit) go through one sarama client.
 //
 // A slot's producer is reused from one transaction to the next without a
-// new InitProducerId, so its transactions share a producer id and epoch
-// (sarama's EndTxn versions don't bump the epoch per transaction). A
+// new InitProducerId, so its transactions share a producer id and epoch:
+// the producers speak transaction version 1 (Produce up to v11, EndTxn up
+// to v4, kgo.go), whose EndTxn doesn't bump the epoch per transaction, even
+// on a Kafka 4 cluster with transaction version 2 (KIP-890) enabled. A
 // commit by (id, producer id, epoch) — which is all a Pending holds, and
 // all a recovery in another process can send — therefore commits whatever
 // transaction that id has open. It is only safe because the caller

@@ -167,10 +167,10 @@ func kafkaTxnExpect(t testing.TB, brokers []string, topic string, level sarama.I
 }
 
 // kafkaTxnSettle waits until the records written so far in the open
-// transaction are acknowledged, before a test makes records fail: sarama
-// (v1.61.1) has a data race between a record failing and the sending of
-// others (IBM/sarama#2913: transactionManager.lastError is written under
-// statusLock and read under partitionInTxnLock), which -race reports.
+// transaction are acknowledged, before a test makes records fail, so that
+// which records reached the broker doesn't depend on timing. (It also
+// kept sarama's data race between a record failing and the sending of
+// others, IBM/sarama#2913, out of -race runs while the sink used sarama.)
 func kafkaTxnSettle(t testing.TB, w *Txn) {
 	t.Helper()
 	if err := w.open.flush(t.Context()); err != nil {

@@ -5,43 +5,49 @@ import (
 	"testing"
 )
 
-// A record written into a transaction reuses a message sarama handed
+// A record written into a transaction reuses one the producer handed
 // back: building one allocates nothing once the pool is warm. Under -race
 // sync.Pool drops a quarter of what is put back, hence "at most one" on
-// average; a fresh message with its own copy and boxed encoders costs four.
-func TestMessageReuse(t *testing.T) {
+// average; a fresh record with its own copies costs three.
+func TestRecordReuse(t *testing.T) {
 	key, value := []byte("k17"), bytes.Repeat([]byte("v"), 120)
-	releaseMessage(newMessage("t", key, value)) // warm the pool
+	releaseRecord(newRecord("t", key, value)) // warm the pool
 	allocs := testing.AllocsPerRun(1000, func() {
-		pm := newMessage("t", key, value)
-		releaseMessage(pm)
+		releaseRecord(newRecord("t", key, value))
 	})
 	if allocs > 1 {
-		t.Errorf("building a message: %.1f allocations, want at most 1", allocs)
+		t.Errorf("building a record: %.1f allocations, want at most 1", allocs)
 	}
 }
 
-// A message holds its own copy of key and value: the caller's buffers are
-// reused at once, and a recycled message's old bytes don't show through.
-func TestMessageCopies(t *testing.T) {
+// A record holds its own copy of key and value: the caller's buffers are
+// reused at once, and a recycled record's old bytes don't show through.
+func TestRecordCopies(t *testing.T) {
 	key, value := []byte("key-1"), []byte("a longer value, number one")
-	pm := newMessage("t", key, value)
+	r := newRecord("t", key, value)
 	copy(key, "XXXXX")
 	copy(value, bytes.Repeat([]byte("X"), len(value)))
-	k, _ := pm.Key.Encode()
-	v, _ := pm.Value.Encode()
-	if string(k) != "key-1" || string(v) != "a longer value, number one" || pm.Key.Length() != 5 || pm.Topic != "t" {
-		t.Fatalf("message = %q %q (key length %d) on %q, want the bytes given", k, v, pm.Key.Length(), pm.Topic)
+	if string(r.Key) != "key-1" || string(r.Value) != "a longer value, number one" || r.Topic != "t" {
+		t.Fatalf("record = %q %q on %q, want the bytes given", r.Key, r.Value, r.Topic)
 	}
-	releaseMessage(pm)
-	for range 10 { // the pool may hand back the message just released
-		pm := newMessage("u", nil, []byte("v2"))
-		if pm.Key != nil {
-			t.Fatalf("message without key has key %v", pm.Key)
+	releaseRecord(r)
+	for range 10 { // the pool may hand back the record just released
+		r := newRecord("u", nil, []byte("v2"))
+		if r.Key != nil {
+			t.Fatalf("record without key has key %q", r.Key)
 		}
-		if v, _ := pm.Value.Encode(); string(v) != "v2" || pm.Topic != "u" {
-			t.Fatalf("recycled message = %q on %q, want v2 on u", v, pm.Topic)
+		if string(r.Value) != "v2" || r.Topic != "u" || r.Partition != 0 || r.Offset != 0 {
+			t.Fatalf("recycled record = %q on %q (%d@%d), want v2 on u", r.Value, r.Topic, r.Partition, r.Offset)
 		}
-		releaseMessage(pm)
+		releaseRecord(r)
+	}
+	// An empty key is a key (null and "" are different keys to Kafka).
+	releaseRecord(newRecord("t", []byte("x"), nil))
+	for range 10 {
+		r := newRecord("t", []byte{}, nil)
+		if r.Key == nil || len(r.Key) != 0 || r.Value != nil {
+			t.Fatalf("empty key became %#v, value %#v", r.Key, r.Value)
+		}
+		releaseRecord(r)
 	}
 }

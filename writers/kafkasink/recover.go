@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/microbatch/microbatch/writers"
 )
 
@@ -90,13 +92,13 @@ func (w *Txn) Commit(ctx context.Context, p writers.Pending) error {
 	if s := w.liveSlot(p.ID, d); s != nil {
 		switch {
 		case s.txn == p.Txn && s.state == slotPreCommitted:
-			if err := s.prod.CommitTxn(); err == nil {
+			if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
 				if s.sent > 0 || !s.offsets {
 					s.state = slotCommitted
 					return nil
 				}
-				// Offsets only: sarama had nothing to end, the broker
-				// has. The EndTxn below ends it.
+				// Offsets only: the producer had nothing to end, the
+				// broker has. The EndTxn below ends it.
 			}
 			// Finish it by identity: the outcome above may be unknown.
 			w.closeSlot(s)
@@ -186,14 +188,14 @@ func (w *Txn) abortLive(ctx context.Context, s *kafkaSlot) error {
 	failed := s.err != nil
 	s.mu.Unlock()
 	// With offsets added (WriteOffsets) the abort below by identity runs
-	// too: sarama ends only the transactions it added partitions to, and
-	// sends nothing if every record failed before that.
-	if err := s.prod.AbortTxn(); err == nil && !s.offsets {
+	// too: the producer ends only the transactions it added partitions
+	// to, and sends nothing if every record failed before that.
+	if err := s.abort(ctx); err == nil && !s.offsets {
 		s.state = slotAborted
 		if failed {
-			// After a failed record sarama bumps the epoch when it
-			// aborts, so the identity PreCommit checks is stale: start
-			// the next transaction on a new producer.
+			// After a failed record the producer may bump its epoch
+			// when it aborts, so the identity PreCommit checks may be
+			// stale: start the next transaction on a new producer.
 			w.closeSlot(s)
 		}
 		return nil

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 type slotState int
@@ -22,23 +22,24 @@ const (
 	slotAborted
 )
 
-// kafkaSlot is one live transactional producer, for transactional id id.
-// A slot whose producer is closed is dropped (Txn.slots[k] = nil);
-// the next use creates a new one.
+// kafkaSlot is one live transactional producer (a franz-go client), for
+// transactional id id. A slot whose producer is closed is dropped
+// (Txn.slots[k] = nil); the next use creates a new one.
 type kafkaSlot struct {
-	k      int
-	id     string
-	client sarama.Client // the producer's own
-	prod   sarama.AsyncProducer
-	done   chan struct{} // closed when drain has returned
-	pid    int64         // identity the coordinator gave this producer
-	epoch  int16
+	k     int
+	id    string
+	cl    *kgo.Client
+	pid   int64 // identity the coordinator gave this producer
+	epoch int16
+	// promise is the one callback every record of this producer gets
+	// (a method value made once, not a closure per record).
+	promise func(*kgo.Record, error)
 
 	txn   int64 // the transaction begun last on this producer
 	state slotState
 	sent  int64 // records handed to the producer in txn
 	// offsets: WriteOffsets added consumer offsets to txn on the broker,
-	// which sarama's producer doesn't know about (see WriteOffsets).
+	// which the producer doesn't know about (see WriteOffsets).
 	offsets bool
 	// The transaction before txn on this producer, so that a repeated
 	// Commit or Abort of it is answered without asking the broker (which
@@ -46,11 +47,9 @@ type kafkaSlot struct {
 	prevTxn   int64
 	prevState slotState
 
-	mu       sync.Mutex // guards the rest, shared with drain
-	inflight int64
-	idle     chan struct{} // closed when inflight drops to 0
-	err      error         // first failed record of txn
-	parts    map[topicPart]struct{}
+	mu    sync.Mutex // guards the rest, shared with the producer's promises
+	err   error      // first failed record of txn
+	parts map[topicPart]struct{}
 }
 
 // empty: nothing of txn reached the broker, so there is no transaction
@@ -62,119 +61,80 @@ type topicPart struct {
 	part  int32
 }
 
-// drain reads the producer's results until both channels are closed
-// (AsyncClose), so the producer never blocks on them.
-func (s *kafkaSlot) drain() {
-	defer close(s.done)
-	succ, errs := s.prod.Successes(), s.prod.Errors()
-	for succ != nil || errs != nil {
-		select {
-		case m, ok := <-succ:
-			if !ok {
-				succ = nil
-				continue
-			}
-			s.acked(m.Topic, m.Partition, nil)
-			releaseMessage(m)
-		case e, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			err := e.Err
-			if err == nil {
-				err = errors.New("unknown producer error")
-			}
-			if e.Msg != nil {
-				s.acked(e.Msg.Topic, e.Msg.Partition, fmt.Errorf("producing to %s/%d: %w", e.Msg.Topic, e.Msg.Partition, kafkaError(err)))
-				releaseMessage(e.Msg)
-			} else {
-				s.acked("", -1, kafkaError(err))
-			}
-		}
-	}
-}
-
-// add counts a record about to be sent, or returns the first error of
-// the transaction.
-func (s *kafkaSlot) add() error {
+// done is the producer's callback for one record, called once per record
+// in the producer's promise goroutine: it notes the partition the record
+// went to (PreCommit checks the coordinator has them all) or the first
+// error, and recycles the record.
+func (s *kafkaSlot) done(r *kgo.Record, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return s.err
-	}
-	if s.inflight == 0 {
-		s.idle = make(chan struct{})
-	}
-	s.inflight++
-	return nil
-}
-
-func (s *kafkaSlot) acked(topic string, part int32, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		if s.err == nil {
-			s.err = err
+			s.err = fmt.Errorf("producing to %s/%d: %w", r.Topic, r.Partition, kafkaError(err))
 		}
-	} else if topic != "" {
-		s.parts[topicPart{topic, part}] = struct{}{}
+	} else {
+		s.parts[topicPart{r.Topic, r.Partition}] = struct{}{}
 	}
-	s.inflight--
-	if s.inflight == 0 && s.idle != nil {
-		close(s.idle)
-		s.idle = nil
-	}
+	s.mu.Unlock()
+	releaseRecord(r)
 }
 
-// flush waits until every record sent in the transaction is acknowledged
-// and returns the first error.
-func (s *kafkaSlot) flush(ctx context.Context) error {
-	s.mu.Lock()
-	idle := s.idle
-	s.mu.Unlock()
-	if idle != nil {
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+// failed returns the first error of the transaction.
+func (s *kafkaSlot) failed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
 }
 
-// newSlot creates slot k's producer: InitProducerId, which aborts what
-// the id had open and fences its older producers. Then it reads the
-// identity the coordinator gave it, which PreCommit checks again.
+// flush waits until every record sent in the transaction is acknowledged
+// and returns the first error.
+func (s *kafkaSlot) flush(ctx context.Context) error {
+	if err := s.cl.Flush(ctx); err != nil {
+		return err
+	}
+	return s.failed()
+}
+
+// abort aborts the producer's transaction. It first sends what is
+// buffered (for up to cleanupTimeout; then the rest fails with
+// ErrAborting), so that every record written lands under the abort
+// marker, as with a commit; then EndTxn(abort) goes out if the producer
+// added partitions to the transaction.
+func (s *kafkaSlot) abort(ctx context.Context) error {
+	fctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	err := s.cl.Flush(fctx)
+	cancel()
+	if err != nil {
+		if err := s.cl.AbortBufferedRecords(ctx); err != nil {
+			return err
+		}
+	}
+	return s.cl.EndTransaction(ctx, kgo.TryAbort)
+}
+
+// newSlot creates slot k's producer and initialises its producer id
+// (InitProducerId), which aborts what the id had open and fences its
+// older producers. The identity it gets is what PreCommit checks again.
 func (w *Txn) newSlot(ctx context.Context, k int) (*kafkaSlot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	id := w.slotID(k)
-	conf := *w.conf
-	conf.Producer.Transaction.ID = id
-	client, err := sarama.NewClient(w.cfg.Brokers, &conf)
+	s := &kafkaSlot{k: k, id: id, parts: map[topicPart]struct{}{}}
+	s.promise = s.done
+	cl, err := kgo.NewClient(append(w.opts, kgo.TransactionalID(id))...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka sink: connecting to Kafka %s: %w", strings.Join(w.cfg.Brokers, ","), err)
+		return nil, fmt.Errorf("kafka sink: starting transactional producer %s: %w", id, err)
 	}
-	prod, err := sarama.NewAsyncProducerFromClient(client)
+	s.cl = cl
+	pid, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
-		_ = client.Close()
-		if errors.Is(err, sarama.ErrInvalidTransactionTimeout) {
+		cl.Close()
+		if errors.Is(err, sarama.ErrInvalidTransactionTimeout) || errors.Is(kafkaError(err), sarama.ErrInvalidTransactionTimeout) {
 			return nil, w.timeoutError(id)
 		}
-		return nil, fmt.Errorf("kafka sink: starting transactional producer %s: %w", id, kafkaError(err))
+		return nil, fmt.Errorf("kafka sink: starting transactional producer %s: %w", id, w.cfg.Security.ConnectError(w.cfg.Brokers, kafkaError(err)))
 	}
-	s := &kafkaSlot{k: k, id: id, client: client, prod: prod, done: make(chan struct{}), parts: map[topicPart]struct{}{}}
-	go s.drain()
-	st, err := w.describe(ctx, id)
-	if err != nil {
-		w.closeSlot(s)
-		return nil, err
-	}
-	s.pid, s.epoch = st.ProducerID, st.ProducerEpoch
+	s.pid, s.epoch = pid, epoch
 	return s, nil
 }
 
@@ -204,13 +164,12 @@ func (w *Txn) timeoutError(id string) error {
 		w.cfg.TxnTimeout, limit, kafkaErr{sarama.ErrInvalidTransactionTimeout})
 }
 
-// closeSlot closes a slot's producer and client and waits for drain. An
+// closeSlot closes a slot's producer. Records still buffered fail; an
 // open transaction stays open on the broker (until the next
-// InitProducerId of the id or the transaction timeout).
+// InitProducerId of the id or the transaction timeout): closing a
+// franz-go client sends no EndTxn.
 func (w *Txn) closeSlot(s *kafkaSlot) {
-	s.prod.AsyncClose()
-	<-s.done
-	_ = s.client.Close()
+	s.cl.Close()
 	if w.slots[s.k] == s {
 		w.slots[s.k] = nil
 	}

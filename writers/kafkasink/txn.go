@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/writers"
@@ -27,7 +28,8 @@ import (
 type Txn struct {
 	cfg    Config
 	conf   *sarama.Config // the adjusted base; each slot's producer gets a copy
-	client sarama.Client  // coordinator requests: DescribeTransactions, EndTxn, DescribeConfigs
+	opts   []kgo.Opt      // every slot's producer's, but its transactional id
+	client sarama.Client  // coordinator requests: DescribeTransactions, EndTxn, AddOffsetsToTxn, DescribeConfigs
 	slots  []*kafkaSlot   // nil: no live producer for that slot
 	open   *kafkaSlot     // the slot of the open transaction, if any
 
@@ -63,13 +65,6 @@ func New(cfg Config) (*Txn, error) {
 		// base can turn it on for a slow network.
 		conf.Producer.Flush.Bytes = 1 << 20
 		conf.Producer.Flush.Frequency = 10 * time.Millisecond
-		// kafkautil's 32 is sized for consumers. A producer passes every
-		// record through four goroutines; room for a thousand per hop lets
-		// each take records in runs instead of waking per record.
-		conf.ChannelBufferSize = 1024
-		// A topic created a moment ago may still be electing leaders.
-		conf.Producer.Retry.Max = 10
-		conf.Producer.Retry.Backoff = 250 * time.Millisecond
 	}
 	if !conf.Version.IsAtLeast(sarama.V3_0_0_0) {
 		conf.Version = kafkautil.Version // DescribeTransactions needs 3.0
@@ -90,13 +85,17 @@ func New(cfg Config) (*Txn, error) {
 	if err := conf.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka sink: sarama config: %w", err)
 	}
+	opts, err := producerOpts(cfg, &conf)
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink: %w", err)
+	}
 	adminConf := conf
 	adminConf.Producer.Transaction.ID = ""
 	client, err := sarama.NewClient(cfg.Brokers, &adminConf)
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink: connecting to Kafka %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
-	return &Txn{cfg: cfg, conf: &conf, client: client, slots: make([]*kafkaSlot, cfg.Slots)}, nil
+	return &Txn{cfg: cfg, conf: &conf, opts: opts, client: client, slots: make([]*kafkaSlot, cfg.Slots)}, nil
 }
 
 func (w *Txn) String() string {
@@ -121,10 +120,6 @@ func (w *Txn) Begin(ctx context.Context, txn int64) error {
 	if s != nil && s.state == slotPreCommitted {
 		return fmt.Errorf("kafka sink: begin txn %d: %s still holds pre-committed txn %d; commit or abort it first", txn, s.id, s.txn)
 	}
-	if s != nil && s.prod.TxnStatus()&sarama.ProducerTxnFlagReady == 0 {
-		w.closeSlot(s) // in error, or mid-way: start over
-		s = nil
-	}
 	if s == nil {
 		var err error
 		if s, err = w.newSlot(ctx, k); err != nil {
@@ -132,7 +127,7 @@ func (w *Txn) Begin(ctx context.Context, txn int64) error {
 		}
 		w.slots[k] = s
 	}
-	if err := s.prod.BeginTxn(); err != nil {
+	if err := s.cl.BeginTransaction(); err != nil {
 		w.closeSlot(s)
 		return fmt.Errorf("kafka sink: begin txn %d on %s: %w", txn, s.id, kafkaError(err))
 	}
@@ -150,25 +145,23 @@ func (w *Txn) Begin(ctx context.Context, txn int64) error {
 
 // Write sends a record into the open transaction. It returns before the
 // record is acknowledged (PreCommit waits for that), but blocks while the
-// producer's buffers are full, until ctx ends. key and value are copied.
+// producer's buffer is full, until ctx ends. key and value are copied.
 func (w *Txn) Write(ctx context.Context, topic string, key, value []byte) error {
 	s := w.open
 	if s == nil {
 		return errors.New("kafka sink: write outside a transaction (Begin first)")
 	}
-	if err := s.add(); err != nil {
+	if err := s.failed(); err != nil {
 		return fmt.Errorf("kafka sink: txn %d on %s: %w", s.txn, s.id, err)
 	}
-	msg := newMessage(topic, key, value)
-	select {
-	case s.prod.Input() <- msg:
-		s.sent++
-		return nil
-	case <-ctx.Done():
-		releaseMessage(msg)
-		s.acked("", -1, nil) // not sent after all
-		return fmt.Errorf("kafka sink: writing to %s: %w", topic, ctx.Err())
+	// A record that can't be buffered (ctx ended, the producer closed)
+	// is failed through the promise, and so fails the transaction.
+	s.cl.Produce(ctx, newRecord(topic, key, value), s.promise)
+	s.sent++
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("kafka sink: writing to %s: %w", topic, err)
 	}
+	return nil
 }
 
 // PreCommit waits until every record of the open transaction is
