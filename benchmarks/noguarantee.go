@@ -283,3 +283,42 @@ func foldExact(got, want map[string]event.Expected) error {
 	diffs = diffs[:min(n, 5)]
 	return fmt.Errorf("the fold is not exact: %d keys differ (%s%s)", n, strings.Join(diffs, "; "), map[bool]string{true: "; …", false: ""}[n > 5])
 }
+
+// noGuarantee measures the no-guarantee pipeline on the workload topic
+// and checks its fold against the produced totals: a read whose fold is
+// not exact is a failure of the bench, and its rate is not kept.
+func (b *bench) noGuarantee() {
+	defer b.prog.finished(b.estNoGuarantee())
+	w := b.o.Workload
+	b.prog.printf("no-guarantee pipeline: kgo + fastjson + per-key fold in memory over all %d events, nothing written", w.Events)
+	r, err := noGuaranteeConsume(b.ctx, b.brokers, b.input, DefaultNoGuaranteeSettings)
+	if err != nil {
+		b.fail(nil, "no-guarantee pipeline: %v", err)
+		return
+	}
+	ng := b.res.NoGuarantee
+	if ng == nil {
+		ng = &NoGuaranteeResult{Settings: DefaultNoGuaranteeSettings, Exact: true,
+			Method: "the no-guarantee pipeline (" + DefaultNoGuaranteeSettings.String() + ") reads every partition to the end offset it had before the read; " +
+				"timed from client creation to the last partition folded; its per-key totals are compared with the produced ones after every read (a read that is not exact fails the bench and is not kept); " +
+				"run twice before the strategies and once after, the best of the three shown"}
+		b.res.NoGuarantee = ng
+	}
+	if b.wantPerKey == nil {
+		b.wantPerKey = expectedPerKey(w)
+	}
+	ng.Rejected = r.Rejected
+	if err := foldExact(r.Totals, b.wantPerKey); err != nil {
+		ng.Exact = false
+		b.fail(nil, "no-guarantee pipeline: %d records read, %d refused: %v", r.Records, r.Rejected, err)
+		return
+	}
+	rate := r.EventsPerSec()
+	ng.Runs = append(ng.Runs, rate)
+	b.prog.printf("no-guarantee pipeline: %s events in %s, fold exact: %s events/s", group(r.Records), r.Duration.Round(time.Millisecond), group(int64(rate)))
+}
+
+// estNoGuarantee is one read's estimate in seconds, for the ETA.
+func (b *bench) estNoGuarantee() float64 {
+	return float64(b.o.Workload.Events)/400_000 + 1 + float64(b.o.Workload.Events)/20_000_000 // the read, the expected totals
+}
