@@ -54,6 +54,7 @@ func (s NoGuaranteeSettings) String() string {
 // NoGuaranteeRead is one read of a whole topic by the pipeline.
 type NoGuaranteeRead struct {
 	Duration time.Duration // client creation → every partition folded up to its end offset
+	CPU      time.Duration // this process's CPU time over Duration (the pipeline's, as the bench does nothing else meanwhile)
 	Records  int64         // records read
 	Rejected int64         // records fastjson refused or without the four fields (not folded)
 	Totals   map[string]event.Expected
@@ -86,7 +87,7 @@ func noGuaranteeRead(ctx context.Context, brokers []string, topic string, ends m
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPU()
 	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("microbatch-bench-no-guarantee"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
 		kgo.FetchMaxBytes(s.FetchBytes), kgo.FetchMaxPartitionBytes(s.FetchBytes), kgo.FetchMaxWait(s.MaxWait),
@@ -168,7 +169,7 @@ func noGuaranteeRead(ctx context.Context, brokers []string, topic string, ends m
 			out.Totals[t.Key] = e
 		}
 	}
-	out.Duration = time.Since(start)
+	out.Duration, out.CPU = time.Since(start), selfCPU()-cpu0
 	return out, nil
 }
 
@@ -315,7 +316,9 @@ func (b *bench) noGuarantee() {
 	}
 	rate := r.EventsPerSec()
 	ng.Runs = append(ng.Runs, rate)
-	b.prog.printf("no-guarantee pipeline: %s events in %s, fold exact: %s events/s", group(r.Records), r.Duration.Round(time.Millisecond), group(int64(rate)))
+	ng.RunsCPU = append(ng.RunsCPU, r.CPU.Seconds()/float64(max(r.Records, 1))*1e6)
+	b.prog.printf("no-guarantee pipeline: %s events in %s (%.2f CPU µs / event), fold exact: %s events/s", group(r.Records),
+		r.Duration.Round(time.Millisecond), ng.RunsCPU[len(ng.RunsCPU)-1], group(int64(rate)))
 }
 
 // estNoGuarantee is one read's estimate in seconds, for the ETA.

@@ -112,6 +112,9 @@ func Markdown(r *Results, chart string) string {
 		runs := make([]string, len(ng.Runs))
 		for i, x := range ng.Runs {
 			runs[i] = group(int64(x))
+			if i < len(ng.RunsCPU) {
+				runs[i] += fmt.Sprintf(" at %.2f CPU µs / event", ng.RunsCPU[i])
+			}
 		}
 		exact := "every read's per-key totals were the produced ones"
 		if !ng.Exact {

@@ -81,10 +81,14 @@ type RawResult struct {
 // measured like the raw consume: before and after the strategies,
 // EventsPerSec the best run. Only reads whose fold was exact count.
 type NoGuaranteeResult struct {
-	EventsPerSec float64             `json:"events_per_sec"`
-	Runs         []float64           `json:"runs"`
-	Method       string              `json:"method"`
-	Settings     NoGuaranteeSettings `json:"settings"`
+	EventsPerSec float64   `json:"events_per_sec"`
+	Runs         []float64 `json:"runs"`
+	// RunsCPU is each run's CPU µs per event (the bench process's, which
+	// runs nothing else meanwhile): on a shared machine it moves less
+	// than the rate, and compares with a strategy's "CPU µs / event".
+	RunsCPU  []float64           `json:"runs_cpu_us_per_event"`
+	Method   string              `json:"method"`
+	Settings NoGuaranteeSettings `json:"settings"`
 	// Exact: every read's per-key totals were the produced ones.
 	Exact    bool  `json:"exact"`
 	Rejected int64 `json:"rejected"` // records fastjson refused, in the last read (0 on the bench's workloads)

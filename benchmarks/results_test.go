@@ -156,7 +156,7 @@ func TestJudgeThroughputOnly(t *testing.T) {
 func TestNoGuaranteeColumn(t *testing.T) {
 	r := &Results{
 		Raw:         RawResult{Runs: []float64{3000, 4000}},
-		NoGuarantee: &NoGuaranteeResult{Runs: []float64{1900, 2000, 1500}, Exact: true, Settings: DefaultNoGuaranteeSettings},
+		NoGuarantee: &NoGuaranteeResult{Runs: []float64{1900, 2000, 1500}, RunsCPU: []float64{1.5, 1.25, 2}, Exact: true, Settings: DefaultNoGuaranteeSettings},
 		Rows: []Row{
 			row("txn", "exactly-once", 1800, 0, 0, "OK: exactly once"),
 			row("at-least-once", "at-least-once", 1000, 3, 0, "OK for at-least-once"),
@@ -178,7 +178,7 @@ func TestNoGuaranteeColumn(t *testing.T) {
 		"| txn |  | exactly-once | 1,800 | 0.45 | 0.90 |",
 		"| at-least-once |  | at-least-once | 1,000 | 0.25 | 0.50 |",
 		"³ The bar",
-		"events/s: 1,900, 2,000, 1,500",
+		"events/s: 1,900 at 1.50 CPU µs / event, 2,000 at 1.25 CPU µs / event, 1,500 at 2.00 CPU µs / event",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)

@@ -61,7 +61,7 @@ func TestBenchTiny(t *testing.T) {
 	if res.Raw.EventsPerSec <= 0 || res.Baseline == nil || res.Baseline.EventsPerSec <= 0 {
 		t.Errorf("references missing: raw %+v, baseline %+v", res.Raw, res.Baseline)
 	}
-	if ng := res.NoGuarantee; ng == nil || len(ng.Runs) != 3 || !ng.Exact || ng.EventsPerSec <= 0 {
+	if ng := res.NoGuarantee; ng == nil || len(ng.Runs) != 3 || len(ng.RunsCPU) != 3 || ng.RunsCPU[0] <= 0 || !ng.Exact || ng.EventsPerSec <= 0 {
 		t.Errorf("the no-guarantee pipeline: want three exact reads, got %+v", ng)
 	}
 	if md, _ := os.ReadFile(filepath.Join(out, "results.md")); !strings.Contains(string(md), "| no-guarantee pipeline (the bar)³ |") || !strings.Contains(string(md), "× no-guarantee") {
