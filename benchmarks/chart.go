@@ -30,7 +30,7 @@ var (
 type chartRow struct {
 	name          string
 	rate          float64
-	reference     bool // raw consume, baseline: grey, no fault or latency data
+	reference     bool // raw consume, no-guarantee pipeline, baseline: grey, no fault or latency data
 	ran           bool // fault run judged
 	dups, losses  float64
 	p50, p95, p99 float64
@@ -50,12 +50,16 @@ func writeChart(path string, r *Results) error {
 }
 
 // WriteChart draws three panels side by side, one row per strategy (plus
-// raw consume and the baseline): throughput, duplicates and losses after
-// the fault run, and latency percentiles; format is svg or png.
+// raw consume, the no-guarantee pipeline and the baseline): throughput,
+// duplicates and losses after the fault run, and latency percentiles;
+// format is svg or png.
 func WriteChart(out io.Writer, r *Results, format string) error {
 	var rows []chartRow
 	if r.Raw.EventsPerSec > 0 {
 		rows = append(rows, chartRow{name: "raw consume", rate: r.Raw.EventsPerSec, reference: true})
+	}
+	if ng := r.NoGuarantee; ng != nil && ng.EventsPerSec > 0 {
+		rows = append(rows, chartRow{name: "no-guarantee pipeline", rate: ng.EventsPerSec, reference: true})
 	}
 	if r.Baseline != nil {
 		rows = append(rows, chartRow{name: "per-record baseline", rate: r.Baseline.EventsPerSec, reference: true})

@@ -233,6 +233,8 @@ type bench struct {
 	prog    *progress
 	topics  []string // per-run topics, deleted at the end
 
+	wantPerKey map[string]event.Expected // the workload's per-key totals, once computed
+
 	faultDone float64 // estimate of the current fault run's steps done
 	res       *Results
 }
@@ -347,6 +349,9 @@ func (b *bench) setUp() error {
 	w := o.Workload
 	b.prog.plan(float64(w.Events)/150_000 + 2)       // produce
 	b.prog.plan(3 * (float64(w.Events)/800_000 + 1)) // raw consume three times
+	if b.runs(PhaseThroughput) {
+		b.prog.plan(3 * b.estNoGuarantee()) // the no-guarantee pipeline three times
+	}
 	if b.sql != nil && b.runs(PhaseThroughput) {
 		b.prog.plan(min(float64(o.BaselineEvents)/3000+3, o.BaselineWindow.Seconds()))
 	}
@@ -430,6 +435,11 @@ func (b *bench) runAll() {
 	// own housekeeping, and a ceiling that is too low flatters everyone.
 	b.raw()
 	b.raw()
+	if b.runs(PhaseThroughput) {
+		// The bar, measured as the ceiling is: best of three reads.
+		b.noGuarantee()
+		b.noGuarantee()
+	}
 	if !b.runs(PhaseThroughput) {
 		// No baseline: it is a throughput reference.
 	} else if b.sql != nil && b.ctx.Err() == nil {
@@ -475,13 +485,11 @@ func (b *bench) runAll() {
 	}
 	if b.ctx.Err() == nil {
 		b.raw()
-	}
-	if raws := b.res.Raw.Runs; len(raws) > 0 {
-		b.res.Raw.EventsPerSec = slices.Max(raws)
-		for i := range b.res.Rows {
-			b.res.Rows[i].Clean.RatioToRaw = b.res.Rows[i].Clean.EventsPerSec / b.res.Raw.EventsPerSec
+		if b.runs(PhaseThroughput) {
+			b.noGuarantee()
 		}
 	}
+	b.res.setRatios()
 }
 
 // fail records a failure of a step; the bench goes on with the next.

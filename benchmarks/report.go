@@ -52,14 +52,26 @@ func Markdown(r *Results, chart string) string {
 		mark = " ?"
 		p("**Fault run: unvalidated** (columns marked ?) — %s.\n\n", r.FaultNote)
 	}
-	p("| strategy | sink | guarantee promised | events/s | × raw consume | latency p50 / p99 | duplicates%s | losses%s | recovery (mean) |\n", mark, mark)
-	p("|---|---|---|--:|--:|--:|--:|--:|--:|\n")
+	var bar float64 // the no-guarantee pipeline's rate, 0 if not measured
+	if r.NoGuarantee != nil {
+		bar = r.NoGuarantee.EventsPerSec
+	}
+	p("| strategy | sink | guarantee promised | events/s | × raw consume | × no-guarantee | latency p50 / p99 | duplicates%s | losses%s | recovery (mean) |\n", mark, mark)
+	p("|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	if r.Raw.EventsPerSec > 0 {
-		p("| raw consume (ceiling)² | — | — | %s | 1.00 | — | — | — | — |\n", group(int64(r.Raw.EventsPerSec)))
+		p("| raw consume (ceiling)² | — | — | %s | 1.00 | %s | — | — | — | — |\n", group(int64(r.Raw.EventsPerSec)), ratio(r.Raw.EventsPerSec, bar))
+	}
+	if ng := r.NoGuarantee; ng != nil {
+		rate := "—"
+		if ng.EventsPerSec > 0 {
+			rate = group(int64(ng.EventsPerSec))
+		}
+		p("| no-guarantee pipeline (the bar)³ | — (in memory) | none | %s | %s | %s | — | — | — | — |\n",
+			rate, ratio(ng.EventsPerSec, r.Raw.EventsPerSec), ratio(ng.EventsPerSec, bar))
 	}
 	if bl := r.Baseline; bl != nil {
-		p("| per-record baseline¹ | %s | at-least-once (hand-written) | %s | %s | — | — | — | — |\n",
-			sqlLabel(m.MySQL), group(int64(bl.EventsPerSec)), ratio(bl.EventsPerSec, r.Raw.EventsPerSec))
+		p("| per-record baseline¹ | %s | at-least-once (hand-written) | %s | %s | %s | — | — | — | — |\n",
+			sqlLabel(m.MySQL), group(int64(bl.EventsPerSec)), ratio(bl.EventsPerSec, r.Raw.EventsPerSec), ratio(bl.EventsPerSec, bar))
 	}
 	for _, row := range r.Rows {
 		c, f := row.Clean, row.Fault
@@ -81,7 +93,8 @@ func Markdown(r *Results, chart string) string {
 		if len(row.Errors) > 0 {
 			name += " ⚠"
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, row.Sink, row.Guarantee, rate, ratio(c.EventsPerSec, r.Raw.EventsPerSec), lat, dups, losses, rec)
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, row.Sink, row.Guarantee, rate, ratio(c.EventsPerSec, r.Raw.EventsPerSec),
+			ratio(c.EventsPerSec, bar), lat, dups, losses, rec)
 	}
 	p("\n")
 	if bl := r.Baseline; bl != nil {
@@ -94,6 +107,21 @@ func Markdown(r *Results, chart string) string {
 		}
 		p("² Best of %d raw reads of the whole topic (events/s: %s; %.0f bytes a record). The reader: %s.\n\n",
 			len(runs), strings.Join(runs, ", "), r.Raw.BytesPerRecord, r.Raw.Settings)
+	}
+	if ng := r.NoGuarantee; ng != nil {
+		runs := make([]string, len(ng.Runs))
+		for i, x := range ng.Runs {
+			runs[i] = group(int64(x))
+			if i < len(ng.RunsCPU) {
+				runs[i] += fmt.Sprintf(" at %.2f CPU µs / event", ng.RunsCPU[i])
+			}
+		}
+		exact := "every read's per-key totals were the produced ones"
+		if !ng.Exact {
+			exact = "**a read's per-key totals were NOT the produced ones** (see Errors; that read is not counted)"
+		}
+		p("³ The bar: what exactly-once should cost nothing next to. Franz-go reading, fastjson parsing, per-key totals folded in memory; nothing written, nothing committed, no guarantee. Best of %d reads of the whole topic (events/s: %s); %s. The pipeline: %s.\n\n",
+			len(runs), orDash(strings.Join(runs, ", ")), exact, ng.Settings)
 	}
 	p("Recovery: mean time from a restart to its first commit, over the restarts that got that far (their number in parentheses). ⚠: the strategy failed a step (see Errors).\n\n")
 	if chart != "" {
@@ -128,6 +156,9 @@ func Markdown(r *Results, chart string) string {
 	p("\n## Method\n\n")
 	p("- **Throughput:** each strategy drains the same pre-produced topic with a fresh job, as a `microbatch run` subprocess; timed from %s. CPU seconds (user + system, rusage) and peak RSS (VmHWM, sampled every 20 ms from /proc: rusage's maxrss would be the bench's own) are the subprocess's own.\n", s.ThroughputTimer)
 	p("- **Raw consume:** %s.\n", r.Raw.Method)
+	if ng := r.NoGuarantee; ng != nil {
+		p("- **No-guarantee pipeline:** %s.\n", ng.Method)
+	}
 	p("- **Latency:** %s.\n", s.LatencyMethod)
 	p("- **Faults:** a fresh job on a fresh topic (%s events, then %.0f events/s more while runs are killed). Each random kill comes %s to %s after the start (at random); three of four then wait for the next batch start / checkpoint trigger and a few ms more, so they land in open work. Then each crash point the strategy reaches is armed once (`<point>:2`), the input stops, a run with `--until-idle 1s` drains, and `microbatch verify --strategy <promise>` compares the sink's totals with what was produced (duplicates = events over, losses = events short). Recovery: %s. Kill timing seed %d.\n",
 		group(s.FaultInitial), s.FeedRate, s.KillFrom, s.KillTo, s.RecoveryMethod, s.KillSeed)

@@ -19,10 +19,13 @@ type Results struct {
 	Workload Workload  `json:"workload"`
 	Settings Settings  `json:"settings"`
 
-	Raw      RawResult       `json:"raw_consume"`
-	Baseline *BaselineResult `json:"baseline,omitempty"` // nil: not run
-	Rows     []Row           `json:"strategies"`
-	Skipped  []Skip          `json:"skipped,omitempty"`
+	Raw RawResult `json:"raw_consume"`
+	// NoGuarantee is the no-guarantee pipeline, the bar (nil: not run;
+	// it runs with the throughput phase).
+	NoGuarantee *NoGuaranteeResult `json:"no_guarantee,omitempty"`
+	Baseline    *BaselineResult    `json:"baseline,omitempty"` // nil: not run
+	Rows        []Row              `json:"strategies"`
+	Skipped     []Skip             `json:"skipped,omitempty"`
 
 	// FaultValidity says whether the fault run proved anything: "valid"
 	// when every control in the run showed its fault (at-least-once
@@ -74,6 +77,23 @@ type RawResult struct {
 	BytesPerRecord float64     `json:"bytes_per_record"` // mean value size of the workload's records
 }
 
+// NoGuaranteeResult is the no-guarantee pipeline's rate (noguarantee.go),
+// measured like the raw consume: before and after the strategies,
+// EventsPerSec the best run. Only reads whose fold was exact count.
+type NoGuaranteeResult struct {
+	EventsPerSec float64   `json:"events_per_sec"`
+	Runs         []float64 `json:"runs"`
+	// RunsCPU is each run's CPU µs per event (the bench process's, which
+	// runs nothing else meanwhile): on a shared machine it moves less
+	// than the rate, and compares with a strategy's "CPU µs / event".
+	RunsCPU  []float64           `json:"runs_cpu_us_per_event"`
+	Method   string              `json:"method"`
+	Settings NoGuaranteeSettings `json:"settings"`
+	// Exact: every read's per-key totals were the produced ones.
+	Exact    bool  `json:"exact"`
+	Rejected int64 `json:"rejected"` // records fastjson refused, in the last read (0 on the bench's workloads)
+}
+
 // Skip is a strategy the bench did not run, and why.
 type Skip struct {
 	Name   string `json:"name"`
@@ -94,15 +114,18 @@ type Row struct {
 // Clean is the run without faults: throughput on the pre-produced backlog,
 // latency under steady production.
 type Clean struct {
-	Events       int64       `json:"events"`
-	Seconds      float64     `json:"seconds"`      // process start → the commit that held the last event
-	WallSeconds  float64     `json:"wall_seconds"` // process start → exit (includes --until-idle 1s)
-	EventsPerSec float64     `json:"events_per_sec"`
-	RatioToRaw   float64     `json:"ratio_to_raw"`
-	CPUSeconds   float64     `json:"cpu_seconds"`
-	PeakRSS      int64       `json:"peak_rss_bytes"`
-	Exact        bool        `json:"exact"` // the sink held every event once
-	Latency      Percentiles `json:"latency"`
+	Events       int64   `json:"events"`
+	Seconds      float64 `json:"seconds"`      // process start → the commit that held the last event
+	WallSeconds  float64 `json:"wall_seconds"` // process start → exit (includes --until-idle 1s)
+	EventsPerSec float64 `json:"events_per_sec"`
+	RatioToRaw   float64 `json:"ratio_to_raw"`
+	// RatioToNoGuarantee is EventsPerSec over the no-guarantee pipeline's
+	// (0: that reference was not measured).
+	RatioToNoGuarantee float64     `json:"ratio_to_no_guarantee"`
+	CPUSeconds         float64     `json:"cpu_seconds"`
+	PeakRSS            int64       `json:"peak_rss_bytes"`
+	Exact              bool        `json:"exact"` // the sink held every event once
+	Latency            Percentiles `json:"latency"`
 }
 
 // Fault is the run with crashes: random SIGKILLs and the strategy's crash
@@ -140,6 +163,23 @@ func (r *Results) row(name string) *Row {
 		}
 	}
 	return nil
+}
+
+// setRatios takes each reference's best run as its rate and every
+// strategy's ratio to it.
+func (r *Results) setRatios() {
+	if raws := r.Raw.Runs; len(raws) > 0 {
+		r.Raw.EventsPerSec = slices.Max(raws)
+		for i := range r.Rows {
+			r.Rows[i].Clean.RatioToRaw = r.Rows[i].Clean.EventsPerSec / r.Raw.EventsPerSec
+		}
+	}
+	if ng := r.NoGuarantee; ng != nil && len(ng.Runs) > 0 {
+		ng.EventsPerSec = slices.Max(ng.Runs)
+		for i := range r.Rows {
+			r.Rows[i].Clean.RatioToNoGuarantee = r.Rows[i].Clean.EventsPerSec / ng.EventsPerSec
+		}
+	}
 }
 
 // judge fills FaultValidity and Targets.
@@ -205,6 +245,11 @@ func (r *Results) judge() {
 	ratio("txn / at-least-once events/s (same interval)", "≥ 0.80", 0.8, rate("txn"), rate("at-least-once"))
 	ratio("txn / per-record baseline events/s", "≥ 10", 10, rate("txn"), baseline)
 	ratio("txn / raw consume events/s", "≥ 0.50", 0.5, rate("txn"), raw)
+	var bar *float64
+	if r.NoGuarantee != nil && r.NoGuarantee.EventsPerSec > 0 {
+		bar = &r.NoGuarantee.EventsPerSec
+	}
+	ratio("txn / no-guarantee pipeline events/s", "≥ 1.00", 1, rate("txn"), bar)
 	// The raw consume is a ceiling only if nothing beats it: a strategy
 	// faster than a reader that decodes nothing means the reference is
 	// wrong, and every "× raw consume" of the run with it.

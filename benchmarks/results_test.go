@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,73 @@ func TestJudgeThroughputOnly(t *testing.T) {
 	o := Options{Binary: "microbatch", Phases: []string{"throughput", "speed"}}
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), `"speed"`) {
 		t.Fatalf("Validate with an unknown phase: %v, want an error naming it", err)
+	}
+}
+
+// TestNoGuaranteeColumn: the no-guarantee pipeline is a row of the table
+// next to the raw ceiling, every strategy has its ratio to it in the table
+// ("× no-guarantee") and in results.json (ratio_to_no_guarantee), the
+// chart draws it, and txn is judged against it.
+func TestNoGuaranteeColumn(t *testing.T) {
+	r := &Results{
+		Raw:         RawResult{Runs: []float64{3000, 4000}},
+		NoGuarantee: &NoGuaranteeResult{Runs: []float64{1900, 2000, 1500}, RunsCPU: []float64{1.5, 1.25, 2}, Exact: true, Settings: DefaultNoGuaranteeSettings},
+		Rows: []Row{
+			row("txn", "exactly-once", 1800, 0, 0, "OK: exactly once"),
+			row("at-least-once", "at-least-once", 1000, 3, 0, "OK for at-least-once"),
+		},
+	}
+	r.setRatios()
+	r.judge()
+	if r.NoGuarantee.EventsPerSec != 2000 || r.Raw.EventsPerSec != 4000 {
+		t.Fatalf("references: no-guarantee %v, raw %v; want the best runs 2000, 4000", r.NoGuarantee.EventsPerSec, r.Raw.EventsPerSec)
+	}
+	if got := r.Rows[0].Clean.RatioToNoGuarantee; got != 0.9 {
+		t.Errorf("txn's ratio to the no-guarantee pipeline %v, want 0.9", got)
+	}
+	md := Markdown(r, "")
+	for _, want := range []string{
+		"| events/s | × raw consume | × no-guarantee | latency p50 / p99 |",
+		"| raw consume (ceiling)² | — | — | 4,000 | 1.00 | 2.00 |",
+		"| no-guarantee pipeline (the bar)³ | — (in memory) | none | 2,000 | 0.50 | 1.00 |",
+		"| txn |  | exactly-once | 1,800 | 0.45 | 0.90 |",
+		"| at-least-once |  | at-least-once | 1,000 | 0.25 | 0.50 |",
+		"³ The bar",
+		"events/s: 1,900 at 1.50 CPU µs / event, 2,000 at 1.25 CPU µs / event, 1,500 at 2.00 CPU µs / event",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	var found bool
+	for _, tg := range r.Targets {
+		if strings.HasPrefix(tg.Name, "txn / no-guarantee") {
+			found = true
+			if tg.Status != "missed" || tg.Shown != "0.90" {
+				t.Errorf("target %q: %s %s, want missed 0.90", tg.Name, tg.Status, tg.Shown)
+			}
+		}
+	}
+	if !found {
+		t.Error("no target txn / no-guarantee")
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"ratio_to_no_guarantee":0.9`, `"no_guarantee":{"events_per_sec":2000`, `"exact":true`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("results.json lacks %s: %s", want, js)
+		}
+	}
+	var svg bytes.Buffer
+	if err := WriteChart(&svg, r, "svg"); err != nil || !strings.Contains(svg.String(), "no-guarantee pipeline") {
+		t.Errorf("chart without the no-guarantee row: %v", err)
+	}
+	// A run without it (no throughput phase) has no such row and no ratio.
+	r2 := &Results{Raw: RawResult{Runs: []float64{4000}}, Rows: []Row{row("txn", "exactly-once", 1800, 0, 0, "OK: exactly once")}}
+	r2.setRatios()
+	if md := Markdown(r2, ""); strings.Contains(md, "the bar)³") || !strings.Contains(md, "| txn |  | exactly-once | 1,800 | 0.45 | — |") {
+		t.Errorf("without the pipeline:\n%s", md)
 	}
 }

@@ -405,20 +405,6 @@ func (s scaleOut) check(b *testing.B, job string) {
 	}
 }
 
-// expectedPerKey is what an exact sink holds for w, per key.
-func expectedPerKey(w Workload) map[string]event.Expected {
-	g := event.NewGenerator(w.Seed, w.Keys)
-	out := make(map[string]event.Expected, w.Keys)
-	for range w.Events {
-		_, k, amount := g.Next()
-		e := out[k]
-		e.Events++
-		e.Amount += amount
-		out[k] = e
-	}
-	return out
-}
-
 // buildMicrobatch builds ./cmd/microbatch into a temporary directory.
 func buildMicrobatch(b *testing.B) string {
 	b.Helper()

@@ -177,3 +177,56 @@ func runStrategyCfg(b *testing.B, cfg strategies.Config, events int64) time.Dura
 	}
 	return time.Duration(doneAt.Load() - start.UnixNano())
 }
+
+// BenchmarkTxnVsNoGuarantee reads the same topic three ways per iteration:
+// the no-guarantee pipeline (noguarantee.go, the bar `microbatch bench`
+// reports: kgo + fastjson + a per-key fold in memory, nothing written),
+// `txn` and `at-least-once` into MariaDB (fresh jobs). It reports the
+// three rates and the ratios txn/no-guarantee and txn/at-least-once, one
+// sub-benchmark per format, spaced and wide unless
+// MICROBATCH_BENCH_FORMAT names one. The pipeline's fold is checked
+// against the produced totals every iteration. Run with -benchtime=1x.
+func BenchmarkTxnVsNoGuarantee(b *testing.B) {
+	brokers := []string{testutil.NeedServer(b, testutil.EnvKafka)}
+	sink := testutil.NeedServer(b, testutil.EnvMySQL)
+	events := benchEvents(b)
+	formats := []event.Format{event.FormatSpaced, event.FormatWide}
+	if os.Getenv("MICROBATCH_BENCH_FORMAT") != "" {
+		formats = benchFormats(b)
+	}
+	for _, f := range formats {
+		b.Run(string(f), func(b *testing.B) {
+			topic := benchTopic(events, f)
+			ensureData(b, brokers, topic, events, f)
+			want := expectedPerKey(Workload{Events: events, Keys: benchKeys, Seed: benchSeed})
+			b.Logf("no-guarantee pipeline: %s", DefaultNoGuaranteeSettings)
+			var ngRate, txnRate, aloRate float64
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ng, err := noGuaranteeConsume(context.Background(), brokers, topic, DefaultNoGuaranteeSettings)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := foldExact(ng.Totals, want); err != nil {
+					b.Fatalf("no-guarantee pipeline: %v", err)
+				}
+				job := fmt.Sprintf("bench-ng-%d-%d", time.Now().UnixNano(), i)
+				txn := runTxn(b, brokers, topic, sink, job+"-txn", events, nil)
+				alo := runStrategy(b, strategies.StrategyAtLeastOnce, brokers, topic, sink, job+"-alo", events, nil)
+				ngRate += ng.EventsPerSec()
+				txnRate += float64(events) / txn.Seconds()
+				aloRate += float64(events) / alo.Seconds()
+				b.Logf("%s iteration %d: no-guarantee %v (%.0f ev/s), txn %v (%.0f ev/s), at-least-once %v (%.0f ev/s)", f, i,
+					ng.Duration.Round(time.Millisecond), ng.EventsPerSec(), txn.Round(time.Millisecond), float64(events)/txn.Seconds(),
+					alo.Round(time.Millisecond), float64(events)/alo.Seconds())
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(ngRate/n, "no-guarantee_events/s")
+			b.ReportMetric(txnRate/n, "txn_events/s")
+			b.ReportMetric(aloRate/n, "at-least-once_events/s")
+			b.ReportMetric(txnRate/ngRate, "txn/no-guarantee")
+			b.ReportMetric(txnRate/aloRate, "txn/at-least-once")
+		})
+	}
+}

@@ -61,6 +61,12 @@ func TestBenchTiny(t *testing.T) {
 	if res.Raw.EventsPerSec <= 0 || res.Baseline == nil || res.Baseline.EventsPerSec <= 0 {
 		t.Errorf("references missing: raw %+v, baseline %+v", res.Raw, res.Baseline)
 	}
+	if ng := res.NoGuarantee; ng == nil || len(ng.Runs) != 3 || len(ng.RunsCPU) != 3 || ng.RunsCPU[0] <= 0 || !ng.Exact || ng.EventsPerSec <= 0 {
+		t.Errorf("the no-guarantee pipeline: want three exact reads, got %+v", ng)
+	}
+	if md, _ := os.ReadFile(filepath.Join(out, "results.md")); !strings.Contains(string(md), "| no-guarantee pipeline (the bar)³ |") || !strings.Contains(string(md), "× no-guarantee") {
+		t.Errorf("results.md has no no-guarantee row and column:\n%s", md)
+	}
 	if res.Workload.Format != event.FormatWide || res.Raw.BytesPerRecord < 500 || res.Raw.Settings.FetchBytes <= 0 {
 		t.Errorf("want the wide workload (~600 bytes a record) and the raw reader's settings recorded: format %q, raw %+v", res.Workload.Format, res.Raw)
 	}
@@ -69,7 +75,7 @@ func TestBenchTiny(t *testing.T) {
 	}
 	for _, row := range res.Rows {
 		c, f := row.Clean, row.Fault
-		if c.EventsPerSec <= 0 || !c.Exact || c.CPUSeconds <= 0 || c.PeakRSS <= 0 {
+		if c.EventsPerSec <= 0 || !c.Exact || c.CPUSeconds <= 0 || c.PeakRSS <= 0 || c.RatioToNoGuarantee <= 0 {
 			t.Errorf("%s: clean run %+v", row.Name, c)
 		}
 		if c.Latency.Samples != 4000 || c.Latency.P50 <= 0 || c.Latency.P99 < c.Latency.P50 {
