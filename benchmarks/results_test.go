@@ -26,12 +26,13 @@ func TestJudge(t *testing.T) {
 		{
 			name: "controls fired",
 			rows: []Row{
-				row("txn", "exactly-once", 900, 0, 0, exact),
+				row("txn", "exactly-once", 960, 0, 0, exact),
 				row("at-least-once", "at-least-once", 1000, 12, 0, "OK for at-least-once"),
 				row("at-most-once", "at-most-once", 1000, 0, 7, "OK for at-most-once"),
+				row("checkpoint-kafka", "exactly-once", 700, 0, 0, exact),
 			},
 			validity: "valid",
-			targets: map[string]string{"txn / at-least-once": "met", "txn / per-record": "met", "txn / raw": "met",
+			targets: map[string]string{"txn / at-least-once": "met", "txn / per-record": "met", "txn / raw": "met", "checkpoint → Kafka / txn": "missed",
 				"at-least-once shows": "met", "at-most-once shows": "met", "every exactly-once": "met", "raw consume is the ceiling": "met"},
 		},
 		{
