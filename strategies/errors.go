@@ -17,6 +17,7 @@ import (
 	"github.com/microbatch/microbatch/internal/kafkautil"
 	"github.com/microbatch/microbatch/strategies/checkpoint"
 	"github.com/microbatch/microbatch/strategies/internal/shared"
+	"github.com/microbatch/microbatch/writers"
 )
 
 var (
@@ -53,7 +54,7 @@ func classify(err error) error {
 		return nil
 	case errors.Is(err, ErrDenied) || errors.Is(err, ErrConfig) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrNoTopic):
 		return err // classified already
-	case isTLSFailure(err):
+	case writers.IsTLSFailure(err):
 		return fmt.Errorf("%w: TLS handshake failed (check --kafka-tls, --kafka-ca-file, --sink-ca-file): %w", ErrConfig, err)
 	case isListenFailure(err):
 		return fmt.Errorf("%w: %w", ErrConfig, err) // an address to listen on that is taken or not ours
@@ -137,7 +138,7 @@ func connect(ctx context.Context, timeout time.Duration, open func(context.Conte
 			return nil
 		}
 		// A refused password or certificate will not change by waiting.
-		unreachable := !isDenied(err) && !isTLSFailure(err) &&
+		unreachable := !isDenied(err) && !writers.IsTLSFailure(err) &&
 			(isUnreachable(err) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil))
 		if !unreachable || !time.Now().Before(deadline) || ctx.Err() != nil {
 			if unreachable {

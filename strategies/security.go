@@ -1,9 +1,6 @@
 package strategies
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 
 	"github.com/IBM/sarama"
@@ -18,20 +15,4 @@ func (c Config) kafkaConfig(clientID string) (*sarama.Config, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return conf, nil
-}
-
-// isTLSFailure reports a TLS handshake that failed on certificates or
-// protocol — a server not trusted, a name that does not match, a server
-// that does not speak TLS — which retrying cannot fix.
-func isTLSFailure(err error) bool {
-	var (
-		verify   *tls.CertificateVerificationError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		header   tls.RecordHeaderError
-		alert    tls.AlertError
-	)
-	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &header) || errors.As(err, &alert)
 }

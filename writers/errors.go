@@ -77,7 +77,7 @@ func IsRetryable(err error) bool {
 		code := se.Code() & 0xff // primary code; extended codes keep it in the low byte
 		return code == sqliteBusy || code == sqliteLocked
 	}
-	if tlsRefused(err) {
+	if IsTLSFailure(err) {
 		return false // a setting to fix, not an outage to wait out
 	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
@@ -104,21 +104,23 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &ne)
 }
 
-// tlsRefused reports whether err is the client refusing the server's
-// certificate (unknown authority, wrong host name, expired, or no
-// certificate it could verify): whoever retries meets the same
-// certificate, and pgx wraps it in the ConnectError a server that is down
-// gives.
-func tlsRefused(err error) bool {
+// IsTLSFailure reports a TLS handshake that failed on certificates or
+// protocol — a server not trusted, a name that does not match, a server
+// that does not speak TLS or refused the handshake — which retrying
+// cannot fix: whoever retries meets the same server. (pgx wraps it in the
+// ConnectError a server that is down gives.)
+func IsTLSFailure(err error) bool {
 	var (
 		verify   *tls.CertificateVerificationError
 		unknown  x509.UnknownAuthorityError
-		host     x509.HostnameError
+		hostname x509.HostnameError
 		invalid  x509.CertificateInvalidError
 		violated x509.ConstraintViolationError
+		header   tls.RecordHeaderError
+		alert    tls.AlertError
 	)
-	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) ||
-		errors.As(err, &invalid) || errors.As(err, &violated)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &violated) || errors.As(err, &header) || errors.As(err, &alert)
 }
 
 // postgresRetryable reports whether a PostgreSQL error (its SQLSTATE)
