@@ -4,13 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/internal/kafkautil"
-	"github.com/microbatch/microbatch/internal/testutil"
 )
 
 // TestNoGuaranteeFoldExact: the no-guarantee pipeline reads every record
@@ -19,40 +17,24 @@ import (
 // Small fetches make each partition take many of them, so a fetch handed
 // on twice or dropped at a boundary shows.
 func TestNoGuaranteeFoldExact(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	brokers := c.ListenAddrs()
 	const events = 5000
-	for _, f := range event.Formats {
-		t.Run(string(f), func(t *testing.T) {
-			w := Workload{Events: events, Keys: 30, Partitions: 3, Seed: 5, Format: f}
-			topic := workloadTopic(w)
-			if _, err := ensureWorkload(context.Background(), w, brokers, topic); err != nil {
-				t.Fatal(err)
-			}
-			s := DefaultNoGuaranteeSettings
-			s.FetchBytes = 64 << 10
-			r, err := noGuaranteeConsume(context.Background(), brokers, topic, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Records != events || r.Rejected != 0 {
-				t.Errorf("read %d records (%d rejected), want %d (0)", r.Records, r.Rejected, events)
-			}
-			if err := foldExact(r.Totals, expectedPerKey(w)); err != nil {
-				t.Error(err)
-			}
-			if r.Duration <= 0 || r.EventsPerSec() <= 0 {
-				t.Errorf("duration %v, rate %v", r.Duration, r.EventsPerSec())
-			}
-		})
-	}
-	c.Close()
-	if leaked := testutil.LeakedGoroutines(10 * time.Second); leaked != "" {
-		t.Errorf("goroutines left after the reads and the broker's close:\n%s", leaked)
-	}
+	eachFormatOnKfake(t, events, func(t *testing.T, brokers []string, topic string, w Workload) {
+		s := DefaultNoGuaranteeSettings
+		s.FetchBytes = 64 << 10
+		r, err := noGuaranteeConsume(context.Background(), brokers, topic, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Records != events || r.Rejected != 0 {
+			t.Errorf("read %d records (%d rejected), want %d (0)", r.Records, r.Rejected, events)
+		}
+		if err := foldExact(r.Totals, expectedPerKey(w)); err != nil {
+			t.Error(err)
+		}
+		if r.Duration <= 0 || r.EventsPerSec() <= 0 {
+			t.Errorf("duration %v, rate %v", r.Duration, r.EventsPerSec())
+		}
+	})
 }
 
 // TestNoGuaranteeStopsAtEnd: records produced after the end offsets were
