@@ -25,9 +25,15 @@ const (
 	// sinkChunks are buffered before each sink: it stops reading while it
 	// pre-commits and commits (round trips to its server), and this much
 	// room lets the sources and operators go on meanwhile.
-	sinkChunks  = 32
-	readSpan    = 20_000
-	boundsPoll  = 20 * time.Millisecond
+	sinkChunks = 32
+	readSpan   = 20_000
+	boundsPoll = 20 * time.Millisecond
+	// A source that caught up asks the poller for the ends at once, but
+	// polls come at most this often (ListOffsets round trips while the job
+	// is idle). It bounds how late a caught-up source sees a new record:
+	// polling every boundsPoll only, and the source looking every half of
+	// it, made that up to 30 ms (benchmarks/README.md, latency).
+	minPollGap  = 5 * time.Millisecond
 	staleBounds = time.Second // ends older than this leave the lag unknown
 )
 
@@ -83,6 +89,8 @@ type pipeline struct {
 
 	bounds    atomic.Pointer[map[int32]batch.Bounds]
 	boundsAt  atomic.Int64                                                         // unix nanoseconds of the last successful poll
+	polled    signal                                                               // fired by every successful poll
+	kick      chan struct{}                                                        // a caught-up source asks for a poll now
 	read      func(context.Context, record.Range, func(*batch.Record) error) error // r.src.Read; tests replace it
 	completed int64
 	nextID    int64
@@ -111,6 +119,7 @@ func newPipeline(r *runner, chk *offsets.Checkpoint, data jobData) *pipeline {
 		p.notices[o] = make(chan notice, 2)
 	}
 	p.acks = make(chan ack, len(p.parts)+2*nOps)
+	p.kick = make(chan struct{}, 1)
 	p.sinkDone = make(chan int, nOps)
 	return p
 }
@@ -335,9 +344,15 @@ func (p *pipeline) pollBounds(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading offsets of topic %q: %w", p.r.cfg.Topic, err)
 	}
+	p.storeBounds(b)
+	return nil
+}
+
+// storeBounds publishes polled ends and wakes the sources waiting for them.
+func (p *pipeline) storeBounds(b map[int32]batch.Bounds) {
 	p.bounds.Store(&b)
 	p.boundsAt.Store(time.Now().UnixNano())
-	return nil
+	p.polled.fire()
 }
 
 // boundsStale reports that the partitions' ends were not read for
@@ -352,12 +367,22 @@ func (p *pipeline) boundsStale() bool {
 func (p *pipeline) poller(ctx context.Context) error {
 	t := time.NewTicker(boundsPoll)
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		case <-p.kick:
+			if gap := minPollGap - time.Since(last); gap > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(gap):
+				}
+			}
 		}
+		last = time.Now()
 		if err := p.pollBounds(ctx); err != nil {
 			if _, ferr := p.r.out.Failed(p.r.kafka, "reading the topic's offsets", err); ferr != nil {
 				return fatal{ferr}
@@ -365,6 +390,32 @@ func (p *pipeline) poller(ctx context.Context) error {
 			continue
 		}
 		p.r.out.Up(p.r.kafka)
+	}
+}
+
+// signal wakes every goroutine waiting on it at the next fire; its zero
+// value is ready.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next fire.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
 	}
 }
 

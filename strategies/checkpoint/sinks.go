@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/microbatch/microbatch/internal/event"
 	"github.com/microbatch/microbatch/record"
@@ -223,10 +224,13 @@ type kafkaSink struct {
 }
 
 func (k *kafkaSink) write(ctx context.Context, outs []output) error {
+	// One clock read per chunk: the records of a chunk are written within
+	// microseconds of each other, and Kafka keeps milliseconds.
+	now := time.Now()
 	for i := range outs {
 		o := &outs[i]
 		if o.Dead != nil {
-			if err := k.Write(ctx, k.topic+DeadLetterTopicSuffix, nil, encodeDeadLetter(o.Dead)); err != nil {
+			if err := k.WriteAt(ctx, k.topic+DeadLetterTopicSuffix, nil, encodeDeadLetter(o.Dead), now); err != nil {
 				return err
 			}
 			continue
@@ -234,7 +238,7 @@ func (k *kafkaSink) write(ctx context.Context, outs []output) error {
 		// Write copies key and value: the buffers are reused.
 		k.buf = event.AppendOutput(k.buf[:0], o.ID, o.Key, o.Amount, o.TS, o.Count, o.Total)
 		k.key = append(k.key[:0], o.Key...)
-		if err := k.Write(ctx, k.topic, k.key, k.buf); err != nil {
+		if err := k.WriteAt(ctx, k.topic, k.key, k.buf, now); err != nil {
 			return err
 		}
 	}

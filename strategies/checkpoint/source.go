@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -149,13 +148,18 @@ func (s *sourceTask) run(ctx context.Context) error {
 	}
 }
 
-// wait, caught up, for new records (takeBarriers takes barriers
-// meanwhile).
+// wait, caught up, for the next poll of the partitions' ends, which it
+// asks for (takeBarriers takes barriers meanwhile).
 func (s *sourceTask) wait(ctx context.Context) error {
+	polled := s.p.polled.wait()
+	select {
+	case s.p.kick <- struct{}{}:
+	default: // asked already
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(boundsPoll / 2):
+	case <-polled:
 		return nil
 	}
 }

@@ -115,3 +115,30 @@ func TestSourceTakesBarrierDuringRead(t *testing.T) {
 		t.Fatalf("barriers downstream = %v, want 7 at both operators", got)
 	}
 }
+
+// A source that caught up asks the poller for the partitions' ends at once
+// (a kick) and goes on as soon as a poll stored them, instead of looking
+// again on a timer of its own: that timer and the poll period made a new
+// record wait up to 30 ms before its read (latency).
+func TestSourceWaitKicksPoller(t *testing.T) {
+	p := &pipeline{kick: make(chan struct{}, 1)}
+	s := &sourceTask{p: p}
+	done := make(chan error, 1)
+	go func() { done <- s.wait(t.Context()) }()
+	select {
+	case <-p.kick:
+	case err := <-done:
+		t.Fatalf("wait returned %v without asking for a poll", err)
+	case <-time.After(time.Minute):
+		t.Fatal("a caught-up source did not ask the poller for the ends")
+	}
+	p.storeBounds(map[int32]batch.Bounds{0: {End: 5}})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("wait did not return after a poll stored the ends")
+	}
+}

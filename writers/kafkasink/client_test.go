@@ -134,3 +134,58 @@ func kafkaTxnReadPartitions(t testing.TB, brokers []string, topic string, parts 
 	}
 	return got
 }
+
+// WriteAt stamps the record with the time given (a reading of the clock a
+// while before: to the millisecond), and Write with the time of the call.
+func TestKafkaTxnWriteAtStamps(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, brokers []string) {
+		ctx := t.Context()
+		topic := kafkaTxnTopic(t, brokers)
+		w := newTestTxn(t, brokers, kafkaTxnName(t, "txn"))
+		if err := w.Begin(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-2 * time.Second)
+		before := time.Now().Truncate(time.Millisecond)
+		if err := w.WriteAt(ctx, topic, nil, []byte("at"), at); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(ctx, topic, nil, []byte("now")); err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		p, err := w.PreCommit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		c, err := sarama.NewConsumer(brokers, kafkautil.Config("kafkatxn-test-reader"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		pc, err := c.ConsumePartition(topic, 0, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		limit := time.After(kafkaTxnReadLimit)
+		for _, want := range []string{"at", "now"} {
+			select {
+			case m := <-pc.Messages():
+				switch {
+				case string(m.Value) != want:
+					t.Fatalf("read %q, want %q", m.Value, want)
+				case want == "at" && !m.Timestamp.Equal(at.Truncate(time.Millisecond)):
+					t.Errorf("WriteAt's record has timestamp %v, want %v", m.Timestamp, at.Truncate(time.Millisecond))
+				case want == "now" && (m.Timestamp.Before(before) || m.Timestamp.After(after)):
+					t.Errorf("Write's record has timestamp %v, want between %v and %v", m.Timestamp, before, after)
+				}
+			case <-limit:
+				t.Fatalf("no record %q within %v", want, kafkaTxnReadLimit)
+			}
+		}
+	})
+}

@@ -2,7 +2,11 @@ package kafkasink
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // A record written into a transaction reuses one the producer handed
@@ -49,5 +53,46 @@ func TestRecordCopies(t *testing.T) {
 			t.Fatalf("empty key became %#v, value %#v", r.Key, r.Value)
 		}
 		releaseRecord(r)
+	}
+}
+
+// done notes every partition a transaction's records went to, also when
+// the next transaction starts on the partition the previous one ended on
+// (its cache of the last partition must not carry over), and the first
+// error.
+func TestSlotDoneNotesPartitions(t *testing.T) {
+	s := &kafkaSlot{parts: map[topicPart]struct{}{}}
+	begin := func() { // what Begin does to the slot
+		s.gen.Add(1)
+		s.mu.Lock()
+		s.err = nil
+		s.failing.Store(false)
+		clear(s.parts)
+		s.mu.Unlock()
+	}
+	rec := func(part int32) *kgo.Record { r := newRecord("t", []byte("k"), nil); r.Partition = part; return r }
+	begin()
+	for _, p := range []int32{0, 0, 1, 1, 0, 2} {
+		s.done(rec(p), nil)
+	}
+	if len(s.parts) != 3 {
+		t.Errorf("first transaction: parts %v, want 0, 1 and 2", s.parts)
+	}
+	begin()
+	s.done(rec(2), nil)
+	if _, ok := s.parts[topicPart{"t", 2}]; !ok || len(s.parts) != 1 {
+		t.Errorf("second transaction, same partition as the last record before it: parts %v, want t/2", s.parts)
+	}
+	if err := s.failed(); err != nil {
+		t.Fatalf("failed() = %v before any error", err)
+	}
+	s.done(rec(3), errors.New("boom"))
+	s.done(rec(3), errors.New("second"))
+	if err := s.failed(); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("failed() = %v, want the first error", err)
+	}
+	begin()
+	if err := s.failed(); err != nil {
+		t.Errorf("failed() = %v after Begin", err)
 	}
 }

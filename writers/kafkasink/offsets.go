@@ -40,11 +40,7 @@ func (w *Txn) WriteOffsets(ctx context.Context, group string, offsets map[string
 	}
 	fail := func(err error) error {
 		err = fmt.Errorf("kafka sink: txn %d on %s: writing offsets of group %s: %w", s.txn, s.id, group, err)
-		s.mu.Lock()
-		if s.err == nil {
-			s.err = err // PreCommit refuses the transaction
-		}
-		s.mu.Unlock()
+		s.fail(err) // PreCommit refuses the transaction
 		return err
 	}
 	// Bad arguments fail the transaction too: a caller that went on and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -47,9 +48,22 @@ type kafkaSlot struct {
 	prevTxn   int64
 	prevState slotState
 
-	mu    sync.Mutex // guards the rest, shared with the producer's promises
+	// gen counts the slot's transactions (Begin adds one): done's cache
+	// of the last partition belongs to the transaction it was noted in.
+	gen atomic.Int64
+	// failing: err is set (read without mu on every Write).
+	failing atomic.Bool
+
+	mu    sync.Mutex // guards err and parts, shared with the producer's promises
 	err   error      // first failed record of txn
 	parts map[topicPart]struct{}
+
+	// The partition of the record done saw last, and the transaction
+	// (gen) it belonged to; only done, which the producer calls serially,
+	// reads and writes them. A batch's records arrive in a row with the
+	// same partition, so done takes mu once per batch, not per record.
+	last    topicPart
+	lastGen int64
 }
 
 // empty: nothing of txn reached the broker, so there is no transaction
@@ -66,20 +80,32 @@ type topicPart struct {
 // went to (PreCommit checks the coordinator has them all) or the first
 // error, and recycles the record.
 func (s *kafkaSlot) done(r *kgo.Record, err error) {
-	s.mu.Lock()
 	if err != nil {
-		if s.err == nil {
-			s.err = fmt.Errorf("producing to %s/%d: %w", r.Topic, r.Partition, kafkaError(err))
-		}
-	} else {
-		s.parts[topicPart{r.Topic, r.Partition}] = struct{}{}
+		s.fail(fmt.Errorf("producing to %s/%d: %w", r.Topic, r.Partition, kafkaError(err)))
+	} else if tp, gen := (topicPart{r.Topic, r.Partition}), s.gen.Load(); tp != s.last || gen != s.lastGen {
+		s.mu.Lock()
+		s.parts[tp] = struct{}{}
+		s.mu.Unlock()
+		s.last, s.lastGen = tp, gen
+	}
+	releaseRecord(r)
+}
+
+// fail notes err as the transaction's, unless it has one already.
+func (s *kafkaSlot) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+		s.failing.Store(true)
 	}
 	s.mu.Unlock()
-	releaseRecord(r)
 }
 
 // failed returns the first error of the transaction.
 func (s *kafkaSlot) failed() error {
+	if !s.failing.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
