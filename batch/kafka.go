@@ -43,10 +43,10 @@ const fetchAttempts = 4
 // kept across batches, and one fetch in flight ahead of the records being
 // processed — and, once a range is fetched, the first fetch of the range
 // that starts where it ends (see ahead). sarama's Consumer hands every
-// record over as its own *ConsumerMessage through a channel — an allocation and a goroutine
-// hand-off per record, more than the job's own work on small records — and
-// fetches beyond the range as far as its buffers go. Read knows its range
-// ends below the last stable offset it was planned against, so it fetches
+// record over as its own *ConsumerMessage through a channel — an
+// allocation and a goroutine hand-off per record, more than the job's own
+// work on small records — and fetches beyond the range as far as its
+// buffers go. Read knows its range ends below the last stable offset it was planned against, so it fetches
 // exactly that span, and a span that ends in transaction markers or
 // aborted records is seen to end as soon as its last batch is fetched.
 //
