@@ -41,11 +41,12 @@ const fetchAttempts = 4
 // KafkaSource reads one topic, read-committed, with FetchRequests of its
 // own rather than sarama's Consumer: one broker connection per partition,
 // kept across batches, and one fetch in flight ahead of the records being
-// processed. sarama's Consumer hands every record over as its own
-// *ConsumerMessage through a channel — an allocation and a goroutine
-// hand-off per record, more than the job's own work on small records — and
-// fetches beyond the range as far as its buffers go. Read knows its range
-// ends below the last stable offset it was planned against, so it fetches
+// processed — and, once a range is fetched, the first fetch of the range
+// that starts where it ends (see ahead). sarama's Consumer hands every
+// record over as its own *ConsumerMessage through a channel — an
+// allocation and a goroutine hand-off per record, more than the job's own
+// work on small records — and fetches beyond the range as far as its
+// buffers go. Read knows its range ends below the last stable offset it was planned against, so it fetches
 // exactly that span, and a span that ends in transaction markers or
 // aborted records is seen to end as soon as its last batch is fetched.
 //
@@ -66,6 +67,7 @@ type KafkaSource struct {
 
 	mu       sync.Mutex
 	conns    map[int32]*brokerConn // idle connections, by partition
+	ahead    map[int32]*ahead      // fetches sent ahead of the next Read, by partition (kafka_ahead.go)
 	closed   bool
 	fetchers sync.WaitGroup // of Reads, which may end before them
 }
@@ -85,7 +87,7 @@ func NewKafkaSource(client sarama.Client, topic string) (*KafkaSource, error) {
 	}
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
-	return &KafkaSource{client: client, topic: topic, parts: parts, conns: make(map[int32]*brokerConn)}, nil
+	return &KafkaSource{client: client, topic: topic, parts: parts, conns: make(map[int32]*brokerConn), ahead: make(map[int32]*ahead)}, nil
 }
 
 // Partitions lists the topic's partitions, sorted.
@@ -187,18 +189,20 @@ func (s *KafkaSource) Read(ctx context.Context, r record.Range, fn func(*Record)
 	if r.From >= r.To {
 		return nil
 	}
-	conn, err := s.take(ctx, r.Partition) // counts the fetcher below in s.fetchers
+	conn, first, err := s.take(ctx, r.Partition, r.From) // counts the fetcher below in s.fetchers
 	if err != nil {
 		return &ReadError{Range: r, Err: err}
 	}
 	stop := StopRequested(ctx)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f := &fetcher{s: s, r: r, conn: conn, stop: stop, out: make(chan fetched)}
+	f := &fetcher{s: s, r: r, conn: conn, first: first, stop: stop, out: make(chan fetched)}
 	// Read does not wait for the fetcher: a cancelled Read returns at
 	// once, and the fetcher ends when its fetch in flight does — cut short
 	// by the same cancel, which leaves that connection unusable: the
-	// fetcher closes it rather than handing it back. Close waits for it.
+	// fetcher closes it rather than handing it back. Once it has fetched
+	// the range to its end it goes on with the ahead fetch of the next
+	// range, on the source's context, not Read's. Close waits for it.
 	go func() {
 		defer s.fetchers.Done()
 		f.run(fctx)
@@ -257,7 +261,8 @@ type fetcher struct {
 	stop <-chan struct{}
 	out  chan fetched
 
-	conn *brokerConn // nil after a failure: the next attempt opens another
+	conn  *brokerConn // nil after a failure: the next attempt opens another
+	first *fetched    // the range's first answer, fetched ahead (see ahead); nil if none
 }
 
 func (f *fetcher) run(ctx context.Context) {
@@ -267,18 +272,37 @@ func (f *fetcher) run(ctx context.Context) {
 	}
 	for at.next < f.r.To {
 		got := fetched{step: at}
-		var throttled bool
-		got.blk, throttled, got.err = f.fetch(ctx, at.next, at.size)
-		if ctx.Err() != nil {
-			return
+		if f.first != nil {
+			// Fetched ahead from the same offset with the same size.
+			got, f.first = *f.first, nil
+		} else {
+			var throttled bool
+			got.blk, throttled, got.err = f.fetch(ctx, at.next, at.size)
+			if ctx.Err() != nil {
+				return
+			}
+			if got.err == nil {
+				got.step, got.err = advance(got.blk, at, throttled)
+			}
 		}
-		if got.err == nil {
-			got.step, got.err = advance(got.blk, at, throttled)
+		var next *ahead
+		if got.err == nil && got.step.next >= f.r.To && f.conn != nil {
+			// The range's last answer: the next range's first fetch goes
+			// out as soon as Read has it, on this connection.
+			if next = f.s.reserve(f.r.Partition, f.r.To, f.conn); next != nil {
+				f.conn = nil
+			}
 		}
 		select {
 		case f.out <- got:
 		case <-ctx.Done():
+			if next != nil {
+				next.abandon()
+			}
 			return
+		}
+		if next != nil {
+			next.fetch(f.s, f.r.Partition)
 		}
 		if got.err != nil {
 			return
@@ -400,19 +424,26 @@ func retriableFetch(err sarama.KError) bool {
 	return false
 }
 
-// fetchOnce sends one read-committed fetch of part from offset from;
-// throttled reports that the broker held back the answer for a quota.
+// fetchOnce sends one read-committed fetch of part from offset from, which
+// the broker holds up to fetchWait when there is nothing to return.
+func fetchOnce(ctx context.Context, c *brokerConn, topic string, part int32, from int64, size int32) (*kmsg.FetchResponseTopicPartition, bool, error) {
+	return fetchFor(ctx, c, topic, part, from, size, fetchWait)
+}
+
+// fetchFor sends one read-committed fetch of part from offset from, held
+// at most wait by the broker; throttled reports that the broker held back
+// the answer for a quota.
 //
 // The partition's limit must be what ends the fetch, not the response's:
 // kfake leaves the aborted-transaction list out of a partition cut short
 // by the response limit, which would make aborted records look committed.
 // SessionEpoch -1 asks for a plain fetch, as sarama's consumer does: epoch
 // 0 would open a fetch session on the broker for every connection.
-func fetchOnce(ctx context.Context, c *brokerConn, topic string, part int32, from int64, size int32) (blk *kmsg.FetchResponseTopicPartition, throttled bool, err error) {
+func fetchFor(ctx context.Context, c *brokerConn, topic string, part int32, from int64, size int32, wait time.Duration) (blk *kmsg.FetchResponseTopicPartition, throttled bool, err error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.Version = 11
 	req.ReplicaID = -1
-	req.MaxWaitMillis = int32(fetchWait.Milliseconds())
+	req.MaxWaitMillis = int32(wait.Milliseconds())
 	req.MinBytes = 1
 	req.MaxBytes = math.MaxInt32
 	req.IsolationLevel = 1 // read_committed
@@ -527,31 +558,53 @@ func visible(blk *kmsg.FetchResponseTopicPartition, from, to int64, rec *Record,
 }
 
 // take returns the partition's idle connection, or opens one to its
-// leader. A partition is read by one Read at a time.
-func (s *KafkaSource) take(ctx context.Context, part int32) (*brokerConn, error) {
+// leader, and the first answer of a Read from offset from if it was
+// fetched ahead. A partition is read by one Read at a time.
+func (s *KafkaSource) take(ctx context.Context, part int32, from int64) (_ *brokerConn, first *fetched, _ error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, ErrSourceClosed
+		return nil, nil, ErrSourceClosed
 	}
 	b := s.conns[part]
 	delete(s.conns, part)
+	a := s.ahead[part]
+	delete(s.ahead, part)
 	s.fetchers.Add(1)
 	s.mu.Unlock()
+	if a != nil {
+		var ac *brokerConn
+		var err error
+		first, ac, err = a.claim(ctx, from)
+		if ac != nil {
+			if b != nil {
+				_ = b.Close()
+			}
+			b = ac
+		}
+		if err != nil {
+			if b != nil {
+				_ = b.Close()
+			}
+			s.fetchers.Done()
+			return nil, nil, err
+		}
+	}
 	if b != nil {
 		// Kept from an earlier Read: still the leader's? A follower answers
 		// fetches too (fetch v11), from behind the leader, and leadership
 		// moves back after a broker restarts.
 		if leader, err := s.client.Leader(s.topic, part); err == nil && leader.Addr() == b.Addr() {
-			return b, nil
+			return b, first, nil
 		}
 		_ = b.Close()
 	}
 	b, err := s.connect(ctx, part)
 	if err != nil {
 		s.fetchers.Done()
+		return nil, nil, err
 	}
-	return b, err
+	return b, first, nil
 }
 
 // give keeps b as the partition's idle connection for the next Read, or
@@ -596,7 +649,14 @@ func (s *KafkaSource) Close() error {
 		_ = b.Close()
 		delete(s.conns, p)
 	}
+	var ahead []*ahead
+	for p, a := range s.ahead {
+		a.cancel()
+		ahead = append(ahead, a)
+		delete(s.ahead, p)
+	}
 	s.mu.Unlock()
 	s.fetchers.Wait() // each closes its connection in give, the source being closed
+	closeAhead(ahead)
 	return nil
 }
