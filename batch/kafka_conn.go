@@ -156,19 +156,28 @@ var errSASL = errors.New("SASL authentication of the fetch connection failed")
 // used for flexible versions (their headers differ); the requests here
 // are not. ctx ending cuts the connection's reads and writes short: the
 // connection is unusable then, and the caller closes it.
-func (c *brokerConn) roundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Response) error {
+func (c *brokerConn) roundTrip(ctx context.Context, req kmsg.Request, resp kmsg.Response) (err error) {
 	if req.IsFlexible() {
 		return fmt.Errorf("brokerConn: %T v%d is flexible", req, req.GetVersion())
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	timeout := c.readTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	// The deadline first, then the cancellation's: a cancellation can't
+	// be overwritten by the request's own deadline.
 	if err := c.conn.SetDeadline(time.Now().Add(timeout + fetchWait)); err != nil {
 		return err
 	}
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if !stop() && err == nil {
+			// Cancelled as the response arrived: the past deadline may
+			// land on the connection after it is pooled. It is
+			// unusable; the caller closes it.
+			err = ctx.Err()
+		}
+	}()
 	c.corr++
 	// Request header v1: size, api key, version, correlation id, client id.
 	buf := make([]byte, 4, 64)

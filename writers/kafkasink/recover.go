@@ -184,18 +184,16 @@ func (w *Txn) abortLive(ctx context.Context, s *kafkaSlot) error {
 		w.open = nil
 	}
 	txn := s.txn
-	s.mu.Lock()
-	failed := s.err != nil
-	s.mu.Unlock()
 	// With offsets added (WriteOffsets) the abort below by identity runs
 	// too: the producer ends only the transactions it added partitions
 	// to, and sends nothing if every record failed before that.
 	if err := s.abort(ctx); err == nil && !s.offsets {
 		s.state = slotAborted
-		if failed {
-			// After a failed record the producer may bump its epoch
-			// when it aborts, so the identity PreCommit checks may be
-			// stale: start the next transaction on a new producer.
+		// After a failed record — before the abort or in its flush — the
+		// producer may have bumped its epoch when it aborted, so the
+		// identity PreCommit checks may be stale: start the next
+		// transaction on a new producer.
+		if s.failed() != nil {
 			w.closeSlot(s)
 		}
 		return nil
