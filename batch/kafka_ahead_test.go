@@ -90,13 +90,17 @@ func (l *fetchLog) count(offset int64) int {
 
 // waitFor waits until the broker has received a fetch at offset, for at
 // most aheadWait, and reports whether it did.
-func (l *fetchLog) waitFor(offset int64) bool {
+func (l *fetchLog) waitFor(offset int64) bool { return l.waitForN(offset, 1) }
+
+// waitForN waits until the broker has received n fetches at offset, for
+// at most aheadWait, and reports whether it did.
+func (l *fetchLog) waitForN(offset int64, n int) bool {
 	deadline := time.After(aheadWait)
 	for {
 		l.mu.Lock()
-		seen, changed := slices.Contains(l.offsets, offset), l.changed
+		changed := l.changed // taken first: a fetch after it closes it
 		l.mu.Unlock()
-		if seen {
+		if l.count(offset) >= n {
 			return true
 		}
 		select {
@@ -188,13 +192,15 @@ func TestKafkaSourceFetchesAheadDuringCommit(t *testing.T) {
 // end of a range serves only a Read whose range starts there. A Read of
 // the same range again (a retry after a failed commit) or of one starting
 // anywhere else (a plan from other offsets) must fetch for itself and
-// deliver exactly its own records.
+// deliver exactly its own records. Each Read's fetch ahead is waited for
+// before the next Read, so the counts don't depend on whether it went
+// out before the next Read discarded it.
 func TestKafkaSourceAheadOnlyForItsOffset(t *testing.T) {
 	log := newFetchLog(t, 40)
 	src := log.source(t)
 	for _, step := range []struct {
 		from, to int64
-		fetches  int // fetches at from once the Read returned
+		fetches  int // fetches at from once the Read returned (the ahead one included)
 	}{
 		{0, 10, 1},
 		{0, 10, 2},  // again: the ahead fetch at 10 is not for it
@@ -204,17 +210,10 @@ func TestKafkaSourceAheadOnlyForItsOffset(t *testing.T) {
 		{30, 40, 1}, // right after
 		{12, 18, 1}, // before it
 		{18, 25, 1}, // where the last one ended
-		{25, 25, 0}, // an empty range reads nothing
+		{25, 25, 1}, // an empty range reads nothing (1: the ahead fetch)
 		{25, 26, 1}, // nor takes what was fetched ahead for 25
 	} {
-		if step.from < step.to {
-			// Every Read of a range that isn't empty leaves a fetch ahead.
-			defer func(at int64) {
-				if !log.waitFor(at) {
-					t.Errorf("no fetch ahead at %d", at)
-				}
-			}(step.to)
-		}
+		aheadBefore := log.count(step.to)
 		got, err := read(t, t.Context(), src, step.from, step.to)
 		if err != nil {
 			t.Fatalf("Read [%d, %d): %v", step.from, step.to, err)
@@ -224,6 +223,12 @@ func TestKafkaSourceAheadOnlyForItsOffset(t *testing.T) {
 		}
 		if n := log.count(step.from); n != step.fetches {
 			t.Fatalf("after Read [%d, %d): %d fetches at %d, want %d", step.from, step.to, n, step.from, step.fetches)
+		}
+		if step.from < step.to {
+			// Every Read of a range that isn't empty leaves a fetch ahead.
+			if !log.waitForN(step.to, aheadBefore+1) {
+				t.Fatalf("after Read [%d, %d): no fetch ahead at %d", step.from, step.to, step.to)
+			}
 		}
 	}
 }

@@ -194,8 +194,13 @@ func TestKafkaSourceAllocatesPerFetch(t *testing.T) {
 			t.Logf("%s: %d allocations, %d bytes for %d records", name, allocs, bytes, n)
 			// A record here is ~15 bytes on the wire: the response takes
 			// that (kfake, in this process, allocates it twice more to
-			// serve it), and a sarama.Record of each took ~110 more.
-			if allocs > n/10 || bytes > 80*n {
+			// serve it), and a sarama.Record of each took ~110 more. The
+			// count is the per-record signal (sarama: one allocation a
+			// record at least); the bytes also hold whole fetch bodies —
+			// the first Read's fetch ahead, discarded by this Read, may
+			// land in the window with kfake's copies of it — hence the
+			// few MiB of slack.
+			if allocs > n/10 || bytes > 80*n+4<<20 {
 				t.Fatalf("%d allocations, %d bytes reading %d records: the reader allocates per record", allocs, bytes, n)
 			}
 		})
