@@ -29,6 +29,10 @@ const (
 	// rowPlainKeys: with keys, the keys besides sqlKeys: enough that some
 	// keys end on a tombstone, and most keep a few updates.
 	rowPlainKeys = 150
+	// rowNullEvery: with noNullBad (Redis), a good record in this many has
+	// no kind: a NULL value, stored as no field in the kind hash (it
+	// stopped the job before).
+	rowNullEvery = 13
 )
 
 // rowQuery is a row job's statement and the table the test creates for
@@ -89,9 +93,11 @@ func rowKey(n int) []byte {
 // rowInput makes a row job's records (sqlInput.msg): the SQL jobs'
 // records, every rowRepeatEvery-th a repeat of the one before; with
 // keyed, each with a random key in its hash's partition, every
-// rowTombstoneEvery-th a tombstone. noNullBad replaces the bad record
-// without a customer's id (a NULL, which only a NOT NULL column rejects)
-// with one whose qty is 1.5, which CAST(qty AS SIGNED) rejects.
+// rowTombstoneEvery-th a tombstone. noNullBad (Redis, which has no NOT
+// NULL column) replaces the bad record without a customer's id (a NULL,
+// which only a NOT NULL column rejects) with one whose qty is 1.5, which
+// CAST(qty AS SIGNED) rejects, and makes every rowNullEvery-th good
+// record one without a kind (a NULL it keeps as no field).
 type rowInput struct {
 	t                *testing.T
 	in               *sqlInput
@@ -128,6 +134,9 @@ func (ri *rowInput) msg(i int64) *sarama.ProducerMessage {
 		v := in.record(i)
 		if ri.noNullBad && bad && (i/sqlBadEvery)%4 == 2 {
 			v = fmt.Appendf(nil, `{"id": %d, "kind": "buy", "qty": 1.5, "amount": 3, "price": 2.5, "ts": 1796119200000, "customer": {"id": "a"}, "key": "a"}`, i)
+		}
+		if ri.noNullBad && !bad && i%rowNullEvery == rowNullEvery-1 {
+			v = fmt.Appendf(nil, `{"id": %d, "qty": 2, "amount": 3, "price": 2.5, "ts": 1796119200000, "customer": {"id": "n"}, "key": "a"}`, i)
 		}
 		m.Value = sarama.ByteEncoder(v)
 		if ri.keyed {
