@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -113,16 +112,7 @@ func (l *fetchLog) waitForN(offset int64, n int) bool {
 
 func (l *fetchLog) source(t *testing.T) *KafkaSource {
 	t.Helper()
-	client, err := sarama.NewClient(l.c.ListenAddrs(), kafkautil.Config("ahead-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	src, err := NewKafkaSource(client, mockTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
+	src, _ := testSource(t, l.c.ListenAddrs(), kafkautil.Config("ahead-test"))
 	return src
 }
 

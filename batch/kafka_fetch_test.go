@@ -21,7 +21,14 @@ func mockSource(t *testing.T, brokers ...*sarama.MockBroker) (*KafkaSource, sara
 	t.Helper()
 	conf := kafkautil.Config("mock-test")
 	conf.ApiVersionsRequest = false // the mock answers the versions the request asks
-	client, err := sarama.NewClient([]string{brokers[0].Addr()}, conf)
+	return testSource(t, []string{brokers[0].Addr()}, conf)
+}
+
+// testSource is a source over mockTopic with a client of its own on
+// addrs; both are closed when the test ends.
+func testSource(t *testing.T, addrs []string, conf *sarama.Config) (*KafkaSource, sarama.Client) {
+	t.Helper()
+	client, err := sarama.NewClient(addrs, conf)
 	if err != nil {
 		t.Fatal(err)
 	}
