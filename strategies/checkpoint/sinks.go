@@ -128,18 +128,14 @@ func (s *sinkSet) subtask(i int) (subtask, error) {
 			return nil, err
 		}
 		return &fileSink{Txn: w}, nil
-	case SinkXA:
-		w, err := sqlsink.NewXA(s.sql, job, i)
-		if err != nil {
-			return nil, err
+	case SinkXA, SinkPG2PC:
+		var w sqlTwoPhase
+		var err error
+		if s.spec.Kind == SinkXA {
+			w, err = sqlsink.NewXA(s.sql, job, i)
+		} else {
+			w, err = sqlsink.NewPG2PC(s.sql, job, i)
 		}
-		totals := totalsBuffer{job: job, work: s.cfg.Work}
-		if s.cfg.NewSpool != nil {
-			totals.spool = s.cfg.NewSpool()
-		}
-		return &xaSink{xa: w, totals: totals}, nil
-	case SinkPG2PC:
-		w, err := sqlsink.NewPG2PC(s.sql, job, i)
 		if err != nil {
 			return nil, err
 		}

@@ -62,14 +62,7 @@ func TestRecordCopies(t *testing.T) {
 // error.
 func TestSlotDoneNotesPartitions(t *testing.T) {
 	s := &kafkaSlot{parts: map[topicPart]struct{}{}}
-	begin := func() { // what Begin does to the slot
-		s.gen.Add(1)
-		s.mu.Lock()
-		s.err = nil
-		s.failing.Store(false)
-		clear(s.parts)
-		s.mu.Unlock()
-	}
+	begin := s.reset // what Begin does to the slot
 	rec := func(part int32) *kgo.Record { r := newRecord("t", []byte("k"), nil); r.Partition = part; return r }
 	begin()
 	for _, p := range []int32{0, 0, 1, 1, 0, 2} {

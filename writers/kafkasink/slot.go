@@ -101,6 +101,18 @@ func (s *kafkaSlot) fail(err error) {
 	s.mu.Unlock()
 }
 
+// reset readies the promise's state for a new transaction: a new
+// generation (the partition cache of the last one must not carry over),
+// no error, no partitions.
+func (s *kafkaSlot) reset() {
+	s.gen.Add(1)
+	s.mu.Lock()
+	s.err = nil
+	s.failing.Store(false)
+	clear(s.parts)
+	s.mu.Unlock()
+}
+
 // failed returns the first error of the transaction.
 func (s *kafkaSlot) failed() error {
 	if !s.failing.Load() {

@@ -135,12 +135,7 @@ func (w *Txn) Begin(ctx context.Context, txn int64) error {
 		s.prevTxn, s.prevState = s.txn, s.state
 	}
 	s.txn, s.state, s.sent, s.offsets = txn, slotOpen, 0, false
-	s.gen.Add(1)
-	s.mu.Lock()
-	s.err = nil
-	s.failing.Store(false)
-	clear(s.parts)
-	s.mu.Unlock()
+	s.reset()
 	w.open = s
 	return nil
 }
